@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test test-fast bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,uvloop]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/quickstart.py
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m benchmarks all
+
+lint: setup
+	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
+	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

@@ -1,0 +1,61 @@
+"""One exception hierarchy for the whole library, rooted at :class:`AsyncLookupError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AsyncLookupError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class ConfigurationError(AsyncLookupError, ValueError):
+    """A bad option, hint, argument or schema, raised before any work starts.
+
+    The message names the option, the bad value and what is allowed.
+    """
+
+    def __init__(self, option: str, value: Any, allowed: str, reason: str | None = None) -> None:
+        self.option = option
+        self.value = value
+        self.allowed = allowed
+        self.reason = reason
+        message = f"invalid value {value!r} for {option!r}"
+        if reason:
+            message += f": {reason}"
+        message += f"; allowed: {allowed}"
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.option, self.value, self.allowed, self.reason))
+
+
+class HintError(ConfigurationError):
+    """A LOOKUP / SHUFFLE_HASH hint that does not parse or does not validate."""
+
+
+class ResultTypeError(AsyncLookupError, TypeError):
+    """An async function returned ``None`` or something that is not a collection."""
+
+
+class TransientError(AsyncLookupError):
+    """A connector call failed in a way a retry may fix (connection lost, 429, 503).
+
+    ``retry_after`` (seconds), when set, is the earliest time the server asked to be called again.
+    Connectors raise it with the underlying error as ``__cause__``.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.retry_after))
+
+
+class LookupFailedError(AsyncLookupError):
+    """A connector lookup failed after its failure retries (``lookup.max-retries``) ran out."""
+
+
+class CacheLoadError(AsyncLookupError):
+    """A full-cache load (scan) failed; lookups raise it rather than serve stale data."""

@@ -1,0 +1,83 @@
+"""Lookup functions (FLIP-221) and the ``LookupTableSource`` shape every connector has.
+
+Keys are tuples of the dim key columns' values in dim-schema order; rows are ``dict``s
+(column -> value). A lookup returns the rows for one key, in the store's order; an empty
+collection is a lookup miss.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+Key: TypeAlias = tuple[Any, ...]
+Row: TypeAlias = Mapping[str, Any]
+
+
+class LookupFunction(ABC):
+    """A synchronous point lookup: ``lookup(key) -> rows``. Opened on the executor."""
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Open clients and pools; called once per Python worker process before the first lookup."""
+
+    @abstractmethod
+    def lookup(self, key: Key) -> Collection[Row]:
+        """Return the rows whose key equals ``key`` (empty when there is none)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what :meth:`open` acquired."""
+
+
+class AsyncLookupFunction(ABC):
+    """An asynchronous point lookup, with an optional batched form.
+
+    ``async_lookup_batch(keys)`` returns a sequence aligned with ``keys``: for each key its
+    rows, or the exception that key's lookup failed with. Raising from it fails every key
+    of the batch. Override it only when the store has a real batched read (MGET, ``= ANY``).
+    """
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Open clients and pools on the event loop that will run the lookups."""
+
+    @abstractmethod
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        """Return the rows whose key equals ``key`` (empty when there is none)."""
+
+    async def async_lookup_batch(
+        self, keys: Sequence[Key]
+    ) -> Sequence[Collection[Row] | BaseException]:
+        """Look up many keys in one call; the default calls :meth:`async_lookup` per key."""
+        results: list[Collection[Row] | BaseException] = []
+        for key in keys:
+            try:
+                results.append(await self.async_lookup(key))
+            except Exception as error:  # delivered to that key's caller only
+                results.append(error)
+        return results
+
+    @property
+    def supports_batch(self) -> bool:
+        """True when a subclass overrides :meth:`async_lookup_batch` with a real batched read."""
+        return type(self).async_lookup_batch is not AsyncLookupFunction.async_lookup_batch
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what :meth:`open` acquired."""
+
+
+ScanResult: TypeAlias = "Iterable[Row] | AsyncIterable[Row]"
+
+
+@runtime_checkable
+class LookupTableSource(Protocol):
+    """What ``LookupTable(connector=...)`` accepts: a connector, a provider, or any such object.
+
+    A source offers a sync lookup, an async lookup, or both, and optionally a full scan for
+    ``lookup.cache = FULL``. A capability it lacks returns ``None``.
+    """
+
+    def lookup_function(self) -> LookupFunction | None: ...
+
+    def async_lookup_function(self) -> AsyncLookupFunction | None: ...
+
+    def scan(self) -> Iterable[Row] | AsyncIterable[Row] | None: ...

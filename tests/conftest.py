@@ -1,0 +1,50 @@
+"""Shared fixtures: the machine's real Redis and PostgreSQL.
+
+Outside CI a missing server skips its tests; with ``CI=true`` it fails them, so CI can never
+pass by skipping. ``.ci/run`` starts both servers when they are down.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+REDIS_HOST, REDIS_PORT = "127.0.0.1", int(os.environ.get("REDIS_PORT", "6379"))
+POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", int(os.environ.get("POSTGRES_PORT", "5432"))
+POSTGRES_DSN = os.environ.get(
+    "ASYNCIO_LOOKUP_TEST_DSN", f"postgresql://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/test"
+)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _require(host: str, port: int, what: str) -> None:
+    if _reachable(host, port):
+        return
+    message = f"{what} is not reachable on {host}:{port}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: these tests must run, see .ci/run)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the machine's Redis; tests use database 15 and clean up their own keys."""
+    _require(REDIS_HOST, REDIS_PORT, "Redis")
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/15"
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """DSN of the machine's PostgreSQL (database ``test``, trust auth)."""
+    _require(POSTGRES_HOST, POSTGRES_PORT, "PostgreSQL")
+    return POSTGRES_DSN
