@@ -1,0 +1,500 @@
+"""An HTTP/JSON service as a dim table: aiohttp for async lookups, ``http.client`` for sync.
+
+A point lookup is ``GET url`` where ``url`` is a template over the key columns
+(``"http://host/customers/{id}"``). Every key value is percent-encoded with nothing kept safe
+(dots too), so a key can never add a path segment, a query, a fragment, a header or change the
+host; placeholders are only allowed in the path and query of the template.
+
+The response body is JSON: an object (one row), a list of objects (several rows) or ``null``,
+optionally found under ``rows_field`` (a dotted path such as ``"data.items"``). Statuses in
+``miss_statuses`` (404) are a miss; ``transient_statuses`` (429, 502, 503, 504), timeouts and
+connection errors raise :class:`~asyncio_lookup.errors.TransientError` with the server's
+``Retry-After`` (seconds or HTTP-date), for the lookup layer's ``lookup.max-retries``.
+
+Batches (``batch_url``): ``batch_mode="post_json"`` sends ``POST batch_url`` with body
+``{"<batch_field>": [{"<key column>": value, ...}, ...]}``; ``batch_mode="query"`` sends
+``GET batch_url?<key column>=v1&<key column>=v2...``. The response rows must contain the key
+columns; they are matched back to the keys by value (compared as strings).
+
+A scan (``scan_url``) follows pages: the next page is the value at ``next_field`` in the
+body - a URL (same origin only, credentials are never sent elsewhere) or, with
+``cursor_param``, a cursor put into that query parameter - or else the ``Link: rel="next"``
+header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
+
+import aiohttp
+from yarl import URL
+
+from asyncio_lookup.connectors._common import DataFormatError, Scan
+from asyncio_lookup.connectors._http_pool import HttpPool
+from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
+from asyncio_lookup.errors import AsyncLookupError, ConfigurationError, TransientError
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+
+log = logging.getLogger(__name__)
+
+BATCH_MODES = ("post_json", "query")
+_MARK = "\x00placeholder\x00"
+
+
+class HttpStatusError(AsyncLookupError):
+    """The service answered with a status that is neither success, miss nor transient."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.status))
+
+
+def encode_value(value: Any) -> str:
+    """A key value as an opaque path/query piece: every reserved character and dot encoded."""
+    return quote(str(value), safe="").replace(".", "%2E")
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from now (delta-seconds or an HTTP-date); ``None`` if absent."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _dig(body: Any, path: str | None) -> Any:
+    if not path:
+        return body
+    for part in path.split("."):
+        if not isinstance(body, dict):
+            return None
+        body = body.get(part)
+    return body
+
+
+def _template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
+    """The URL template without userinfo (returned apart as basic auth), validated."""
+    template = KeyTemplate(url, option)
+    probe = urlsplit(template.format(dict.fromkeys(template.fields, ""), lambda _: _MARK))
+    if probe.scheme not in ("http", "https") or not probe.hostname:
+        raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
+    if _MARK in probe.scheme + probe.netloc + probe.fragment:
+        raise ConfigurationError(
+            option,
+            mask_url(url),
+            "placeholders in the path or query only",
+            "a key must not choose the host, port, credentials or fragment",
+        )
+    credentials = None
+    if probe.username is not None:
+        credentials = (probe.username, probe.password or "")
+        parts = urlsplit(url)
+        hostport = parts.netloc.rpartition("@")[2]
+        url = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+        template = KeyTemplate(url, option)
+    return template, credentials
+
+
+class HttpConnector:
+    """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor."""
+
+    def __init__(
+        self,
+        url: str,
+        key_columns: Sequence[str] | str | None = None,
+        *,
+        rows_field: str | None = None,
+        miss_statuses: Collection[int] = (404,),
+        transient_statuses: Collection[int] = (429, 502, 503, 504),
+        headers: Mapping[str, str] | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        bearer_token: str | None = None,
+        timeout: float = 10.0,
+        batch_url: str | None = None,
+        batch_mode: str = "post_json",
+        batch_field: str = "keys",
+        batch_size: int = 100,
+        scan_url: str | None = None,
+        next_field: str | None = None,
+        cursor_param: str | None = None,
+        max_connections: int = 16,
+    ) -> None:
+        self.template, url_auth = _template(url, "url")
+        self.key_columns = self.template.key_columns(key_columns)
+        self.basic_auth = basic_auth or url_auth
+        self.bearer_token = bearer_token
+        self.headers = dict(headers or {})
+        self.rows_field = rows_field
+        self.miss_statuses = frozenset(miss_statuses)
+        self.transient_statuses = frozenset(transient_statuses)
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError("timeout", timeout, "seconds > 0")
+        self.timeout = float(timeout)
+        if batch_mode not in BATCH_MODES:
+            raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
+        self.batch_url = batch_url
+        if batch_url is not None:
+            batch_template, _ = _template(batch_url, "batch_url")
+            if batch_template.fields:
+                raise ConfigurationError(
+                    "batch_url", mask_url(batch_url), "a URL without placeholders"
+                )
+        self.batch_mode = batch_mode
+        self.batch_field = batch_field
+        for option, value in (("batch_size", batch_size), ("max_connections", max_connections)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(option, value, "an integer >= 1")
+        self.batch_size = batch_size
+        self.max_connections = max_connections
+        if scan_url is not None:
+            scan_template, _ = _template(scan_url, "scan_url")
+            if scan_template.fields:
+                raise ConfigurationError(
+                    "scan_url", mask_url(scan_url), "a URL without placeholders"
+                )
+        self.scan_url = scan_url
+        self.next_field = next_field
+        self.cursor_param = cursor_param
+        if cursor_param and not next_field:
+            raise ConfigurationError(
+                "next_field",
+                next_field,
+                "the body field holding the cursor",
+                "cursor_param needs next_field",
+            )
+
+    def __repr__(self) -> str:
+        parts = [
+            f"url={mask_url(self.template.template)!r}",
+            f"key_columns={list(self.key_columns)}",
+        ]
+        if self.batch_url:
+            parts.append(f"batch_url={mask_url(self.batch_url)!r}, batch_mode={self.batch_mode!r}")
+        if self.scan_url:
+            parts.append(f"scan_url={mask_url(self.scan_url)!r}")
+        if self.headers:
+            parts.append(f"headers={mask_headers(self.headers)!r}")
+        if self.basic_auth:
+            parts.append(f"basic_auth=({self.basic_auth[0]!r}, '***')")
+        if self.bearer_token:
+            parts.append("bearer_token='***'")
+        return f"HttpConnector({', '.join(parts)})"
+
+    # -- LookupTableSource -------------------------------------------------------------------
+
+    def lookup_function(self) -> LookupFunction:
+        return _SyncHttpLookup(self)
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        if self.batch_url is not None:
+            return _AsyncHttpBatchLookup(self)
+        return _AsyncHttpLookup(self)
+
+    def scan(self) -> Scan | None:
+        if self.scan_url is None:
+            return None
+        return Scan(self._scan_sync, self._scan_async, repr(self))
+
+    # -- requests and responses --------------------------------------------------------------
+
+    def request_headers(self, with_body: bool = False) -> dict[str, str]:
+        headers = {"Accept": "application/json", **self.headers}
+        if self.basic_auth:
+            token = base64.b64encode(":".join(self.basic_auth).encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        if self.bearer_token:
+            headers["Authorization"] = f"Bearer {self.bearer_token}"
+        if with_body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    def secrets(self) -> list[str]:
+        found = url_secrets(self.template.template) + [
+            v for k, v in self.headers.items() if mask_headers({k: v})[k] != v
+        ]
+        if self.basic_auth:
+            found.append(self.basic_auth[1])
+            found.append(base64.b64encode(":".join(self.basic_auth).encode()).decode())
+        if self.bearer_token:
+            found.append(self.bearer_token)
+        return found
+
+    def point_url(self, key: Key) -> str:
+        return self.template.format(key_dict(self.key_columns, key), encode_value)
+
+    def batch_request(self, keys: Sequence[Key]) -> tuple[str, str, bytes | None]:
+        assert self.batch_url is not None
+        objects = [key_dict(self.key_columns, k) for k in keys]
+        if self.batch_mode == "post_json":
+            body = json.dumps({self.batch_field: objects}, default=str).encode()
+            return "POST", self.batch_url, body
+        pairs = [(c, str(v)) for obj in objects for c, v in obj.items()]
+        separator = "&" if urlsplit(self.batch_url).query else "?"
+        query = urlencode(pairs, quote_via=quote, safe="")
+        return "GET", f"{self.batch_url}{separator}{query}", None
+
+    def transient(self, message: str, retry_after: float | None = None) -> TransientError:
+        message = redact(message, self.secrets())
+        log.warning("%s", message)
+        return TransientError(message, retry_after=retry_after)
+
+    def failure(self, error: BaseException, method: str, url: str) -> TransientError:
+        return self.transient(
+            f"HTTP {method} {mask_url(url)} failed: {type(error).__name__}: {error}"
+        )
+
+    def rows(
+        self, method: str, url: str, status: int, headers: Mapping[str, str], body: bytes
+    ) -> tuple[list[Row], Any]:
+        """Rows of one response (empty on a miss status), and the decoded body."""
+        if status in self.miss_statuses:
+            return [], None
+        if status in self.transient_statuses:
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+            raise self.transient(
+                f"HTTP {method} {mask_url(url)} answered {status}"
+                + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
+                retry_after,
+            )
+        if not 200 <= status < 300:
+            excerpt = body[:200].decode("utf-8", "replace")
+            raise HttpStatusError(
+                redact(
+                    f"HTTP {method} {mask_url(url)} answered {status}: {excerpt}", self.secrets()
+                ),
+                status,
+            )
+        if not body.strip() or status == 204:
+            return [], None
+        try:
+            decoded = json.loads(body)
+        except ValueError as error:
+            raise DataFormatError(f"HTTP {method} {mask_url(url)}: body is not JSON") from error
+        value = _dig(decoded, self.rows_field)
+        if value is None:
+            return [], decoded
+        if isinstance(value, dict):
+            return [value], decoded
+        if isinstance(value, list) and all(isinstance(r, dict) for r in value):
+            return list(value), decoded
+        raise DataFormatError(
+            f"HTTP {method} {mask_url(url)}: rows"
+            + (f" at {self.rows_field!r}" if self.rows_field else "")
+            + f" are {type(value).__name__}, expected an object or a list of objects"
+        )
+
+    def group(self, keys: Sequence[Key], rows: Sequence[Row]) -> list[Collection[Row]]:
+        def norm(values: Sequence[Any]) -> tuple[str, ...]:
+            return tuple(str(v) for v in values)
+
+        by_key: dict[tuple[str, ...], list[Row]] = {}
+        for row in rows:
+            by_key.setdefault(norm([row.get(c) for c in self.key_columns]), []).append(row)
+        return [[dict(r) for r in by_key.get(norm(k), ())] for k in keys]
+
+    def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
+        if self.next_field:
+            value = _dig(body, self.next_field)
+            if value in (None, ""):
+                return None
+            if self.cursor_param:
+                assert self.scan_url is not None
+                parts = urlsplit(self.scan_url)
+                query = [(k, v) for k, v in parse_qsl(parts.query) if k != self.cursor_param]
+                query.append((self.cursor_param, str(value)))
+                return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote, safe="")))
+            target = urljoin(current, str(value))
+        else:
+            target = _link_next(headers.get("Link", ""), current)
+            if target is None:
+                return None
+        if urlsplit(target)[:2] != urlsplit(current)[:2]:
+            raise DataFormatError(
+                f"scan: refusing to follow next page {mask_url(target)!r} to another origin"
+            )
+        return target
+
+    # -- scan --------------------------------------------------------------------------------
+
+    def _scan_sync(self) -> Iterator[Row]:
+        pool = HttpPool(self.timeout)
+        url: str | None = self.scan_url
+        seen: set[str] = set()
+        try:
+            while url is not None:
+                _check_loop(url, seen)
+                try:
+                    response = pool.request("GET", url, None, self.request_headers())
+                except (OSError, TimeoutError, _http_client_errors()) as error:
+                    raise self.failure(error, "GET", url) from error
+                headers = {k: v for k, v in response.headers.items()}
+                rows, body = self.rows("GET", url, response.status, headers, response.body)
+                yield from rows
+                url = self.next_page(url, headers, body)
+        finally:
+            pool.close()
+
+    async def _scan_async(self) -> AsyncIterator[Row]:
+        url: str | None = self.scan_url
+        seen: set[str] = set()
+        async with _session(self) as session:
+            while url is not None:
+                _check_loop(url, seen)
+                status, headers, data = await _fetch(self, session, "GET", url, None)
+                rows, body = self.rows("GET", url, status, headers, data)
+                for row in rows:
+                    yield row
+                url = self.next_page(url, headers, body)
+
+
+def _check_loop(url: str, seen: set[str]) -> None:
+    if url in seen:
+        raise DataFormatError(f"scan: page {mask_url(url)!r} was already read (pagination loop)")
+    seen.add(url)
+
+
+def _link_next(link: str, current: str) -> str | None:
+    for part in link.split(","):
+        target, *params = part.split(";")
+        if any(p.strip().replace('"', "").lower() == "rel=next" for p in params):
+            return urljoin(current, target.strip().strip("<>"))
+    return None
+
+
+def _http_client_errors() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException
+
+
+def _session(c: HttpConnector) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=c.max_connections),
+        timeout=aiohttp.ClientTimeout(total=c.timeout),
+        # the service's own redirects are not followed to other hosts with our credentials
+        raise_for_status=False,
+    )
+
+
+async def _fetch(
+    c: HttpConnector, session: aiohttp.ClientSession, method: str, url: str, body: bytes | None
+) -> tuple[int, dict[str, str], bytes]:
+    try:
+        async with session.request(
+            method,
+            URL(url, encoded=True),
+            data=body,
+            headers=c.request_headers(with_body=body is not None),
+            allow_redirects=False,
+        ) as response:
+            return response.status, dict(response.headers), await response.read()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+        raise c.failure(error, method, url) from error
+
+
+class _SyncHttpLookup(LookupFunction):
+    def __init__(self, connector: HttpConnector) -> None:
+        self.connector = connector
+        self.pool: HttpPool | None = None
+
+    def open(self) -> None:
+        if self.pool is None:
+            self.pool = HttpPool(self.connector.timeout, max_idle=self.connector.max_connections)
+
+    def lookup(self, key: Key) -> Collection[Row]:
+        key = tuple(key)
+        c = self.connector
+        if has_null(key):
+            key_dict(c.key_columns, key)
+            return []
+        url = c.point_url(key)
+        if self.pool is None:
+            self.open()
+        assert self.pool is not None
+        try:
+            response = self.pool.request("GET", url, None, c.request_headers())
+        except (OSError, TimeoutError, _http_client_errors()) as error:
+            raise c.failure(error, "GET", url) from error
+        headers = {k: v for k, v in response.headers.items()}
+        return c.rows("GET", url, response.status, headers, response.body)[0]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+class _AsyncHttpLookup(AsyncLookupFunction):
+    def __init__(self, connector: HttpConnector) -> None:
+        self.connector = connector
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        if self.session is None:
+            self.session = _session(self.connector)
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            await self.open()
+        assert self.session is not None
+        return self.session
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        key = tuple(key)
+        c = self.connector
+        if has_null(key):
+            key_dict(c.key_columns, key)
+            return []
+        url = c.point_url(key)
+        status, headers, body = await _fetch(c, await self._session(), "GET", url, None)
+        return c.rows("GET", url, status, headers, body)[0]
+
+    async def close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            await session.close()
+
+
+class _AsyncHttpBatchLookup(_AsyncHttpLookup):
+    async def async_lookup_batch(
+        self, keys: Sequence[Key]
+    ) -> Sequence[Collection[Row] | BaseException]:
+        keys = [tuple(k) for k in keys]
+        c = self.connector
+        wanted = list(dict.fromkeys(k for k in keys if not has_null(k)))
+        chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
+        session = await self._session()
+        found: dict[Key, Collection[Row]] = {}
+        results = await asyncio.gather(*(self._chunk(session, chunk) for chunk in chunks))
+        for chunk, rows in zip(chunks, results, strict=True):
+            for key, key_rows in zip(chunk, c.group(chunk, rows), strict=True):
+                found[key] = key_rows
+        return [[dict(r) for r in found.get(k, ())] for k in keys]
+
+    async def _chunk(self, session: aiohttp.ClientSession, keys: Sequence[Key]) -> list[Row]:
+        c = self.connector
+        method, url, body = c.batch_request(keys)
+        status, headers, data = await _fetch(c, session, method, url, body)
+        return c.rows(method, url, status, headers, data)[0]

@@ -1,0 +1,345 @@
+"""Redis as a dim table: ``redis.asyncio`` for async lookups, ``redis`` for sync ones.
+
+One key per dim key, named by a template (``"customer:{id}"``). The value is
+
+- ``json``: a string holding one JSON object (the row); batched with ``MGET``;
+- ``json_list``: a string holding a JSON list of objects (several rows per key); ``MGET``;
+- ``hash``: a hash (``HGETALL``; field values are strings); batched with a pipeline.
+
+Each returned row also carries the key columns (unless the value already has them). A scan
+(``SCAN MATCH`` in batches) parses the key columns back from the key name: they come back as
+strings unless ``key_types`` names a converter (``{"id": int}``), and a composite template is
+only unambiguous when its values do not contain the literal between two placeholders; store
+the key columns inside the value when that matters (values win over the parsed key).
+hiredis is used by redis-py automatically when installed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from asyncio_lookup.connectors._common import DataFormatError, Scan
+from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
+from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+
+log = logging.getLogger(__name__)
+
+VALUE_FORMATS = ("json", "json_list", "hash")
+_TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# subclasses of ConnectionError that a retry cannot fix
+_PERMANENT = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+
+
+class RedisConnector:
+    """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor."""
+
+    def __init__(
+        self,
+        url: str,
+        key_template: str,
+        key_columns: Sequence[str] | str | None = None,
+        *,
+        value_format: str = "json",
+        key_types: Mapping[str, Callable[[str], Any]] | None = None,
+        max_connections: int = 16,
+        socket_timeout: float | None = 5.0,
+        client_name: str = "asyncio-lookup",
+        scan_count: int = 1000,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(
+                "url", mask_url(str(url)), "a redis://, rediss:// (TLS) or unix:// URL"
+            )
+        self.url = url
+        self.template = KeyTemplate(key_template, "key_template")
+        self.key_columns = self.template.key_columns(key_columns)
+        if value_format not in VALUE_FORMATS:
+            raise ConfigurationError("value_format", value_format, " | ".join(VALUE_FORMATS))
+        self.value_format = value_format
+        self.key_types = dict(key_types or {})
+        unknown = sorted(set(self.key_types) - set(self.key_columns))
+        if unknown:
+            raise ConfigurationError(
+                "key_types", unknown, f"converters for key columns {list(self.key_columns)}"
+            )
+        for option, value in (("max_connections", max_connections), ("scan_count", scan_count)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(option, value, "an integer >= 1")
+        self.max_connections = max_connections
+        self.socket_timeout = socket_timeout
+        self.client_name = client_name
+        self.scan_count = scan_count
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisConnector(url={mask_url(self.url)!r}, key_template={self.template.template!r}, "
+            f"key_columns={list(self.key_columns)}, value_format={self.value_format!r})"
+        )
+
+    # -- LookupTableSource -------------------------------------------------------------------
+
+    def lookup_function(self) -> LookupFunction:
+        return _SyncRedisLookup(self)
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _AsyncRedisLookup(self)
+
+    def scan(self) -> Scan:
+        return Scan(self._scan_sync, self._scan_async, repr(self))
+
+    # -- shared helpers ----------------------------------------------------------------------
+
+    def _client_options(self) -> dict[str, Any]:
+        # No retries inside redis-py: failures surface as TransientError and go through the
+        # lookup layer's `lookup.max-retries`; a broken connection is dropped from the pool.
+        return {
+            "decode_responses": True,
+            "max_connections": self.max_connections,
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+            "client_name": self.client_name,
+            "retry": Retry(NoBackoff(), 0),
+        }
+
+    def redis_key(self, key: Key) -> str:
+        return self.template.format(key_dict(self.key_columns, key), str)
+
+    def transient(self, error: BaseException, action: str) -> TransientError:
+        message = redact(
+            f"Redis {action} failed on {mask_url(self.url)}: {type(error).__name__}: {error}",
+            url_secrets(self.url),
+        )
+        log.warning("%s", message)
+        return TransientError(message)
+
+    def decode(self, key_values: Mapping[str, Any], raw: Any, redis_key: str) -> list[Row]:
+        """Rows from one stored value (``None`` is a miss), with the key columns filled in."""
+        if raw is None or raw == {}:
+            return []
+        if self.value_format == "hash":
+            rows: list[dict[str, Any]] = [dict(raw)]
+        else:
+            try:
+                value = json.loads(raw)
+            except (TypeError, ValueError) as error:
+                raise DataFormatError(
+                    f"Redis key {redis_key!r} does not hold JSON ({error})"
+                ) from error
+            expected = list if self.value_format == "json_list" else dict
+            if not isinstance(value, expected) or (
+                expected is list and not all(isinstance(r, dict) for r in value)
+            ):
+                what = "a JSON list of objects" if expected is list else "a JSON object"
+                raise DataFormatError(
+                    f"Redis key {redis_key!r} holds {type(value).__name__}, "
+                    f"value_format={self.value_format!r} expects {what}"
+                )
+            rows = [dict(r) for r in value] if expected is list else [value]
+        for row in rows:
+            for column, v in key_values.items():
+                row.setdefault(column, v)
+        return rows
+
+    def parse_key(self, redis_key: str) -> dict[str, Any] | None:
+        match = self.template.parser().match(redis_key)
+        if match is None:
+            return None
+        values: dict[str, Any] = match.groupdict()
+        for column, convert in self.key_types.items():
+            values[column] = convert(values[column])
+        return values
+
+    def _scan_sync(self) -> Iterator[Row]:
+        client = redis.Redis.from_url(self.url, **self._client_options())
+        pattern, seen = self.template.glob(), set()
+        try:
+            cursor = 0
+            while True:
+                try:
+                    cursor, keys = client.scan(cursor, match=pattern, count=self.scan_count)
+                    keys = [k for k in keys if k not in seen]
+                    seen.update(keys)
+                    values = self._fetch_sync(client, keys)
+                except _PERMANENT:
+                    raise
+                except _TRANSIENT as error:
+                    raise self.transient(error, "scan") from error
+                yield from self._scan_rows(keys, values)
+                if cursor == 0:
+                    return
+        finally:
+            client.close()
+
+    async def _scan_async(self) -> AsyncIterator[Row]:
+        client = redis.asyncio.Redis.from_url(self.url, **self._client_options())
+        pattern, seen = self.template.glob(), set()
+        try:
+            cursor = 0
+            while True:
+                try:
+                    cursor, keys = await client.scan(cursor, match=pattern, count=self.scan_count)
+                    keys = [k for k in keys if k not in seen]
+                    seen.update(keys)
+                    values = await self._fetch_async(client, keys)
+                except _PERMANENT:
+                    raise
+                except _TRANSIENT as error:
+                    raise self.transient(error, "scan") from error
+                for row in self._scan_rows(keys, values):
+                    yield row
+                if cursor == 0:
+                    return
+        finally:
+            await client.aclose()
+
+    def _scan_rows(self, keys: Sequence[str], values: Sequence[Any]) -> Iterator[Row]:
+        for redis_key, raw in zip(keys, values, strict=True):
+            if isinstance(raw, redis.exceptions.ResponseError):  # WRONGTYPE: not one of ours
+                continue
+            key_values = self.parse_key(redis_key)
+            if key_values is None:
+                continue
+            yield from self.decode(key_values, raw, redis_key)
+
+    def _fetch_sync(self, client: redis.Redis, keys: Sequence[str]) -> list[Any]:
+        if not keys:
+            return []
+        if self.value_format != "hash":
+            return list(client.mget(keys))
+        pipe = client.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(k)
+        return list(pipe.execute(raise_on_error=False))
+
+    async def _fetch_async(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:
+        if not keys:
+            return []
+        if self.value_format != "hash":
+            return list(await client.mget(keys))
+        pipe = client.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(k)
+        return list(await pipe.execute(raise_on_error=False))
+
+    def results(
+        self, keys: Sequence[Key], redis_keys: Sequence[str | None], values: Sequence[Any]
+    ) -> list[Collection[Row] | BaseException]:
+        out: list[Collection[Row] | BaseException] = []
+        fetched = iter(values)
+        for key, redis_key in zip(keys, redis_keys, strict=True):
+            if redis_key is None:
+                out.append([])
+                continue
+            raw = next(fetched)
+            if isinstance(raw, Exception):
+                out.append(raw)
+                continue
+            try:
+                out.append(self.decode(key_dict(self.key_columns, key), raw, redis_key))
+            except DataFormatError as error:
+                out.append(error)
+        return out
+
+
+class _SyncRedisLookup(LookupFunction):
+    def __init__(self, connector: RedisConnector) -> None:
+        self.connector = connector
+        self.client: redis.Redis | None = None
+
+    def open(self) -> None:
+        if self.client is None:
+            options = self.connector._client_options()
+            self.client = redis.Redis.from_url(self.connector.url, **options)
+
+    def lookup(self, key: Key) -> Collection[Row]:
+        key = tuple(key)
+        if has_null(key):
+            return []
+        if self.client is None:
+            self.open()
+        assert self.client is not None
+        c = self.connector
+        redis_key = c.redis_key(key)
+        try:
+            raw = (
+                self.client.hgetall(redis_key)
+                if c.value_format == "hash"
+                else self.client.get(redis_key)
+            )
+        except _PERMANENT:
+            raise
+        except _TRANSIENT as error:
+            raise c.transient(error, "lookup") from error
+        return c.decode(key_dict(c.key_columns, key), raw, redis_key)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+class _AsyncRedisLookup(AsyncLookupFunction):
+    def __init__(self, connector: RedisConnector) -> None:
+        self.connector = connector
+        self.client: redis.asyncio.Redis | None = None
+        self.instance = uuid.uuid4().hex[:8]
+
+    async def open(self) -> None:
+        if self.client is None:
+            options = self.connector._client_options()
+            self.client = redis.asyncio.Redis.from_url(self.connector.url, **options)
+
+    async def _client(self) -> redis.asyncio.Redis:
+        if self.client is None:
+            await self.open()
+        assert self.client is not None
+        return self.client
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        key = tuple(key)
+        if has_null(key):
+            return []
+        client = await self._client()
+        c = self.connector
+        redis_key = c.redis_key(key)
+        try:
+            raw = await (
+                client.hgetall(redis_key) if c.value_format == "hash" else client.get(redis_key)
+            )
+        except _PERMANENT:
+            raise
+        except _TRANSIENT as error:
+            raise c.transient(error, "lookup") from error
+        return c.decode(key_dict(c.key_columns, key), raw, redis_key)
+
+    async def async_lookup_batch(
+        self, keys: Sequence[Key]
+    ) -> Sequence[Collection[Row] | BaseException]:
+        keys = [tuple(k) for k in keys]
+        client = await self._client()
+        c = self.connector
+        redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
+        wanted = [k for k in redis_keys if k is not None]
+        try:
+            values = await c._fetch_async(client, wanted)
+        except _PERMANENT:
+            raise
+        except _TRANSIENT as error:
+            raise c.transient(error, "batch lookup") from error
+        return c.results(keys, redis_keys, values)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            client, self.client = self.client, None
+            await client.aclose()

@@ -1,0 +1,75 @@
+"""Connectors by name, for options such as ``'connector'='postgres'``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from asyncio_lookup.errors import ConfigurationError
+
+ConnectorFactory = Callable[..., Any]
+
+_lock = threading.Lock()
+_factories: dict[str, ConnectorFactory] = {}
+
+
+def _builtins() -> dict[str, ConnectorFactory]:
+    from asyncio_lookup.connectors.http_connector import HttpConnector
+    from asyncio_lookup.connectors.memory import InMemoryConnector
+    from asyncio_lookup.connectors.postgres_connector import PostgresConnector
+    from asyncio_lookup.connectors.redis_connector import RedisConnector
+
+    return {
+        "http": HttpConnector,
+        "redis": RedisConnector,
+        "postgres": PostgresConnector,
+        "memory": InMemoryConnector,
+    }
+
+
+def _registry() -> dict[str, ConnectorFactory]:
+    with _lock:
+        if not _factories:
+            _factories.update(_builtins())
+        return _factories
+
+
+def _normalise(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError("connector", name, "a non-empty connector name")
+    return name.strip().lower()
+
+
+def register_connector(name: str, factory: ConnectorFactory, *, replace: bool = False) -> None:
+    """Make ``create_connector(name, **options)`` call ``factory(**options)``.
+
+    Names are case-insensitive. Registering a taken name is an error unless ``replace=True``.
+    """
+    if not callable(factory):
+        raise ConfigurationError("factory", factory, "a callable returning a LookupTableSource")
+    key = _normalise(name)
+    registry = _registry()
+    with _lock:
+        if key in registry and not replace and registry[key] is not factory:
+            raise ConfigurationError(
+                "connector",
+                name,
+                "a name not yet registered, or replace=True",
+                f"{key!r} is already registered to {registry[key]!r}",
+            )
+        registry[key] = factory
+
+
+def connector_names() -> list[str]:
+    """The registered connector names, sorted."""
+    return sorted(_registry())
+
+
+def create_connector(name: str, **options: Any) -> Any:
+    """The connector registered under ``name``, built with ``options``."""
+    key = _normalise(name)
+    factory = _registry().get(key)
+    if factory is None:
+        raise ConfigurationError("connector", name, " | ".join(connector_names()))
+    return factory(**options)
