@@ -1,5 +1,7 @@
 """Lookup functions, caches, options, metrics, hints and the join runner. Imports no Spark."""
 
+from asyncio_lookup.lookup.cache import DefaultLookupCache, DefaultLookupCacheBuilder, LookupCache
+from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.durations import parse_duration
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
@@ -8,12 +10,51 @@ from asyncio_lookup.lookup.functions import (
     LookupTableSource,
     Row,
 )
+from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
+from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
+from asyncio_lookup.lookup.providers import (
+    AsyncLookupFunctionProvider,
+    FullCachingLookupProvider,
+    LookupFunctionProvider,
+    PartialCachingAsyncLookupProvider,
+    PartialCachingLookupProvider,
+)
+from asyncio_lookup.lookup.registry import acquire_chain, release_chain
+from asyncio_lookup.lookup.reload import (
+    CacheReloadTrigger,
+    PeriodicCacheReloadTrigger,
+    ScheduleMode,
+    TimedCacheReloadTrigger,
+)
+from asyncio_lookup.lookup.retry import MissRetry
 
 __all__ = [
     "AsyncLookupFunction",
+    "AsyncLookupFunctionProvider",
+    "CacheMetricGroup",
+    "CacheReloadTrigger",
+    "CacheType",
+    "DefaultLookupCache",
+    "DefaultLookupCacheBuilder",
+    "FullCachingLookupProvider",
     "Key",
+    "LookupCache",
+    "LookupChain",
     "LookupFunction",
+    "LookupFunctionProvider",
+    "LookupOptions",
     "LookupTableSource",
+    "MissRetry",
+    "PartialCachingAsyncLookupProvider",
+    "PartialCachingLookupProvider",
+    "PeriodicCacheReloadTrigger",
+    "ReloadStrategy",
     "Row",
+    "ScheduleMode",
+    "TimedCacheReloadTrigger",
+    "acquire_chain",
+    "merge_metrics",
+    "metrics_delta",
     "parse_duration",
+    "release_chain",
 ]

@@ -1,0 +1,143 @@
+"""Batching and coalescing of async lookups (FLIP-204's "mini-batch lookups" future work).
+
+Concurrent lookups of the same key share one in-flight call (coalescing). With batching on and a
+function with a real ``async_lookup_batch``, the keys asked for in the same event-loop iteration
+(or within ``max_wait``) go out together, at most ``max_size`` per call. A per-key error reaches
+exactly the callers of that key; an error raised by the whole call reaches every key in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+
+from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.lookup.metrics import (
+    NUM_COALESCED,
+    NUM_EXTERNAL_CALLS,
+    NUM_EXTERNAL_KEYS,
+    CacheMetricGroup,
+)
+from asyncio_lookup.lookup.results import as_rows
+
+
+def _consume(future: asyncio.Future[list[Row]]) -> None:
+    # Every caller may have been cancelled (operator timeout): retrieve the error anyway.
+    if not future.cancelled():
+        future.exception()
+
+
+class KeyBatcher:
+    """Sends the keys of concurrent lookups to one async function; one per chain and loop."""
+
+    def __init__(
+        self,
+        function: AsyncLookupFunction,
+        metrics: CacheMetricGroup,
+        *,
+        max_size: int,
+        max_wait: float,
+    ) -> None:
+        self.function = function
+        self.metrics = metrics
+        self.max_size = max_size
+        self.max_wait = max_wait
+        self.batching = max_size > 1 and function.supports_batch
+        self._in_flight: dict[Key, asyncio.Future[list[Row]]] = {}
+        self._queue: list[Key] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def load(self, key: Key) -> list[Row]:
+        """The rows for ``key`` from one (possibly shared, possibly batched) connector call."""
+        future = self._in_flight.get(key)
+        if future is not None:
+            self.metrics.inc(NUM_COALESCED)
+        else:
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            future.add_done_callback(_consume)
+            self._in_flight[key] = future
+            if self.batching:
+                self._queue.append(key)
+                if len(self._queue) >= self.max_size:
+                    self._flush()
+                elif self._flush_handle is None:
+                    if self.max_wait > 0:
+                        self._flush_handle = loop.call_later(self.max_wait, self._flush)
+                    else:
+                        self._flush_handle = loop.call_soon(self._flush)
+            else:
+                self._start([key])
+        # shield: a cancelled caller must not cancel the call other callers share
+        return list(await asyncio.shield(future))
+
+    def _flush(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._queue:
+            keys, self._queue = self._queue[: self.max_size], self._queue[self.max_size :]
+            self._start(keys)
+
+    def _start(self, keys: list[Key]) -> None:
+        task = asyncio.get_running_loop().create_task(self._call(keys))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, keys: list[Key]) -> None:
+        self.metrics.inc(NUM_EXTERNAL_CALLS)
+        self.metrics.inc(NUM_EXTERNAL_KEYS, len(keys))
+        outcomes: Sequence[Collection[Row] | BaseException]
+        try:
+            if len(keys) == 1:
+                outcomes = [await self.function.async_lookup(keys[0])]
+            else:
+                outcomes = await self.function.async_lookup_batch(keys)
+                if len(outcomes) != len(keys):
+                    raise ResultTypeError(
+                        f"{type(self.function).__name__}.async_lookup_batch returned "
+                        f"{len(outcomes)} results for {len(keys)} keys"
+                    )
+        except asyncio.CancelledError:
+            for key in keys:
+                self._settle(key, None, asyncio.CancelledError())
+            raise
+        except Exception as error:
+            for key in keys:
+                self._settle(key, None, error)
+            return
+        for key, outcome in zip(keys, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                self._settle(key, None, outcome)
+            else:
+                try:
+                    self._settle(key, as_rows(outcome, key, self.function), None)
+                except ResultTypeError as error:
+                    self._settle(key, None, error)
+
+    def _settle(self, key: Key, rows: list[Row] | None, error: BaseException | None) -> None:
+        future = self._in_flight.pop(key, None)
+        if future is None or future.done():
+            return
+        if isinstance(error, asyncio.CancelledError):
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(rows if rows is not None else [])
+
+    async def aclose(self) -> None:
+        """Cancel queued and in-flight calls."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        for key in self._queue:
+            self._settle(key, None, asyncio.CancelledError())
+        self._queue.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,320 @@
+"""The lookup chain of one lookup table in one worker process (SEMANTICS §2.2-2.4):
+
+    cache -> lookup-miss retry -> failure retry (lookup.max-retries)
+          -> batching/coalescing -> connector
+
+A FULL cache answers every lookup from its snapshot instead (no point lookup, no retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.batch import KeyBatcher
+from asyncio_lookup.lookup.cache import LookupCache
+from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
+from asyncio_lookup.lookup.full_cache import FullCache
+from asyncio_lookup.lookup.functions import (
+    AsyncLookupFunction,
+    Key,
+    LookupFunction,
+    LookupTableSource,
+    Row,
+)
+from asyncio_lookup.lookup.metrics import (
+    LATEST_LOAD_TIME,
+    LOAD_COUNT,
+    NUM_EXTERNAL_CALLS,
+    NUM_EXTERNAL_KEYS,
+    NUM_FAILURE_RETRIES,
+    NUM_LOAD_FAILURES,
+    NUM_LOOKUPS,
+    NUM_MISS_RETRIES,
+    CacheMetricGroup,
+)
+from asyncio_lookup.lookup.options import CACHE, CacheType, LookupOptions
+from asyncio_lookup.lookup.providers import (
+    FullCachingLookupProvider,
+    PartialCachingAsyncLookupProvider,
+    PartialCachingLookupProvider,
+)
+from asyncio_lookup.lookup.reload import CacheReloadTrigger
+from asyncio_lookup.lookup.results import as_rows
+from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
+
+
+class LookupChain:
+    """Cache, lookup-miss retry, failure retry and batching over one source, for one lookup
+    table in one Python worker process. Build with :meth:`create`; :meth:`open` on the loop."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        options: LookupOptions,
+        is_async: bool,
+        sync_function: LookupFunction | None,
+        async_function: AsyncLookupFunction | None,
+        cache: LookupCache | None,
+        full_cache: FullCache | None,
+        miss_retry: MissRetry | None,
+        clock: Clock,
+        async_sleep: Callable[[float], Awaitable[None]],
+        metrics: CacheMetricGroup,
+    ) -> None:
+        self.name = name
+        self.options = options
+        self.is_async = is_async
+        self.metrics = metrics
+        self.miss_retry = miss_retry
+        self.cache = cache
+        self.full_cache = full_cache
+        self._sync = sync_function
+        self._async = async_function
+        self._clock = clock
+        self._async_sleep = async_sleep
+        self._retry = FailureRetry(options.max_retries)
+        self._batcher: KeyBatcher | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._opened = False
+
+    @classmethod
+    def create(
+        cls,
+        source: LookupTableSource,
+        options: LookupOptions,
+        *,
+        prefer_async: bool,
+        miss_retry: MissRetry | None = None,
+        name: str = "",
+        key_columns: Sequence[str] = (),
+        clock: Clock | None = None,
+        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> LookupChain:
+        """Pick the mode and build the cache; opens nothing (safe on the driver).
+
+        ``key_columns`` (dim columns of the lookup key, in dim-schema order) are required for a
+        FULL cache, which indexes scanned rows by them. ``clock`` is injectable for tests (it
+        drives expiry, sync sleeps, load times and, for FULL, the reload schedule).
+        """
+        metrics = CacheMetricGroup()
+        provider_cache: LookupCache | None = None
+        provider_trigger: CacheReloadTrigger | None = None
+        full = False
+        if isinstance(source, (PartialCachingLookupProvider, PartialCachingAsyncLookupProvider)):
+            provider_cache = source.cache
+        elif isinstance(source, FullCachingLookupProvider):
+            provider_trigger = source.reload_trigger
+            full = True
+        if (provider_cache is not None or full) and options.cache is not CacheType.NONE:
+            raise ConfigurationError(
+                CACHE,
+                options.cache.value,
+                "NONE (or unset) when the source is a caching provider",
+                reason=f"{type(source).__name__} brings its own cache",
+            )
+        full = full or options.cache is CacheType.FULL
+        if full:
+            if not key_columns:
+                raise ConfigurationError(
+                    "key_columns", tuple(key_columns), "the dim key columns (FULL cache needs them)"
+                )
+            trigger = provider_trigger
+            if trigger is None and not isinstance(source, FullCachingLookupProvider):
+                trigger = options.build_reload_trigger()
+            scan = getattr(source, "scan", None)
+            if not callable(scan):
+                raise ConfigurationError(CACHE, "FULL", "a source with scan()")
+            full_cache = FullCache(
+                scan, key_columns, trigger, metrics, clock=clock or WALL, name=name
+            )
+            return cls(
+                name=name,
+                options=options,
+                is_async=prefer_async,
+                sync_function=None,
+                async_function=None,
+                cache=None,
+                full_cache=full_cache,
+                miss_retry=miss_retry,
+                clock=clock or MONOTONIC,
+                async_sleep=async_sleep,
+                metrics=metrics,
+            )
+        sync_function = source.lookup_function()
+        async_function = source.async_lookup_function()
+        if sync_function is None and async_function is None:
+            raise ConfigurationError(
+                "connector",
+                source,
+                "a source whose lookup_function() or async_lookup_function() returns a function",
+                reason="it offers neither a sync nor an async lookup",
+            )
+        is_async = async_function is not None and (prefer_async or sync_function is None)
+        cache = provider_cache
+        if cache is None:
+            cache = options.build_cache(clock or MONOTONIC)
+        return cls(
+            name=name,
+            options=options,
+            is_async=is_async,
+            sync_function=None if is_async else sync_function,
+            async_function=async_function if is_async else None,
+            cache=cache,
+            full_cache=None,
+            miss_retry=miss_retry,
+            clock=clock or MONOTONIC,
+            async_sleep=async_sleep,
+            metrics=metrics,
+        )
+
+    def __repr__(self) -> str:
+        mode = "FULL" if self.full_cache else ("PARTIAL" if self.cache else "NONE")
+        return f"LookupChain({self.name!r}, async={self.is_async}, cache={mode})"
+
+    @property
+    def failed(self) -> bool:
+        """True when a FULL cache's latest load failed: do not hand this chain to a new task."""
+        return self.full_cache is not None and self.full_cache.failed
+
+    async def open(self) -> None:
+        """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
+        self.loop = asyncio.get_running_loop()
+        if self.full_cache is not None:
+            await self.full_cache.open()
+        else:
+            if self.cache is not None:
+                self.cache.open(self.metrics)
+            if self._async is not None:
+                await self._async.open()
+                self._batcher = KeyBatcher(
+                    self._async,
+                    self.metrics,
+                    max_size=self.options.batch_max_size,
+                    max_wait=self.options.batch_max_wait,
+                )
+            elif self._sync is not None:
+                self._sync.open()
+        self._opened = True
+
+    async def close(self) -> None:
+        """Stop reloads, cancel in-flight calls, close the function and drop the cache."""
+        self.abandon()
+        if self._batcher is not None:
+            await self._batcher.aclose()
+        if self._async is not None and self._opened:
+            await self._async.close()
+        self._opened = False
+
+    def abandon(self) -> None:
+        """Close what can be closed without the event loop (FULL reloads, cache, sync function);
+        used when the loop the chain was opened on is gone."""
+        if self.full_cache is not None:
+            self.full_cache.close(timeout=0)
+        if self.cache is not None:
+            self.cache.close()
+        if self._sync is not None and self._opened:
+            self._sync.close()
+            self._opened = self._async is not None and self._opened
+
+    # -- sync mode -------------------------------------------------------------------------
+
+    def lookup(self, key: Key) -> list[Row]:
+        """The rows for ``key``; blocks (lookup-miss retry sleeps, as in Flink)."""
+        self.metrics.inc(NUM_LOOKUPS)
+        if self.full_cache is not None:
+            return self.full_cache.get(key)
+        if self.cache is None:
+            return self._load_sync(key)
+        cached = self.cache.get_if_present(key)
+        if cached is not None:
+            return cached
+        started = self._clock.now()
+        try:
+            rows = self._load_sync(key)
+        except Exception:
+            self.metrics.inc(NUM_LOAD_FAILURES)
+            raise
+        self._loaded(key, rows, started)
+        return rows
+
+    def _load_sync(self, key: Key) -> list[Row]:
+        function = self._sync
+        if function is None:
+            raise RuntimeError(f"{self!r} is not open in sync mode; use async_lookup()")
+        attempts = 0
+        while True:
+            rows = self._retry.call(
+                key,
+                lambda: self._call_sync(function, key),
+                sleep=self._clock.sleep,
+                on_retry=self._count_failure_retry,
+            )
+            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
+                return rows
+            attempts += 1
+            self.metrics.inc(NUM_MISS_RETRIES)
+            self._clock.sleep(self.miss_retry.delay)
+
+    def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
+        self.metrics.inc(NUM_EXTERNAL_CALLS)
+        self.metrics.inc(NUM_EXTERNAL_KEYS)
+        return as_rows(function.lookup(key), key, function)
+
+    # -- async mode ------------------------------------------------------------------------
+
+    async def async_lookup(self, key: Key) -> list[Row]:
+        """The rows for ``key``; retries wait on loop timers (cancel it to time it out)."""
+        self.metrics.inc(NUM_LOOKUPS)
+        if self.full_cache is not None:
+            return self.full_cache.get(key)
+        if self.cache is None:
+            return await self._load_async(key)
+        cached = self.cache.get_if_present(key)
+        if cached is not None:
+            return cached
+        started = self._clock.now()
+        try:
+            rows = await self._load_async(key)
+        except Exception:
+            self.metrics.inc(NUM_LOAD_FAILURES)
+            raise
+        self._loaded(key, rows, started)
+        return rows
+
+    async def _load_async(self, key: Key) -> list[Row]:
+        batcher = self._batcher
+        if batcher is None:
+            if self._sync is not None:
+                # a sync-mode chain asked asynchronously: run the blocking path in a thread
+                return await asyncio.to_thread(self._load_sync, key)
+            raise RuntimeError(f"{self!r} is not open; call open() first")
+        attempts = 0
+        while True:
+            rows = await self._retry.call_async(
+                key,
+                lambda: batcher.load(key),
+                sleep=self._async_sleep,
+                on_retry=self._count_failure_retry,
+            )
+            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
+                return rows
+            attempts += 1
+            self.metrics.inc(NUM_MISS_RETRIES)
+            await self._async_sleep(self.miss_retry.delay)
+
+    # -- shared ----------------------------------------------------------------------------
+
+    def _loaded(self, key: Key, rows: list[Row], started: float) -> None:
+        assert self.cache is not None
+        self.metrics.inc(LOAD_COUNT)
+        self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
+        self.cache.put(key, rows)
+
+    def _count_failure_retry(self) -> None:
+        self.metrics.inc(NUM_FAILURE_RETRIES)
+
+
+__all__ = ["LookupChain", "MissRetry"]

@@ -1,0 +1,165 @@
+"""The full cache (FLIP-221): the whole dim table in memory, reloaded on a trigger's schedule.
+
+Loads run on a daemon thread (an async scan on that thread's private event loop), so reloads
+happen whether or not the worker's event loop is running. Each load builds a new snapshot and
+swaps it in with one reference assignment; lookups see the old or the new snapshot whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from asyncio_lookup.errors import CacheLoadError
+from asyncio_lookup.lookup.clock import WALL, Clock
+from asyncio_lookup.lookup.functions import Key, Row
+from asyncio_lookup.lookup.metrics import (
+    HIT_COUNT,
+    LATEST_LOAD_TIME,
+    LOAD_COUNT,
+    NUM_CACHED_BYTES,
+    NUM_CACHED_RECORDS,
+    NUM_LOAD_FAILURES,
+    CacheMetricGroup,
+)
+from asyncio_lookup.lookup.reload import CacheReloadTrigger, LoadTimes
+from asyncio_lookup.lookup.sizes import estimate_bytes
+
+ScanFactory = Callable[[], "Iterable[Row] | AsyncIterable[Row] | None"]
+
+
+@dataclass(frozen=True)
+class _State:
+    snapshot: dict[Key, tuple[Row, ...]]
+    error: BaseException | None
+
+
+class FullCache:
+    """All rows of a table indexed by ``key_columns``; reloaded by ``trigger`` (None: load once)."""
+
+    def __init__(
+        self,
+        scan: ScanFactory,
+        key_columns: Sequence[str],
+        trigger: CacheReloadTrigger | None,
+        metrics: CacheMetricGroup,
+        *,
+        clock: Clock = WALL,
+        name: str = "",
+    ) -> None:
+        self._scan = scan
+        self.key_columns = tuple(key_columns)
+        self.trigger = trigger
+        self.metrics = metrics
+        self.clock = clock
+        self.name = name
+        self._state = _State({}, None)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> concurrent.futures.Future[None]:
+        """Start the load thread; the future completes when the first load has ended."""
+        first: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(first,), name=f"full-cache-{self.name}", daemon=True
+        )
+        self._thread.start()
+        return first
+
+    async def open(self) -> None:
+        """Load the table before the first lookup; raises :class:`CacheLoadError` on failure."""
+        await asyncio.wrap_future(self.start())
+
+    @property
+    def failed(self) -> bool:
+        """True while the latest load has failed (lookups raise)."""
+        return self._state.error is not None
+
+    def get(self, key: Key) -> list[Row]:
+        """The rows of ``key`` in the current snapshot (a hit, even when empty)."""
+        state = self._state
+        if state.error is not None:
+            raise self._load_error(state.error)
+        self.metrics.inc(HIT_COUNT)
+        return list(state.snapshot.get(key, ()))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop reloading; wait up to ``timeout`` seconds for a running load to finish."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _load_error(self, cause: BaseException) -> CacheLoadError:
+        error = CacheLoadError(f"full cache load of {self.name or 'lookup table'} failed: {cause}")
+        error.__cause__ = cause
+        return error
+
+    def _run(self, first: concurrent.futures.Future[None]) -> None:
+        try:
+            previous = self._load(self.clock.now(), initial=True)
+            error = self._state.error
+            if error is not None:
+                first.set_exception(self._load_error(error))
+                return
+            first.set_result(None)
+            while self.trigger is not None and not self._stop.is_set():
+                due = self.trigger.next_reload(previous)
+                if due is None or self.clock.wait_until(due, self._stop):
+                    return
+                previous = self._load(due, initial=False)
+        except BaseException as error:  # a bug in a trigger must not die silently
+            if not first.done():
+                first.set_exception(error)
+            self._state = _State(self._state.snapshot, error)
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+
+    def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
+        started = self.clock.now()
+        try:
+            snapshot, nbytes = self._build()
+        except Exception as error:
+            self.metrics.inc(NUM_LOAD_FAILURES)
+            self._state = _State(self._state.snapshot, error)
+            return LoadTimes(scheduled, started, self.clock.now(), initial)
+        ended = self.clock.now()
+        self._state = _State(snapshot, None)
+        self.metrics.set_gauge(NUM_CACHED_RECORDS, len(snapshot))
+        self.metrics.set_gauge(NUM_CACHED_BYTES, nbytes)
+        self.metrics.set_gauge(LATEST_LOAD_TIME, (ended - started) * 1000.0)
+        self.metrics.inc(LOAD_COUNT)
+        return LoadTimes(scheduled, started, ended, initial)
+
+    def _build(self) -> tuple[dict[Key, tuple[Row, ...]], int]:
+        rows = self._scan()
+        if rows is None:
+            raise CacheLoadError("the source's scan() returned None: it cannot be fully cached")
+        if isinstance(rows, AsyncIterable):
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            rows = self._loop.run_until_complete(_collect(rows))
+        index: dict[Key, list[Row]] = {}
+        columns = self.key_columns
+        for row in rows:
+            try:
+                key = tuple(row[c] for c in columns)
+            except KeyError as missing:
+                raise CacheLoadError(
+                    f"scanned row has no key column {missing}; row columns: {sorted(row)}"
+                ) from None
+            if any(v is None for v in key):
+                continue  # a NULL key never matches a lookup
+            index.setdefault(key, []).append(row)
+        snapshot = {k: tuple(v) for k, v in index.items()}
+        nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
+        return snapshot, nbytes
+
+
+async def _collect(rows: AsyncIterable[Row]) -> list[Row]:
+    return [row async for row in rows]

@@ -1,0 +1,113 @@
+"""Cache metrics with Flink's names (FLIP-221), plus logical lookups vs external calls.
+
+Counters only grow; gauges hold a current value. Per-task reporting takes a :func:`metrics_delta`
+of two snapshots; the driver sums task deltas with :func:`merge_metrics` (gauges by max).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import ClassVar
+
+HIT_COUNT = "hitCount"
+MISS_COUNT = "missCount"
+LOAD_COUNT = "loadCount"
+NUM_LOAD_FAILURES = "numLoadFailures"
+LATEST_LOAD_TIME = "latestLoadTime"
+NUM_CACHED_RECORDS = "numCachedRecords"
+NUM_CACHED_BYTES = "numCachedBytes"
+NUM_LOOKUPS = "numLookups"
+NUM_EXTERNAL_CALLS = "numExternalCalls"
+NUM_EXTERNAL_KEYS = "numExternalKeys"
+NUM_COALESCED = "numCoalescedLookups"
+NUM_MISS_RETRIES = "numLookupMissRetries"
+NUM_FAILURE_RETRIES = "numFailureRetries"
+
+
+class CacheMetricGroup:
+    """The metrics of one lookup chain (one ``LookupTable`` in one process); thread-safe.
+
+    - ``hitCount`` / ``missCount``: cache hits and misses (a FULL cache only hits).
+    - ``loadCount`` / ``numLoadFailures``: completed and failed loads (PARTIAL: one per miss,
+      however many attempts; FULL: one per scan).
+    - ``latestLoadTime``: duration of the latest load in ms, retry sleeps included.
+    - ``numCachedRecords`` (keys) / ``numCachedBytes`` (estimate): current cache content.
+    - ``numLookups``: logical lookups asked of the chain; ``numExternalCalls``: calls made to the
+      connector (a batch is one call); ``numExternalKeys``: keys sent in those calls;
+      ``numCoalescedLookups``: connector loads saved by sharing an in-flight call for the same key;
+      ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error.
+    """
+
+    COUNTERS: ClassVar[tuple[str, ...]] = (
+        HIT_COUNT,
+        MISS_COUNT,
+        LOAD_COUNT,
+        NUM_LOAD_FAILURES,
+        NUM_LOOKUPS,
+        NUM_EXTERNAL_CALLS,
+        NUM_EXTERNAL_KEYS,
+        NUM_COALESCED,
+        NUM_MISS_RETRIES,
+        NUM_FAILURE_RETRIES,
+    )
+    GAUGES: ClassVar[frozenset[str]] = frozenset(
+        {LATEST_LOAD_TIME, NUM_CACHED_RECORDS, NUM_CACHED_BYTES}
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
+        self._gauges: dict[str, float] = dict.fromkeys(self.GAUGES, 0.0)
+        self._gauge_fns: dict[str, Callable[[], float]] = {}
+
+    def inc(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name``."""
+        with self._lock:
+            self._counters[name] = self._counters.get(name, 0) + n
+
+    def set_gauge(self, name: str, value: float) -> None:
+        """Set gauge ``name`` to ``value``."""
+        with self._lock:
+            self._gauges[name] = float(value)
+
+    def register_gauge(self, name: str, read: Callable[[], float]) -> None:
+        """Make gauge ``name`` read its value from ``read()`` at snapshot time (Flink's Gauge)."""
+        with self._lock:
+            self._gauge_fns[name] = read
+
+    def __getitem__(self, name: str) -> float:
+        return self.snapshot()[name]
+
+    def snapshot(self) -> dict[str, float]:
+        """Every metric's current value."""
+        with self._lock:
+            values: dict[str, float] = {k: float(v) for k, v in self._counters.items()}
+            values.update(self._gauges)
+            fns = dict(self._gauge_fns)
+        for name, read in fns.items():
+            values[name] = float(read())
+        return values
+
+
+def metrics_delta(
+    before: Mapping[str, float], after: Mapping[str, float], gauges: frozenset[str]
+) -> dict[str, float]:
+    """What happened between two snapshots: counters ``after - before``, gauges ``after``."""
+    delta: dict[str, float] = {}
+    for name, value in after.items():
+        delta[name] = value if name in gauges else value - before.get(name, 0.0)
+    return delta
+
+
+def merge_metrics(
+    a: Mapping[str, float], b: Mapping[str, float], gauges: frozenset[str]
+) -> dict[str, float]:
+    """Combine two tasks' metrics: counters summed, gauges by max."""
+    merged = dict(a)
+    for name, value in b.items():
+        if name in merged:
+            merged[name] = max(merged[name], value) if name in gauges else merged[name] + value
+        else:
+            merged[name] = value
+    return merged

@@ -1,0 +1,136 @@
+"""When a full cache reloads (FLIP-221): ``CacheReloadTrigger`` and its periodic and timed forms.
+
+A trigger is a schedule: given the times of the previous load it says when the next one starts.
+The full cache runs the schedule on its own thread, so loads never overlap and a late load simply
+starts as soon as the previous one ends.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta, timezone
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.durations import parse_duration
+
+INTERVAL_OPTION = "lookup.full-cache.periodic-reload.interval"
+SCHEDULE_MODE_OPTION = "lookup.full-cache.periodic-reload.schedule-mode"
+ISO_TIME_OPTION = "lookup.full-cache.timed-reload.iso-time"
+INTERVAL_IN_DAYS_OPTION = "lookup.full-cache.timed-reload.interval-in-days"
+ISO_TIME_ALLOWED = "an ISO-8601 time such as '10:15', '10:15:30', '10:15Z' or '10:15+07:00'"
+
+
+class ScheduleMode(enum.Enum):
+    """FIXED_DELAY: next load starts ``interval`` after the previous ended.
+    FIXED_RATE: loads start every ``interval`` from the first; a late one starts when the previous
+    ends (like ``ScheduledExecutorService.scheduleAtFixedRate``)."""
+
+    FIXED_DELAY = "FIXED_DELAY"
+    FIXED_RATE = "FIXED_RATE"
+
+
+@dataclass(frozen=True)
+class LoadTimes:
+    """Clock times (seconds) of one load: when it was due, started and ended; ``initial`` for
+    the load at open."""
+
+    scheduled: float
+    started: float
+    ended: float
+    initial: bool
+
+
+class CacheReloadTrigger(ABC):
+    """Decides when the full cache reloads. Subclass it for a custom schedule."""
+
+    @abstractmethod
+    def next_reload(self, previous: LoadTimes) -> float | None:
+        """Clock time at which the next load is due (a past time: at once), or None for never."""
+
+
+class PeriodicCacheReloadTrigger(CacheReloadTrigger):
+    """Reload every ``interval`` (seconds, ``timedelta`` or a duration string like ``'1h'``)."""
+
+    def __init__(
+        self,
+        interval: float | timedelta | str,
+        schedule_mode: ScheduleMode | str = ScheduleMode.FIXED_DELAY,
+    ) -> None:
+        seconds = parse_duration(INTERVAL_OPTION, interval)
+        if seconds <= 0:
+            raise ConfigurationError(INTERVAL_OPTION, interval, "a duration > 0 such as '1h'")
+        self.interval = seconds
+        self.schedule_mode = _schedule_mode(schedule_mode)
+
+    def __repr__(self) -> str:
+        return f"PeriodicCacheReloadTrigger({self.interval}s, {self.schedule_mode.name})"
+
+    def next_reload(self, previous: LoadTimes) -> float:
+        if self.schedule_mode is ScheduleMode.FIXED_DELAY:
+            return previous.ended + self.interval
+        return previous.scheduled + self.interval
+
+
+class TimedCacheReloadTrigger(CacheReloadTrigger):
+    """Reload at ``reload_time`` every ``interval_in_days`` days, the first time today if that
+    time is still ahead when the cache opens, else tomorrow.
+
+    ``reload_time`` is a ``datetime.time`` or an ISO string (``'10:15'`` local time of this
+    process, ``'10:15Z'``, ``'10:15+07:00'``). Clock times are epoch seconds.
+    """
+
+    def __init__(self, reload_time: time | str, interval_in_days: int = 1) -> None:
+        self.reload_time = parse_iso_time(ISO_TIME_OPTION, reload_time)
+        if isinstance(interval_in_days, bool) or not isinstance(interval_in_days, int):
+            raise ConfigurationError(INTERVAL_IN_DAYS_OPTION, interval_in_days, "an integer >= 1")
+        if interval_in_days < 1:
+            raise ConfigurationError(INTERVAL_IN_DAYS_OPTION, interval_in_days, "an integer >= 1")
+        self.interval_in_days = interval_in_days
+
+    def __repr__(self) -> str:
+        return f"TimedCacheReloadTrigger({self.reload_time.isoformat()}, {self.interval_in_days})"
+
+    def first_reload_after(self, now: float) -> float:
+        """Today at ``reload_time`` if still ahead of ``now``, else tomorrow."""
+        tz = self.reload_time.tzinfo
+        today = datetime.fromtimestamp(now, tz).date()
+        candidate = datetime.combine(today, self.reload_time).timestamp()
+        if candidate <= now:
+            tomorrow = today + timedelta(days=1)
+            candidate = datetime.combine(tomorrow, self.reload_time).timestamp()
+        return candidate
+
+    def next_reload(self, previous: LoadTimes) -> float:
+        if previous.initial:
+            return self.first_reload_after(previous.started)
+        return previous.scheduled + self.interval_in_days * 86400.0
+
+
+def parse_iso_time(option: str, value: time | str) -> time:
+    """``'10:15'``, ``'10:15:30'``, ``'10:15Z'``, ``'10:15+07:00'`` -> ``datetime.time``."""
+    if isinstance(value, time):
+        return value
+    if not isinstance(value, str):
+        raise ConfigurationError(option, value, ISO_TIME_ALLOWED)
+    text = value.strip()
+    zulu = text[-1:] in ("Z", "z")
+    try:
+        parsed = time.fromisoformat(text[:-1] if zulu else text)
+    except ValueError:
+        raise ConfigurationError(option, value, ISO_TIME_ALLOWED) from None
+    if zulu:
+        if parsed.tzinfo is not None:
+            raise ConfigurationError(option, value, ISO_TIME_ALLOWED)
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed
+
+
+def _schedule_mode(value: ScheduleMode | str) -> ScheduleMode:
+    if isinstance(value, ScheduleMode):
+        return value
+    try:
+        return ScheduleMode[str(value).strip().upper()]
+    except KeyError:
+        raise ConfigurationError(SCHEDULE_MODE_OPTION, value, "FIXED_DELAY or FIXED_RATE") from None
