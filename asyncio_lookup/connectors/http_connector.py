@@ -6,7 +6,8 @@ A point lookup is ``GET url`` where ``url`` is a template over the key columns
 host; placeholders are only allowed in the path and query of the template.
 
 The response body is JSON: an object (one row), a list of objects (several rows) or ``null``,
-optionally found under ``rows_field`` (a dotted path such as ``"data.items"``). Statuses in
+optionally found under ``rows_field`` (a dotted path such as ``"data.items"``;
+``batch_rows_field`` and ``scan_rows_field`` default to it, ``""`` means the whole body). Statuses in
 ``miss_statuses`` (404) are a miss; ``transient_statuses`` (429, 502, 503, 504), timeouts and
 connection errors raise :class:`~asyncio_lookup.errors.TransientError` with the server's
 ``Retry-After`` (seconds or HTTP-date), for the lookup layer's ``lookup.max-retries``.
@@ -126,6 +127,8 @@ class HttpConnector:
         key_columns: Sequence[str] | str | None = None,
         *,
         rows_field: str | None = None,
+        batch_rows_field: str | None = None,
+        scan_rows_field: str | None = None,
         miss_statuses: Collection[int] = (404,),
         transient_statuses: Collection[int] = (429, 502, 503, 504),
         headers: Mapping[str, str] | None = None,
@@ -147,6 +150,8 @@ class HttpConnector:
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
         self.rows_field = rows_field
+        self.batch_rows_field = rows_field if batch_rows_field is None else batch_rows_field
+        self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
         self.miss_statuses = frozenset(miss_statuses)
         self.transient_statuses = frozenset(transient_statuses)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -266,7 +271,13 @@ class HttpConnector:
         )
 
     def rows(
-        self, method: str, url: str, status: int, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        url: str,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        rows_field: str | None,
     ) -> tuple[list[Row], Any]:
         """Rows of one response (empty on a miss status), and the decoded body."""
         if status in self.miss_statuses:
@@ -292,7 +303,7 @@ class HttpConnector:
             decoded = json.loads(body)
         except ValueError as error:
             raise DataFormatError(f"HTTP {method} {mask_url(url)}: body is not JSON") from error
-        value = _dig(decoded, self.rows_field)
+        value = _dig(decoded, rows_field)
         if value is None:
             return [], decoded
         if isinstance(value, dict):
@@ -301,7 +312,7 @@ class HttpConnector:
             return list(value), decoded
         raise DataFormatError(
             f"HTTP {method} {mask_url(url)}: rows"
-            + (f" at {self.rows_field!r}" if self.rows_field else "")
+            + (f" at {rows_field!r}" if rows_field else "")
             + f" are {type(value).__name__}, expected an object or a list of objects"
         )
 
@@ -350,7 +361,9 @@ class HttpConnector:
                 except (OSError, TimeoutError, _http_client_errors()) as error:
                     raise self.failure(error, "GET", url) from error
                 headers = {k: v for k, v in response.headers.items()}
-                rows, body = self.rows("GET", url, response.status, headers, response.body)
+                rows, body = self.rows(
+                    "GET", url, response.status, headers, response.body, self.scan_rows_field
+                )
                 yield from rows
                 url = self.next_page(url, headers, body)
         finally:
@@ -363,7 +376,7 @@ class HttpConnector:
             while url is not None:
                 _check_loop(url, seen)
                 status, headers, data = await _fetch(self, session, "GET", url, None)
-                rows, body = self.rows("GET", url, status, headers, data)
+                rows, body = self.rows("GET", url, status, headers, data, self.scan_rows_field)
                 for row in rows:
                     yield row
                 url = self.next_page(url, headers, body)
@@ -438,7 +451,7 @@ class _SyncHttpLookup(LookupFunction):
         except (OSError, TimeoutError, _http_client_errors()) as error:
             raise c.failure(error, "GET", url) from error
         headers = {k: v for k, v in response.headers.items()}
-        return c.rows("GET", url, response.status, headers, response.body)[0]
+        return c.rows("GET", url, response.status, headers, response.body, c.rows_field)[0]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -469,7 +482,7 @@ class _AsyncHttpLookup(AsyncLookupFunction):
             return []
         url = c.point_url(key)
         status, headers, body = await _fetch(c, await self._session(), "GET", url, None)
-        return c.rows("GET", url, status, headers, body)[0]
+        return c.rows("GET", url, status, headers, body, c.rows_field)[0]
 
     async def close(self) -> None:
         if self.session is not None:
@@ -497,4 +510,4 @@ class _AsyncHttpBatchLookup(_AsyncHttpLookup):
         c = self.connector
         method, url, body = c.batch_request(keys)
         status, headers, data = await _fetch(c, session, method, url, body)
-        return c.rows(method, url, status, headers, data)[0]
+        return c.rows(method, url, status, headers, data, c.batch_rows_field)[0]

@@ -1,0 +1,280 @@
+"""HttpConnector against a real aiohttp server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from email.utils import formatdate
+from urllib.parse import quote
+
+import pytest
+
+from asyncio_lookup.connectors import HttpConnector, HttpStatusError
+from asyncio_lookup.connectors.http_connector import parse_retry_after
+from asyncio_lookup.errors import ConfigurationError, TransientError
+from tests.connectors.conftest import RetryRecorder, Service
+
+
+async def _both(connector: HttpConnector, key: tuple) -> list:
+    sync = connector.lookup_function()
+    sync.open()
+    fn = connector.async_lookup_function()
+    await fn.open()
+    try:
+        a, s = list(await fn.async_lookup(key)), list(sync.lookup(key))
+    finally:
+        sync.close()
+        await fn.close()
+    assert a == s, "sync and async paths must return the same rows"
+    return a
+
+
+async def test_point_missing_multi_row_and_null(http_service: Service) -> None:
+    c = HttpConnector(f"{http_service.base}/customers/{{id}}")
+    assert await _both(c, (1,)) == [{"id": 1, "name": "Ada", "country": "UK"}]
+    assert await _both(c, (404404,)) == []
+    assert await _both(c, (7,)) == [
+        {"id": 7, "name": "Seven-a", "country": None},
+        {"id": 7, "name": "Seven-b"},
+    ]
+    before = len(http_service.requests)
+    assert await _both(c, (None,)) == []
+    assert len(http_service.requests) == before, "a NULL key is a miss without a request"
+
+
+async def test_composite_key_and_rows_field(http_service: Service) -> None:
+    http_service.rows["5/a b"] = [{"cid": 5, "oid": "a b", "total": 3}]
+    c = HttpConnector(
+        f"{http_service.base}/orders/{{cid}}/{{oid}}", ["cid", "oid"], rows_field="data.items"
+    )
+    assert await _both(c, (5, "a b")) == [{"cid": 5, "oid": "a b", "total": 3}]
+    assert await _both(c, (5, "zz")) == []
+    assert http_service.requests[0].raw_path == "/orders/5/a%20b"
+
+
+@pytest.mark.parametrize("mode", ["post_json", "query"])
+async def test_batched_lookup(http_service: Service, mode: str) -> None:
+    url = "/customers:batchGet" if mode == "post_json" else "/customers"
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=http_service.base + url,
+        batch_mode=mode,
+        batch_rows_field="rows" if mode == "post_json" else None,
+        batch_size=2,
+    )
+    fn = c.async_lookup_function()
+    assert fn.supports_batch
+    await fn.open()
+    try:
+        keys = [(1,), (999,), (7,), (None,), (2,), (1,)]
+        results = await fn.async_lookup_batch(keys)
+        singles = [await fn.async_lookup(k) for k in keys]
+    finally:
+        await fn.close()
+    assert [list(r) for r in results] == [list(r) for r in singles]
+    assert [len(r) for r in results] == [1, 0, 2, 0, 1, 1]
+    point = "/customers/"
+    batch_requests = [r for r in http_service.requests if not r.raw_path.startswith(point)]
+    assert len(batch_requests) == 2  # 4 distinct non-NULL keys in chunks of 2
+
+
+async def test_batch_without_batch_url_is_not_batched(http_service: Service) -> None:
+    fn = HttpConnector(f"{http_service.base}/customers/{{id}}").async_lookup_function()
+    assert not fn.supports_batch
+
+
+NASTY_KEYS = [
+    "../admin",
+    "../../etc/passwd",
+    "..",
+    ".",
+    "a?b=c",
+    "x#frag",
+    "a%2Fb",
+    "line\nbreak",
+    "crlf\r\nHost: evil.example\r\n\r\nGET /pwn HTTP/1.1",
+    "sp ace/slash",
+    "@evil.example:80",
+    "\x00nul",
+]
+
+
+@pytest.mark.parametrize("key", NASTY_KEYS)
+async def test_keys_cannot_change_request_line_or_host(http_service: Service, key: str) -> None:
+    http_service.rows[key] = [{"id": key, "ok": True}]
+    c = HttpConnector(f"{http_service.base}/customers/{{id}}")
+    assert await _both(c, (key,)) == [{"id": key, "ok": True}]
+    expected_path = "/customers/" + quote(key, safe="").replace(".", "%2E")
+    host = http_service.base.removeprefix("http://")
+    assert len(http_service.requests) == 2  # exactly one request per path, no smuggled one
+    for seen in http_service.requests:
+        assert seen.method == "GET"
+        assert seen.raw_path == expected_path
+        assert seen.host == host
+        assert seen.match == {"id": key}  # routed to the customer handler, decoded back whole
+
+
+async def test_nasty_keys_in_batch_query(http_service: Service) -> None:
+    for key in NASTY_KEYS:
+        http_service.rows[key] = [{"id": key}]
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/customers",
+        batch_mode="query",
+        batch_size=1000,
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        results = await fn.async_lookup_batch([(k,) for k in NASTY_KEYS])
+    finally:
+        await fn.close()
+    assert [list(r) for r in results] == [[{"id": k}] for k in NASTY_KEYS]
+    (seen,) = http_service.requests
+    assert seen.raw_path.startswith("/customers?id=")
+    assert seen.host == http_service.base.removeprefix("http://")
+
+
+def test_placeholders_only_in_path_or_query() -> None:
+    for url in ("http://{id}.example.com/x", "http://example.com:{id}/x", "http://h/x#{id}"):
+        with pytest.raises(ConfigurationError, match="placeholders in the path or query"):
+            HttpConnector(url)
+    with pytest.raises(ConfigurationError, match="unknown placeholder"):
+        HttpConnector("http://h/c/{id}", key_columns=["key"])
+    with pytest.raises(ConfigurationError, match="plain column name"):
+        HttpConnector("http://h/c/{id!r}")
+    with pytest.raises(ConfigurationError, match="batch_mode"):
+        HttpConnector("http://h/c/{id}", batch_mode="graphql")
+
+
+async def test_429_retry_after_is_honoured(http_service: Service) -> None:
+    http_service.fail_times["1"] = 2
+    http_service.retry_after = "3"
+    fn = HttpConnector(f"{http_service.base}/customers/{{id}}").async_lookup_function()
+    await fn.open()
+    retry = RetryRecorder(max_retries=3)
+    try:
+        rows = await retry.call_async(lambda: fn.async_lookup((1,)))
+    finally:
+        await fn.close()
+    assert list(rows) == [{"id": 1, "name": "Ada", "country": "UK"}]
+    assert retry.waits == [3.0, 3.0]
+    assert all(isinstance(e, TransientError) and e.retry_after == 3.0 for e in retry.errors)
+    assert len(http_service.requests) == 3  # 2 x 429 then the answer: no row lost or repeated
+
+
+def test_503_with_http_date_sync_path(http_service: Service) -> None:
+    http_service.fail_times["2"] = 1
+    http_service.fail_status = 503
+    http_service.retry_after = formatdate(time.time() + 120, usegmt=True)
+    fn = HttpConnector(f"{http_service.base}/customers/{{id}}").lookup_function()
+    fn.open()
+    retry = RetryRecorder(max_retries=2)
+    try:
+        rows = retry.call(lambda: fn.lookup((2,)))
+    finally:
+        fn.close()
+    assert [r["name"] for r in rows] == ["Grace"]
+    assert len(retry.waits) == 1 and 100 < retry.waits[0] <= 121
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(formatdate(1000.0 + 30, usegmt=True), now=1000.0) == 30.0
+    assert parse_retry_after(formatdate(1000.0 - 30, usegmt=True), now=1000.0) == 0.0
+
+
+async def test_connection_refused_is_transient() -> None:
+    c = HttpConnector("http://127.0.0.1:9/customers/{id}", timeout=2)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(TransientError) as info:
+            await fn.async_lookup((1,))
+    finally:
+        await fn.close()
+    assert info.value.__cause__ is not None
+    with pytest.raises(TransientError):
+        c.lookup_function().lookup((1,))
+
+
+async def test_other_status_is_not_transient(http_service: Service) -> None:
+    http_service.fail_times["3"] = 1
+    http_service.fail_status = 400
+    c = HttpConnector(f"{http_service.base}/customers/{{id}}")
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(HttpStatusError) as info:
+            await fn.async_lookup((3,))
+    finally:
+        await fn.close()
+    assert info.value.status == 400
+
+
+@pytest.mark.parametrize("style", ["cursor", "link"])
+async def test_scan_pages(http_service: Service, style: str) -> None:
+    http_service.pages = [[{"id": p * 10 + i} for i in range(10)] for p in range(5)]
+    if style == "cursor":
+        c = HttpConnector(
+            f"{http_service.base}/customers/{{id}}",
+            scan_url=f"{http_service.base}/scan",
+            scan_rows_field="items",
+            next_field="next",
+            cursor_param="cursor",
+        )
+    else:
+        c = HttpConnector(
+            f"{http_service.base}/customers/{{id}}", scan_url=f"{http_service.base}/links"
+        )
+    scan = c.scan()
+    assert scan is not None
+    async_rows = [r async for r in scan]
+    sync_rows = list(scan)
+    assert async_rows == sync_rows == [{"id": n} for n in range(50)]
+
+
+def test_scan_is_none_without_scan_url() -> None:
+    assert HttpConnector("http://h/c/{id}").scan() is None
+
+
+async def test_secrets_never_in_repr_logs_or_errors(
+    http_service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret, token, key = "pa55-w0rd", "tok-SECRET-123", "api-key-XYZ"
+    host = http_service.base.removeprefix("http://")
+    c = HttpConnector(
+        f"http://alice:{secret}@{host}/echo/{{id}}",
+        headers={"X-Api-Key": key, "Accept-Language": "en"},
+        bearer_token=token,
+    )
+    c2 = pickle.loads(pickle.dumps(c))
+    texts = [repr(c), repr(c2), str(c.scan())]
+    caplog.set_level(logging.DEBUG)
+    for connector in (c, c2):
+        fn = connector.async_lookup_function()
+        await fn.open()
+        try:
+            with pytest.raises(HttpStatusError) as info:
+                await fn.async_lookup((1,))
+        finally:
+            await fn.close()
+        texts += [str(info.value), repr(info.value)]
+        with pytest.raises(HttpStatusError) as sync_info:
+            connector.lookup_function().lookup((1,))
+        texts.append(str(sync_info.value))
+    refused = HttpConnector(f"http://bob:{secret}@127.0.0.1:9/c/{{id}}", bearer_token=token)
+    with pytest.raises(TransientError) as refused_info:
+        refused.lookup_function().lookup((1,))
+    texts += [str(refused_info.value), repr(refused)]
+    texts += [r.getMessage() for r in caplog.records]
+    # the server did receive the credentials (and echoed them into its error body)
+    assert http_service.requests[0].headers["Authorization"] == f"Bearer {token}"
+    assert http_service.requests[0].headers["X-Api-Key"] == key
+    for text in texts:
+        for s in (secret, token, key):
+            assert s not in text, text
+    assert "***" in repr(c) and "Accept-Language" in repr(c)
