@@ -1,0 +1,43 @@
+"""The scenario registry: name -> where its ``run(ctx)`` lives. Modules are imported lazily, so a
+scenario whose dependencies have not landed is reported as skipped instead of breaking the rest."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+
+from benchmarks.harness import Context, ScenarioResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    target: str  # "module:function"
+    uses_spark: bool = True
+
+    def load(self) -> Callable[[Context], ScenarioResult]:
+        module, _, function = self.target.partition(":")
+        loaded = importlib.import_module(module)
+        run: Callable[[Context], ScenarioResult] = getattr(loaded, function)
+        return run
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("operator-overhead", "Operator overhead", "benchmarks.external:run_operator_overhead",
+             uses_spark=False),
+    Scenario("spark-lookup-join", "Spark lookup join vs mapPartitions baselines",
+             "benchmarks.spark_lookup_join:run"),
+    Scenario("capacity-sweep", "Capacity sweep vs Little's law and the CPU ceiling",
+             "benchmarks.capacity_sweep:run"),
+    Scenario("cache-modes", "Cache modes on a Zipf key stream", "benchmarks.cache_modes:run"),
+    Scenario("connectors", "Connectors: per-key vs batched lookups",
+             "benchmarks.external:run_connectors", uses_spark=False),
+    Scenario("batching", "Batched lookups in lookup_join (Redis, PostgreSQL)",
+             "benchmarks.batching:run"),
+    Scenario("retry-on-miss", "Retry-on-miss cost", "benchmarks.retry_cost:run"),
+    Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),
+)
+
+BY_NAME = {s.name: s for s in SCENARIOS}

@@ -1,0 +1,163 @@
+"""Spark lookup join vs what users write today, against the local latency server.
+
+Variants, same input rows, same server, same run, median of the repeats:
+
+- (a) row-by-row sync calls in ``mapPartitions`` (fewer rows, so it finishes; rates are per row),
+- (t) a thread pool of 100 threads in ``mapPartitions``,
+- (b) hand-rolled ``asyncio`` + ``Semaphore(100)`` in ``mapPartitions``,
+- (c) ``lookup_join`` async, capacity 100, no cache,
+
+at 1 ms and 10 ms of server latency. Issue 4's targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a).
+
+Run on its own: ``python benchmarks/spark_lookup_join.py`` (median of 3; ``--quick``: smoke run).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import plots
+from benchmarks.baselines import (
+    JOINED_SCHEMA,
+    hand_rolled_asyncio,
+    row_by_row_sync,
+    thread_pool,
+)
+from benchmarks.data import uniform_keys
+from benchmarks.harness import Context, Measurement, ScenarioResult, Skipped, Target
+from benchmarks.servers import Profile
+from benchmarks.spark_env import orders_frame, run_to_noop
+from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
+
+LATENCIES = (0.001, 0.010)
+CAPACITY = 100
+N_CUSTOMERS = 100_000
+
+
+def _sizes(ctx: Context, latency: float) -> tuple[int, int]:
+    """(rows for the concurrent variants, rows for row-by-row sync)."""
+    if ctx.quick:
+        return 2_000, 100 if latency >= 0.005 else 400
+    return 20_000, 600 if latency >= 0.005 else 3_000
+
+
+def run(ctx: Context) -> ScenarioResult:
+    result = ScenarioResult("spark-lookup-join", "Spark lookup join vs mapPartitions baselines")
+    server = ctx.server()
+    ctx.begin("spark lookup join", len(LATENCIES) * 4 * ctx.repeats)
+    skipped: str | None = None
+    rates: dict[str, dict[str, float]] = {}
+
+    for latency in LATENCIES:
+        server.configure(Profile(latency=latency))
+        ms = f"{latency * 1000:g} ms"
+        measured, reason = _measure_latency(ctx, latency, ms)
+        skipped = skipped or reason
+        baseline_a = measured[0].rate
+        for m in measured:
+            variant = m.label.split(" @ ")[0]
+            rates.setdefault(ms, {})[variant] = m.rate
+            result.add_row(
+                latency_ms=latency * 1000, variant=variant, rows=m.rows,
+                median_s=m.median_s, rows_per_s=m.rate, vs_row_by_row=m.rate / baseline_a,
+                server_calls_per_row=m.extra.get("server_calls", 0) / m.rows,
+                max_in_flight=m.extra.get("max_in_flight", 0),
+            )
+        result.measurements += measured
+        by_variant = {m.label.split(" ")[0]: m for m in measured}
+        if "(c)" in by_variant:
+            c, a, b = by_variant["(c)"], by_variant["(a)"], by_variant["(b)"]
+            if latency >= 0.005:
+                result.targets += [
+                    Target(f"(c)/(b) at {ms}", c.rate / b.rate, minimum=1.0,
+                           detail=f"{c.rate:,.0f} vs {b.rate:,.0f} rows/s"),
+                    Target(f"(c)/(a) at {ms}", c.rate / a.rate, minimum=25.0,
+                           detail=f"{c.rate:,.0f} vs {a.rate:,.0f} rows/s"),
+                ]
+            else:
+                result.data[f"ratios_{ms}"] = {"c/b": c.rate / b.rate, "c/a": c.rate / a.rate}
+
+    result.notes.append(
+        "local[2], 2 partitions; (a) runs fewer rows than the others (rates are per row); "
+        "every variant runs one untimed warm-up job first; no cache anywhere, so each row is one "
+        "server call (server_calls_per_row checks it)."
+    )
+    result.notes.append(
+        "The latency server shares the 2 cores with Spark's JVM and the 2 Python workers, so "
+        "the concurrent variants are CPU-bound well below Little's law (2 x 100 / latency)."
+    )
+    result.plots.append(plots.grouped_bars(
+        ctx.out_dir / "spark_lookup_join.png",
+        "Spark lookup join vs mapPartitions baselines (rows/s, log scale)",
+        rates, "rows / s", log=True,
+    ))
+    if skipped:
+        result.status = f"skipped: (c) lookup_join: {skipped} (baselines measured)"
+    return result
+
+
+def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measurement], str | None]:
+    """Measure every variant at one server latency; the reason (c) was skipped, if it was."""
+    spark, base_url = ctx.spark(), ctx.server().base_url
+    n_rows, n_sync = _sizes(ctx, latency)
+    keys = uniform_keys(n_rows, N_CUSTOMERS, seed=11)
+    orders = orders_frame(spark, keys)
+    orders_sync = orders_frame(spark, keys[:n_sync])
+    warm = orders_frame(spark, keys[:200])
+    measured: list[Measurement] = []
+    skipped: str | None = None
+
+    def variant(label: str, frame: Any, rows: int, build: Callable[[Any], Any]) -> None:
+        measured.append(ctx.measure(
+            f"{label} @ {ms}", rows, _counted(ctx, lambda: run_to_noop(build(frame))),
+            warmup=lambda: run_to_noop(build(warm)),
+        ))
+
+    def mapped(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        return lambda frame: spark.createDataFrame(frame.rdd.mapPartitions(fn), JOINED_SCHEMA)
+
+    variant("(a) row-by-row sync", orders_sync, n_sync, mapped(row_by_row_sync(base_url)))
+    variant(f"(t) thread pool {CAPACITY}", orders, n_rows, mapped(thread_pool(base_url, CAPACITY)))
+    variant(f"(b) hand-rolled asyncio sem({CAPACITY})", orders, n_rows,
+            mapped(hand_rolled_asyncio(base_url, CAPACITY)))
+    try:
+        table = lookup_table("Customers", http_connector(base_url), {"lookup.cache": "NONE"})
+        hint = lookup_hint("Customers", **{"async": "true", "capacity": CAPACITY})
+        variant(f"(c) lookup_join async cap {CAPACITY}", orders, n_rows,
+                lambda frame: lookup_join(frame, table, hint=hint))
+    except Skipped as reason:
+        skipped = str(reason)
+        ctx.log(f"  [yellow](c) skipped: {reason}[/]")
+    for frame in (orders, orders_sync, warm):
+        frame.unpersist()
+    return measured, skipped
+
+
+def _counted(ctx: Context, action: Callable[[], None]) -> Callable[[], dict[str, Any]]:
+    """``action`` wrapped to report the server calls it caused and the peak concurrency seen."""
+    server = ctx.server()
+
+    def run_once() -> dict[str, Any]:
+        server.reset()
+        action()
+        stats = server.stats()
+        return {"server_calls": stats.get("requests", 0),
+                "max_in_flight": stats.get("max_in_flight", 0)}
+
+    return run_once
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.cli import main as cli_main
+
+    return cli_main(["spark-lookup-join", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
