@@ -1,0 +1,201 @@
+"""The DataStream-style API: ``AsyncDataStream.ordered_wait(stream, fn, timeout)`` and friends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+)
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from asyncio_lookup.runtime._run import MARK
+from asyncio_lookup.runtime.elements import OutputMode, Watermark
+from asyncio_lookup.runtime.function import AsyncFunction
+from asyncio_lookup.runtime.loop import new_event_loop
+from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.runtime.operator import AsyncWaitOperator
+from asyncio_lookup.runtime.retry import AsyncRetryStrategy, RetryStrategies
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+Source = Iterable[Any] | AsyncIterable[Any]
+Fn = AsyncFunction[IN, OUT] | Callable[[IN], Awaitable[Collection[OUT]]]
+
+
+class AsyncStream(Generic[IN, OUT]):
+    """The outputs of an async wait operator over a source, flattened, with watermarks.
+
+    Iterate with ``async for`` inside a running loop, or with ``for`` outside one (it then runs
+    its own event loop: uvloop when installed, unless ``use_uvloop=False`` or env
+    ``ASYNCIO_LOOKUP_UVLOOP=0``). It can be the source of another ``AsyncDataStream`` call.
+    Each iteration runs the operator over the source again.
+    """
+
+    def __init__(
+        self, source: Source, operator: AsyncWaitOperator[IN, OUT], use_uvloop: bool | None
+    ) -> None:
+        self.source = source
+        self.operator = operator
+        self.use_uvloop = use_uvloop
+
+    @property
+    def metrics(self) -> OperatorMetrics:
+        """The operator's counters (cumulative over iterations)."""
+        return self.operator.metrics
+
+    async def _batches(self) -> AsyncGenerator[list[OUT | Watermark], None]:
+        run = self.operator.new_run()
+        error: BaseException | None = None
+        try:
+            await run.start(self.source)
+            while True:
+                batch = await run.next_batch()
+                if batch is None:
+                    return
+                out: list[Any] = []
+                for entry in batch:
+                    if entry.state == MARK:
+                        out.append(entry.element)
+                    else:
+                        out.extend(entry.result)
+                yield out
+        except GeneratorExit:
+            raise
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            await run.stop(error)
+
+    async def __aiter__(self) -> AsyncIterator[OUT | Watermark]:
+        batches = self._batches()
+        try:
+            async for batch in batches:
+                for item in batch:
+                    yield item
+        finally:
+            await batches.aclose()
+
+    def __iter__(self) -> Iterator[OUT | Watermark]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "a running event loop is in this thread: iterate with `async for`, not `for`"
+            )
+        loop = new_event_loop(self.use_uvloop)
+        batches = self._batches()
+        try:
+            while True:
+                try:
+                    batch = loop.run_until_complete(batches.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield from batch
+        finally:
+            try:
+                loop.run_until_complete(batches.aclose())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncStream({self.operator!r})"
+
+
+class AsyncDataStream:
+    """Flink's ``AsyncDataStream``: apply an async function to a stream, ordered or not,
+    with a total timeout per record and optional retries. ``timeout`` is in seconds or a
+    ``timedelta``; ``capacity`` bounds the records in flight."""
+
+    @staticmethod
+    def ordered_wait(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        timeout: float | timedelta | None,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Outputs in input order."""
+        return AsyncStream(
+            stream,
+            AsyncWaitOperator(fn, timeout=timeout, capacity=capacity),
+            use_uvloop,
+        )
+
+    @staticmethod
+    def unordered_wait(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        timeout: float | timedelta | None,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Outputs in completion order, never across a watermark."""
+        return AsyncStream(
+            stream,
+            AsyncWaitOperator(
+                fn, timeout=timeout, capacity=capacity, output_mode=OutputMode.UNORDERED
+            ),
+            use_uvloop,
+        )
+
+    @staticmethod
+    def ordered_wait_with_retry(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        timeout: float | timedelta,
+        retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Outputs in input order; retries per ``retry_strategy`` within ``timeout``."""
+        return AsyncStream(
+            stream,
+            AsyncWaitOperator(
+                fn, timeout=timeout, capacity=capacity, retry_strategy=retry_strategy
+            ),
+            use_uvloop,
+        )
+
+    @staticmethod
+    def unordered_wait_with_retry(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        timeout: float | timedelta,
+        retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Outputs in completion order (never across a watermark); retries per
+        ``retry_strategy`` within ``timeout``."""
+        return AsyncStream(
+            stream,
+            AsyncWaitOperator(
+                fn,
+                timeout=timeout,
+                capacity=capacity,
+                output_mode=OutputMode.UNORDERED,
+                retry_strategy=retry_strategy,
+            ),
+            use_uvloop,
+        )
+
+
+# Keep RetryStrategies importable from here for users writing `AsyncDataStream` code.
+__all__ = ["AsyncDataStream", "AsyncStream", "RetryStrategies"]

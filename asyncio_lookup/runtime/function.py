@@ -1,0 +1,88 @@
+"""The user's async function: :class:`AsyncFunction`, or a plain ``async def`` adapted to it."""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Generic, TypeVar
+
+from asyncio_lookup.errors import ConfigurationError
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+TIMEOUT_MESSAGE = "Async function call has timed out."
+
+
+class AsyncFunction(ABC, Generic[IN, OUT]):
+    """An async function applied to every record of a stream (Flink's ``AsyncFunction``).
+
+    ``async_invoke`` returns the record's outputs as a collection (empty: no output).
+    ``timeout`` is called once when the record's total timeout expires; its outcome is final.
+    ``open`` / ``close`` bracket the function's use (connection pools and the like).
+    """
+
+    async def open(self) -> None:
+        """Acquire resources; called before the first element."""
+
+    @abstractmethod
+    async def async_invoke(self, element: IN) -> Collection[OUT]:
+        """Return the outputs for ``element``; raise to fail (or retry) the attempt."""
+
+    async def timeout(self, element: IN) -> Collection[OUT]:
+        """Called when ``element``'s timeout expires. The default fails the stream."""
+        raise TimeoutError(TIMEOUT_MESSAGE)
+
+    async def close(self) -> None:
+        """Release resources; called on every exit path."""
+
+
+class _CallableFunction(AsyncFunction[IN, OUT]):
+    """A plain ``async def f(element) -> Collection`` seen as an :class:`AsyncFunction`."""
+
+    def __init__(self, func: Callable[[IN], Awaitable[Collection[OUT]]]) -> None:
+        self.func = func
+
+    async def async_invoke(self, element: IN) -> Collection[OUT]:
+        return await self.func(element)
+
+    def __repr__(self) -> str:
+        return f"AsyncFunction({self.func!r})"
+
+
+FunctionLike = AsyncFunction[IN, OUT] | Callable[[IN], Awaitable[Collection[OUT]]]
+_ALLOWED = "an AsyncFunction instance or an `async def` function taking one element"
+
+
+def _is_async_callable(obj: Any) -> bool:
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(type(obj), "__call__", None)  # noqa: B004 - async __call__ on an instance
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def as_async_function(fn: Any, option: str = "fn") -> AsyncFunction[Any, Any]:
+    """Return ``fn`` as an :class:`AsyncFunction`; anything not async is a ConfigurationError."""
+    if isinstance(fn, AsyncFunction):
+        for hook in ("async_invoke", "timeout", "open", "close"):
+            if not inspect.iscoroutinefunction(getattr(fn, hook)):
+                raise ConfigurationError(
+                    option, fn, _ALLOWED, reason=f"{type(fn).__name__}.{hook} is not `async def`"
+                )
+        return fn
+    if isinstance(fn, type) or not callable(fn) or not _is_async_callable(fn):
+        raise ConfigurationError(option, fn, _ALLOWED, reason="not an async function")
+    return _CallableFunction(fn)
+
+
+def invoker(fn: AsyncFunction[IN, OUT]) -> Callable[[IN], Awaitable[Collection[OUT]]]:
+    """The callable the operator calls per attempt (the plain function itself when adapted)."""
+    if isinstance(fn, _CallableFunction):
+        return fn.func
+    return fn.async_invoke
+
+
+def has_timeout_hook(fn: AsyncFunction[Any, Any]) -> bool:
+    """Whether ``fn`` overrides :meth:`AsyncFunction.timeout`."""
+    return type(fn).timeout is not AsyncFunction.timeout

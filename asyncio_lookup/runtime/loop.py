@@ -1,0 +1,57 @@
+"""Event loops: uvloop when installed (unless turned off), and one persistent loop per process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from asyncio_lookup.errors import ConfigurationError
+
+UVLOOP_ENV = "ASYNCIO_LOOKUP_UVLOOP"
+
+_lock = threading.Lock()
+_process_loop: asyncio.AbstractEventLoop | None = None
+_process_pid: int | None = None
+
+
+def uvloop_available() -> bool:
+    """Whether uvloop can be imported."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def new_event_loop(use_uvloop: bool | None = None) -> asyncio.AbstractEventLoop:
+    """A new event loop. ``None``: uvloop when installed, unless env ``ASYNCIO_LOOKUP_UVLOOP=0``."""
+    if use_uvloop is None:
+        disabled = os.environ.get(UVLOOP_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+        use_uvloop = not disabled and uvloop_available()
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError as error:
+            raise ConfigurationError(
+                "use_uvloop", use_uvloop, "False or None when uvloop is not installed"
+            ) from error
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
+    return asyncio.new_event_loop()
+
+
+def process_loop() -> asyncio.AbstractEventLoop:
+    """This process's persistent loop, created lazily; recreated after a fork or once closed.
+
+    Everything bound to a loop (connection pools, opened functions, caches) that should outlive
+    one task of a worker process lives on it. Run it with ``run_until_complete``.
+    """
+    global _process_loop, _process_pid
+    with _lock:
+        pid = os.getpid()
+        if _process_loop is None or _process_loop.is_closed() or _process_pid != pid:
+            # After a fork the parent's loop object is unusable here; it is dropped, not closed.
+            _process_loop = new_event_loop()
+            _process_pid = pid
+        return _process_loop

@@ -1,0 +1,161 @@
+"""The async wait operator (Flink's ``AsyncWaitOperator`` with FLIP-232 retries) on asyncio."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime._run import MARK, OperatorRun
+from asyncio_lookup.runtime._seconds import to_seconds
+from asyncio_lookup.runtime.elements import OutputMode, Watermark
+from asyncio_lookup.runtime.function import (
+    AsyncFunction,
+    as_async_function,
+    has_timeout_hook,
+    invoker,
+)
+from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+_TIMEOUT_ALLOWED = "seconds (float) or a timedelta; None or <= 0 disables it (not with retry)"
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    seconds = to_seconds("timeout", timeout, _TIMEOUT_ALLOWED)
+    if seconds <= 0 or math.isinf(seconds):
+        return None
+    return seconds
+
+
+def _check_capacity(capacity: Any) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ConfigurationError("capacity", capacity, "an int >= 1")
+    return capacity
+
+
+def _check_output_mode(output_mode: Any) -> OutputMode:
+    if isinstance(output_mode, OutputMode):
+        return output_mode
+    if isinstance(output_mode, str):
+        for mode in OutputMode:
+            if mode.value == output_mode.strip().lower():
+                return mode
+    raise ConfigurationError(
+        "output_mode", output_mode, "OutputMode.ORDERED or OutputMode.UNORDERED"
+    )
+
+
+def _check_retry(retry_strategy: Any, timeout: float | None) -> AsyncRetryStrategy | None:
+    """The strategy to consult, or None when retry is off (no strategy or no predicate)."""
+    if not isinstance(retry_strategy, AsyncRetryStrategy):
+        raise ConfigurationError(
+            "retry_strategy",
+            retry_strategy,
+            "an AsyncRetryStrategy (can_retry, backoff, retry_predicate), e.g. RetryStrategies.*",
+        )
+    if isinstance(retry_strategy, NoRetryStrategy):
+        return None
+    if timeout is None:
+        raise ConfigurationError(
+            "timeout", None, "a timeout > 0", reason=f"retry ({retry_strategy!r}) needs a timeout"
+        )
+    predicate = retry_strategy.retry_predicate
+    if predicate.result_predicate is None and predicate.exception_predicate is None:
+        return None
+    return retry_strategy
+
+
+class AsyncWaitOperator(Generic[IN, OUT]):
+    """Applies an async function to every record with bounded concurrency (FLIP-232).
+
+    At most ``capacity`` records and watermarks are admitted and not yet emitted; when full no
+    more input is read. ``timeout`` is one budget per record from admission to final outcome,
+    across retries; at the deadline ``fn.timeout(element)`` decides the outcome (the default
+    raises ``TimeoutError``). Every argument is validated here (:class:`ConfigurationError`).
+    """
+
+    def __init__(
+        self,
+        fn: AsyncFunction[IN, OUT] | Callable[[IN], Awaitable[Collection[OUT]]],
+        *,
+        timeout: float | timedelta | None,
+        capacity: int = 100,
+        output_mode: OutputMode = OutputMode.ORDERED,
+        retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
+        metrics: OperatorMetrics | None = None,
+        manage_lifecycle: bool = True,
+    ) -> None:
+        self.fn: AsyncFunction[IN, OUT] = as_async_function(fn, "fn")
+        self.timeout = _check_timeout(timeout)
+        self.capacity = _check_capacity(capacity)
+        self.output_mode = _check_output_mode(output_mode)
+        self.retry_strategy = retry_strategy
+        self._retry = _check_retry(retry_strategy, self.timeout)
+        if metrics is not None and not isinstance(metrics, OperatorMetrics):
+            raise ConfigurationError("metrics", metrics, "an OperatorMetrics or None")
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
+        self.manage_lifecycle = bool(manage_lifecycle)
+        self._invoke = invoker(self.fn)
+        self._timeout_hook = has_timeout_hook(self.fn)
+
+    def new_run(self) -> OperatorRun:
+        """The state of one pass over an input (for adapters that drive batches themselves):
+        ``await run.start(source)``, ``await run.next_batch()`` until None, ``await run.stop()``."""
+        return OperatorRun(
+            self.fn,
+            self._invoke,
+            timeout=self.timeout,
+            capacity=self.capacity,
+            ordered=self.output_mode is OutputMode.ORDERED,
+            retry_strategy=self._retry,
+            timeout_hook=self._timeout_hook,
+            metrics=self.metrics,
+            manage_lifecycle=self.manage_lifecycle,
+        )
+
+    async def process(
+        self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
+    ) -> AsyncIterator[tuple[IN, Collection[OUT]] | Watermark]:
+        """Yield ``(element, outputs)`` once per record when its outcome is final (outputs may be
+        empty), and each watermark as itself, in the output mode's order.
+
+        On failure raises the original error after cancelling and awaiting everything
+        outstanding; ``fn.close()`` runs on every exit path (when managing the lifecycle),
+        including when the consumer stops early (``aclose()``).
+        """
+        run = self.new_run()
+        error: BaseException | None = None
+        try:
+            await run.start(source)
+            while True:
+                batch = await run.next_batch()
+                if batch is None:
+                    return
+                for entry in batch:
+                    if run.failure is not None:
+                        raise run.failure
+                    if entry.state == MARK:
+                        yield entry.element
+                    else:
+                        yield (entry.element, entry.result)
+        except GeneratorExit:
+            raise
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            await run.stop(error)
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncWaitOperator({self.fn!r}, timeout={self.timeout}, capacity={self.capacity}, "
+            f"output_mode={self.output_mode.name}, retry_strategy={self.retry_strategy!r})"
+        )
