@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -222,11 +223,12 @@ def kill_postgres_backends(postgres_dsn: str, application_name: str) -> int:
 
 
 class RetryRecorder:
-    """Retries TransientError like the lookup layer; records the waits instead of sleeping
-    the full ``Retry-After`` (the recorded wait is what a real sleep would have been)."""
+    """Retries TransientError like the lookup layer (``lookup.max-retries``, tenacity); records
+    each wait (at least ``Retry-After``) but really sleeps at most ``real_sleep_cap``."""
 
-    def __init__(self, max_retries: int = 5) -> None:
+    def __init__(self, max_retries: int = 5, real_sleep_cap: float = 0.05) -> None:
         self.max_retries = max_retries
+        self.real_sleep_cap = real_sleep_cap
         self.waits: list[float] = []
         self.errors: list[BaseException] = []
 
@@ -249,7 +251,7 @@ class RetryRecorder:
     async def call_async(self, attempt: Callable[[], Awaitable[Any]]) -> Any:
         async def sleep(seconds: float) -> None:
             self.waits.append(seconds)
-            await asyncio.sleep(0)
+            await asyncio.sleep(min(seconds, self.real_sleep_cap))
 
         async def call() -> Any:
             return await attempt()
@@ -257,7 +259,11 @@ class RetryRecorder:
         return await tenacity.AsyncRetrying(sleep=sleep, **self._settings())(call)
 
     def call(self, attempt: Callable[[], Any]) -> Any:
-        return tenacity.Retrying(sleep=self.waits.append, **self._settings())(attempt)
+        def sleep(seconds: float) -> None:
+            self.waits.append(seconds)
+            time.sleep(min(seconds, self.real_sleep_cap))
+
+        return tenacity.Retrying(sleep=sleep, **self._settings())(attempt)
 
 
 def json_dumps(value: Any) -> str:

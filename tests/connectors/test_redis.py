@@ -1,0 +1,258 @@
+"""RedisConnector against the machine's Redis (database 15, unique key prefix per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pickle
+import uuid
+
+import pytest
+import redis
+
+from asyncio_lookup.connectors import RedisConnector
+from asyncio_lookup.connectors._common import DataFormatError
+from asyncio_lookup.errors import ConfigurationError, TransientError
+from tests.connectors.conftest import RetryRecorder, kill_redis_clients
+from tests.connectors.proxy import TcpProxy
+
+pytestmark = pytest.mark.redis
+
+
+async def _both(c: RedisConnector, keys: list[tuple]) -> list[list[dict]]:
+    """Point lookups sync and async and one batched lookup; all three must agree."""
+    sync = c.lookup_function()
+    sync.open()
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        s = [list(sync.lookup(k)) for k in keys]
+        a = [list(await fn.async_lookup(k)) for k in keys]
+        b = [list(r) for r in await fn.async_lookup_batch(keys)]
+    finally:
+        sync.close()
+        await fn.close()
+    assert s == a == b
+    return a
+
+
+async def test_json_point_batch_missing_null(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}c:1", json.dumps({"name": "Ada", "country": None}))
+    redis_client.set(f"{redis_prefix}c:2", json.dumps({"id": 2, "name": "Grace"}))
+    c = RedisConnector(redis_url, redis_prefix + "c:{id}")
+    rows = await _both(c, [(1,), (2,), (3,), (None,), (1,)])
+    assert rows == [
+        [{"name": "Ada", "country": None, "id": 1}],
+        [{"id": 2, "name": "Grace"}],
+        [],
+        [],
+        [{"name": "Ada", "country": None, "id": 1}],
+    ]
+
+
+async def test_hash_values_with_pipeline(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.hset(f"{redis_prefix}h:1", mapping={"name": "Ada", "tier": "gold"})
+    redis_client.set(f"{redis_prefix}h:9", "not a hash")
+    c = RedisConnector(redis_url, redis_prefix + "h:{id}", value_format="hash")
+    assert (await _both(c, [("1",), ("2",)])) == [[{"name": "Ada", "tier": "gold", "id": "1"}], []]
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        ok, wrong = await fn.async_lookup_batch([("1",), ("9",)])
+    finally:
+        await fn.close()
+    assert list(ok) == [{"name": "Ada", "tier": "gold", "id": "1"}]
+    assert isinstance(wrong, redis.exceptions.ResponseError)  # WRONGTYPE, for that key only
+
+
+async def test_json_list_multi_row_and_composite_key(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    rows = [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}]
+    redis_client.set(f"{redis_prefix}o:7:EU", json.dumps(rows))
+    redis_client.set(f"{redis_prefix}o:7:US", json.dumps([]))
+    c = RedisConnector(
+        redis_url, redis_prefix + "o:{cid}:{region}", ["cid", "region"], value_format="json_list"
+    )
+    result = await _both(c, [(7, "EU"), (7, "US"), (8, "EU"), (7, None)])
+    assert result == [[{**r, "cid": 7, "region": "EU"} for r in rows], [], [], []]
+
+
+async def test_bad_values_are_data_format_errors(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}b:1", "{not json")
+    redis_client.set(f"{redis_prefix}b:2", json.dumps([{"a": 1}]))
+    redis_client.set(f"{redis_prefix}b:3", json.dumps({"a": 3}))
+    c = RedisConnector(redis_url, redis_prefix + "b:{id}")
+    with pytest.raises(DataFormatError, match="does not hold JSON"):
+        c.lookup_function().lookup((1,))
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        r1, r2, r3 = await fn.async_lookup_batch([(1,), (2,), (3,)])
+    finally:
+        await fn.close()
+    assert isinstance(r1, DataFormatError) and isinstance(r2, DataFormatError)
+    assert list(r3) == [{"a": 3, "id": 3}]
+
+
+def test_configuration_errors(redis_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="value_format"):
+        RedisConnector(redis_url, "c:{id}", value_format="xml")
+    with pytest.raises(ConfigurationError, match="url"):
+        RedisConnector("http://127.0.0.1:6379", "c:{id}")
+    with pytest.raises(ConfigurationError, match="key_types"):
+        RedisConnector(redis_url, "c:{id}", key_types={"other": int})
+
+
+async def test_full_scan_100k(redis_url: str, redis_prefix: str, redis_client: redis.Redis) -> None:
+    n = 100_000
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.set(f"{redis_prefix}s:{i}", json.dumps({"v": i * 2}))
+        if i % 10_000 == 9_999:
+            pipe.execute()
+    pipe.execute()
+    redis_client.set(f"{redis_prefix}other:1", "{}")  # outside the template: not scanned
+    c = RedisConnector(redis_url, redis_prefix + "s:{id}", key_types={"id": int}, scan_count=2000)
+    scan = c.scan()
+    rows = [r async for r in scan]
+    assert len(rows) == n
+    assert sorted(r["id"] for r in rows) == list(range(n))  # no loss, no duplicate
+    assert all(r["v"] == r["id"] * 2 for r in rows)
+    sync_ids = sorted(r["id"] for r in scan)
+    assert sync_ids == list(range(n))
+
+
+async def test_scan_hash_glob_escaping_and_key_parsing(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.hset(f"{redis_prefix}[x]*:a:1", mapping={"f": "1"})
+    redis_client.hset(f"{redis_prefix}[x]*:b:2", mapping={"f": "2", "g": "x"})
+    redis_client.hset(f"{redis_prefix}[y]*:b:2", mapping={"f": "no"})  # literal must match
+    c = RedisConnector(
+        redis_url,
+        redis_prefix + "[x]*:{g}:{n}",
+        ["g", "n"],
+        value_format="hash",
+        key_types={"n": int},
+    )
+    rows = sorted(list(c.scan()), key=lambda r: r["n"])
+    assert rows == [{"f": "1", "g": "a", "n": 1}, {"f": "2", "g": "x", "n": 2}]  # value wins
+
+
+async def test_restart_mid_run_recovers_without_loss_or_duplicates(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    """The server goes away mid-wave (connections cut, refused for a while) behind a proxy;
+    batched and point lookups recover through the failure retry with every row exactly once."""
+    n, batch = 4000, 50
+    redis_client.mset({f"{redis_prefix}r:{i}": json.dumps({"v": i}) for i in range(n)})
+    retry = RetryRecorder(max_retries=20)
+    results: dict[int, list] = {}
+    with TcpProxy("127.0.0.1", 6379) as proxy:
+        c = RedisConnector(
+            f"redis://127.0.0.1:{proxy.port}/15", redis_prefix + "r:{id}", max_connections=8
+        )
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            for wave in range(2):
+                keys = [(k,) for k in range(wave * n // 2, (wave + 1) * n // 2)]
+                chunks = [keys[i : i + batch] for i in range(0, len(keys), batch)]
+
+                async def run(chunk: list[tuple]) -> None:
+                    if chunk[0][0] % 100 == 0:  # half as point lookups, half batched
+                        found = [
+                            await retry.call_async(lambda k=k: fn.async_lookup(k)) for k in chunk
+                        ]
+                    else:
+                        found = await retry.call_async(lambda: fn.async_lookup_batch(chunk))
+                    for (k,), rows in zip(chunk, found, strict=True):
+                        assert k not in results
+                        results[k] = list(rows)
+
+                tasks = [asyncio.ensure_future(run(chunk)) for chunk in chunks]
+                await asyncio.sleep(0.01)  # some calls in flight, some done
+                await asyncio.to_thread(proxy.restart, 0.3)
+                await asyncio.gather(*tasks)
+        finally:
+            await fn.close()
+    assert any(isinstance(e, TransientError) for e in retry.errors), "restart must be seen"
+    assert sorted(results) == list(range(n))
+    assert all(results[i] == [{"v": i, "id": i}] for i in range(n))
+
+
+def test_killed_connections_are_replaced(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    """CLIENT KILL on our own (named) connections: the next lookup runs on a new connection."""
+    redis_client.set(f"{redis_prefix}q:1", json.dumps({"v": 1}))
+    name = f"alt-test-{uuid.uuid4().hex[:8]}"
+    c = RedisConnector(redis_url, redis_prefix + "q:{id}", client_name=name)
+    fn = c.lookup_function()
+    fn.open()
+    retry = RetryRecorder(max_retries=3)
+    try:
+        assert list(fn.lookup((1,))) == [{"v": 1, "id": 1}]
+        assert kill_redis_clients(redis_url, name) == 1
+        assert list(retry.call(lambda: fn.lookup((1,)))) == [{"v": 1, "id": 1}]
+        assert kill_redis_clients(redis_url, name) == 1  # a fresh connection served it
+    finally:
+        fn.close()
+
+
+def test_server_down_is_transient_then_recovers(
+    redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}d:1", json.dumps({"v": 1}))
+    with TcpProxy("127.0.0.1", 6379) as proxy:
+        c = RedisConnector(f"redis://127.0.0.1:{proxy.port}/15", redis_prefix + "d:{id}")
+        fn = c.lookup_function()
+        fn.open()
+        try:
+            assert list(fn.lookup((1,))) == [{"v": 1, "id": 1}]
+            proxy._call(proxy._stop())  # down, no restart yet
+            with pytest.raises(TransientError) as info:
+                fn.lookup((1,))
+            assert isinstance(info.value.__cause__, (redis.exceptions.ConnectionError, OSError))
+            proxy._call(proxy._listen())
+            assert list(fn.lookup((1,))) == [{"v": 1, "id": 1}]
+        finally:
+            fn.close()
+
+
+async def test_password_never_shown(redis_prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    secret = "s3cr3t-Redis-pw"
+    url = f"redis://alice:{secret}@127.0.0.1:6379/15"
+    c = RedisConnector(url, redis_prefix + "c:{id}")
+    caplog.set_level(logging.DEBUG)
+    texts = [repr(c), repr(pickle.loads(pickle.dumps(c))), repr(c.scan())]
+    errors: list[BaseException] = []
+    for attempt in (lambda: c.lookup_function().lookup((1,)),):
+        with pytest.raises(redis.exceptions.RedisError) as info:
+            attempt()
+        errors.append(info.value)
+    fn = c.async_lookup_function()
+    with pytest.raises(redis.exceptions.RedisError) as ainfo:
+        await fn.async_lookup((1,))
+    await fn.close()
+    errors.append(ainfo.value)
+    refused = RedisConnector(f"redis://:{secret}@127.0.0.1:9/0", "c:{id}", socket_timeout=2)
+    with pytest.raises(TransientError) as rinfo:
+        refused.lookup_function().lookup((1,))
+    errors.append(rinfo.value)
+    for error in errors:
+        while error is not None:
+            texts += [str(error), repr(error)]
+            error = error.__cause__ or error.__context__
+    texts += [r.getMessage() for r in caplog.records]
+    assert "***" in texts[0]
+    for text in texts:
+        assert secret not in text, text
