@@ -7,10 +7,10 @@ host; placeholders are only allowed in the path and query of the template.
 
 The response body is JSON: an object (one row), a list of objects (several rows) or ``null``,
 optionally found under ``rows_field`` (a dotted path such as ``"data.items"``;
-``batch_rows_field`` and ``scan_rows_field`` default to it, ``""`` means the whole body). Statuses in
-``miss_statuses`` (404) are a miss; ``transient_statuses`` (429, 502, 503, 504), timeouts and
-connection errors raise :class:`~asyncio_lookup.errors.TransientError` with the server's
-``Retry-After`` (seconds or HTTP-date), for the lookup layer's ``lookup.max-retries``.
+``batch_rows_field`` and ``scan_rows_field`` default to it, ``""`` means the whole body).
+Statuses in ``miss_statuses`` (404) are a miss; ``transient_statuses`` (429, 502, 503, 504),
+timeouts and connection errors raise :class:`~asyncio_lookup.errors.TransientError` with the
+server's ``Retry-After`` (seconds or HTTP-date), for the lookup layer's ``lookup.max-retries``.
 
 Batches (``batch_url``): ``batch_mode="post_json"`` sends ``POST batch_url`` with body
 ``{"<batch_field>": [{"<key column>": value, ...}, ...]}``; ``batch_mode="query"`` sends

@@ -16,9 +16,11 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import asyncpg
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from asyncio_lookup.connectors._common import Scan
@@ -222,7 +224,7 @@ class PostgresConnector:
     async def _scan_async(self) -> AsyncIterator[Row]:
         try:
             conn = await asyncpg.connect(
-                self.dsn,
+                asyncpg_dsn(self.dsn),
                 timeout=self.connect_timeout,
                 command_timeout=self.command_timeout,
                 server_settings=_server_settings(self),
@@ -239,6 +241,23 @@ class PostgresConnector:
                     raise self.transient(error, "scan") from error
         finally:
             await conn.close()
+
+
+def asyncpg_dsn(dsn: str) -> str:
+    """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL."""
+    if "://" in dsn:
+        return dsn
+    params = conninfo_to_dict(dsn)
+    user = quote(str(params.pop("user", "")), safe="")
+    password = params.pop("password", None)
+    userinfo = user + (":" + quote(str(password), safe="") if password is not None else "")
+    host = str(params.pop("host", ""))
+    port = params.pop("port", None)
+    database = quote(str(params.pop("dbname", "")), safe="")
+    netloc = (userinfo + "@" if userinfo else "") + (f"[{host}]" if ":" in host else host)
+    netloc += f":{port}" if port else ""
+    query = urlencode({k: str(v) for k, v in params.items()})
+    return f"postgresql://{netloc}/{database}" + (f"?{query}" if query else "")
 
 
 def _server_settings(c: PostgresConnector) -> dict[str, str]:
@@ -350,7 +369,7 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
             c = self.connector
             try:
                 pool = await asyncpg.create_pool(
-                    c.dsn,
+                    asyncpg_dsn(c.dsn),
                     min_size=1,
                     max_size=c.pool_size,
                     timeout=c.connect_timeout,

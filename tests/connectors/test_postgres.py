@@ -1,0 +1,308 @@
+"""PostgresConnector against the machine's PostgreSQL (unique table per test, dropped after)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import uuid
+from decimal import Decimal
+
+import asyncpg
+import psycopg
+import pytest
+
+from asyncio_lookup.connectors import PostgresConnector
+from asyncio_lookup.connectors.postgres_connector import quote_ident
+from asyncio_lookup.errors import ConfigurationError, TransientError
+from tests.connectors.conftest import RetryRecorder, kill_postgres_backends
+from tests.connectors.proxy import TcpProxy
+
+pytestmark = pytest.mark.postgres
+
+NASTY = ["1; DROP TABLE x", "' OR '1'='1", "'; DELETE FROM t; --", "$1", "%s", "\\", '"']
+
+
+def _exec(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+@pytest.fixture
+def customers(postgres_dsn: str, pg_table: str) -> str:
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id int, region text, name text, score numeric, note text)',
+        f"""INSERT INTO "{pg_table}" VALUES
+            (1, 'EU', 'Ada', 1.5, NULL), (2, 'US', 'Grace', NULL, 'x'),
+            (7, 'EU', 'Seven-a', 7, NULL), (7, 'EU', 'Seven-b', 7, 'dup'),
+            (7, 'US', 'Seven-c', 0, NULL),
+            (NULL, 'EU', 'no id', 0, NULL), (8, NULL, 'no region', 0, NULL)""",
+    )
+    return pg_table
+
+
+async def _all_paths(c: PostgresConnector, keys: list[tuple]) -> list[list[dict]]:
+    sync = c.lookup_function()
+    sync.open()
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        s = [sorted(sync.lookup(k), key=repr) for k in keys]
+        a = [sorted(await fn.async_lookup(k), key=repr) for k in keys]
+        b = [sorted(r, key=repr) for r in await fn.async_lookup_batch(keys)]
+    finally:
+        sync.close()
+        await fn.close()
+    assert s == a == b, "sync, async and batched lookups must return the same rows"
+    return a
+
+
+async def test_single_key_point_batch_missing_multi_null(postgres_dsn: str, customers: str) -> None:
+    c = PostgresConnector(postgres_dsn, customers, "id", ["name", "score", "note"])
+    rows = await _all_paths(c, [(1,), (2,), (404,), (7,), (None,), (1,)])
+    assert rows == [
+        [{"name": "Ada", "score": Decimal("1.5"), "note": None}],
+        [{"name": "Grace", "score": None, "note": "x"}],
+        [],
+        sorted(
+            [
+                {"name": "Seven-a", "score": 7, "note": None},
+                {"name": "Seven-b", "score": 7, "note": "dup"},
+                {"name": "Seven-c", "score": 0, "note": None},
+            ],
+            key=repr,
+        ),
+        [],
+        [{"name": "Ada", "score": Decimal("1.5"), "note": None}],
+    ]
+
+
+async def test_composite_keys(postgres_dsn: str, customers: str) -> None:
+    c = PostgresConnector(postgres_dsn, f"public.{customers}", ["id", "region"], ["name"])
+    rows = await _all_paths(
+        c, [(7, "EU"), (7, "US"), (1, "US"), (8, None), (None, "EU"), (7, "EU")]
+    )
+    assert rows == [
+        [{"name": "Seven-a"}, {"name": "Seven-b"}],
+        [{"name": "Seven-c"}],
+        [],
+        [],
+        [],
+        [{"name": "Seven-a"}, {"name": "Seven-b"}],
+    ]
+
+
+async def test_all_columns_and_query_source(postgres_dsn: str, customers: str) -> None:
+    c = PostgresConnector(postgres_dsn, customers, "id")
+    assert (await _all_paths(c, [(2,)])) == [
+        [{"id": 2, "region": "US", "name": "Grace", "score": None, "note": "x"}]
+    ]
+    q = PostgresConnector(
+        postgres_dsn,
+        query=f"SELECT id, upper(name) AS name FROM \"{customers}\" WHERE region = 'EU';",
+        key_columns="id",
+    )
+    assert (await _all_paths(q, [(7,), (2,)])) == [
+        [{"id": 7, "name": "SEVEN-A"}, {"id": 7, "name": "SEVEN-B"}],
+        [],
+    ]
+
+
+async def test_keys_are_parameters_never_sql(postgres_dsn: str, pg_table: str) -> None:
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (k text, v int)',
+        f"""INSERT INTO "{pg_table}" VALUES ('1; DROP TABLE x', 1), ('plain', 2)""",
+    )
+    c = PostgresConnector(postgres_dsn, pg_table, "k", ["v"])
+    rows = await _all_paths(c, [(k,) for k in NASTY] + [("plain",)])
+    assert rows == [[{"v": 1}]] + [[] for _ in NASTY[1:]] + [[{"v": 2}]]
+    with psycopg.connect(postgres_dsn) as conn:  # nothing dropped or deleted
+        assert conn.execute(f'SELECT count(*) FROM "{pg_table}"').fetchone() == (2,)
+    composite = PostgresConnector(postgres_dsn, pg_table, ["k", "v"], ["v"])
+    assert (await _all_paths(composite, [("' OR '1'='1", 1), ("1; DROP TABLE x", 1)])) == [
+        [],
+        [{"v": 1}],
+    ]
+
+
+async def test_identifiers_are_quoted(postgres_dsn: str) -> None:
+    table = f'alt_{uuid.uuid4().hex[:6]}"; DROP TABLE y; --'
+    column = 'we"ird col'
+    _exec(
+        postgres_dsn,
+        f"CREATE TABLE {quote_ident(table)} ({quote_ident(column)} int, v text)",
+        f"INSERT INTO {quote_ident(table)} VALUES (1, 'one')",
+    )
+    try:
+        c = PostgresConnector(postgres_dsn, (("public", table)), [column], ["v"])
+        assert (await _all_paths(c, [(1,), (2,)])) == [[{"v": "one"}], []]
+    finally:
+        _exec(postgres_dsn, f"DROP TABLE IF EXISTS {quote_ident(table)}")
+
+
+async def test_sessions_are_read_only(postgres_dsn: str, customers: str) -> None:
+    _exec(postgres_dsn, f'CREATE SEQUENCE "{customers}_seq"')
+    c = PostgresConnector(
+        postgres_dsn,
+        query=f'SELECT id, nextval(\'"{customers}_seq"\') AS n FROM "{customers}"',
+        key_columns="id",
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(asyncpg.exceptions.ReadOnlySQLTransactionError):
+            await fn.async_lookup((1,))
+    finally:
+        await fn.close()
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        c.lookup_function().lookup((1,))
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute(f'SELECT last_value FROM "{customers}_seq"').fetchone() == (1,)
+        assert conn.execute(f'SELECT is_called FROM "{customers}_seq"').fetchone() == (False,)
+    _exec(postgres_dsn, f'DROP SEQUENCE "{customers}_seq"')
+
+
+async def test_bad_sql_is_not_transient(postgres_dsn: str, customers: str) -> None:
+    c = PostgresConnector(postgres_dsn, customers, "nope")
+    with pytest.raises(asyncpg.exceptions.UndefinedColumnError):
+        await c.async_lookup_function().open()
+    with pytest.raises(psycopg.errors.UndefinedColumn):
+        c.lookup_function().lookup((1,))
+
+
+def test_configuration_errors(postgres_dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="exactly one of table"):
+        PostgresConnector(postgres_dsn)
+    with pytest.raises(ConfigurationError, match="exactly one of table"):
+        PostgresConnector(postgres_dsn, "t", query="SELECT 1")
+    with pytest.raises(ConfigurationError, match="key_columns"):
+        PostgresConnector(postgres_dsn, "t", [])
+    with pytest.raises(ConfigurationError, match="identifier"):
+        PostgresConnector(postgres_dsn, "t", ["a\x00b"])
+    with pytest.raises(ConfigurationError, match="pool_size"):
+        PostgresConnector(postgres_dsn, "t", pool_size=0)
+
+
+async def test_full_scan_100k(postgres_dsn: str, pg_table: str) -> None:
+    n = 100_000
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{pg_table}" (id int, v text)')
+        with conn.cursor().copy(f'COPY "{pg_table}" (id, v) FROM STDIN') as copy:
+            for i in range(n):
+                copy.write_row((i, f"v{i}"))
+    c = PostgresConnector(postgres_dsn, pg_table, "id", scan_batch_size=5000)
+    scan = c.scan()
+    rows = [r async for r in scan]
+    assert len(rows) == n and sorted(r["id"] for r in rows) == list(range(n))
+    assert all(r["v"] == f"v{r['id']}" for r in rows)
+    sync_rows = list(scan)
+    assert len(sync_rows) == n and sorted(r["id"] for r in sync_rows) == list(range(n))
+
+
+async def test_restart_mid_run_recovers_without_loss_or_duplicates(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    """The server goes away mid-wave behind a proxy (connections cut, refused for a while);
+    point and batched lookups recover through the failure retry, every row exactly once."""
+    n, batch = 3000, 100
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{pg_table}" (id int primary key, v int)')
+        conn.execute(f'INSERT INTO "{pg_table}" SELECT g, g * 3 FROM generate_series(0, {n - 1}) g')
+    retry = RetryRecorder(max_retries=20)
+    results: dict[int, list] = {}
+    with TcpProxy("127.0.0.1", 5432) as proxy:
+        dsn = f"postgresql://postgres@127.0.0.1:{proxy.port}/test"
+        fn = PostgresConnector(dsn, pg_table, "id", ["v"], pool_size=4).async_lookup_function()
+        await retry.call_async(fn.open)
+        try:
+            for wave in range(2):
+                keys = [(k,) for k in range(wave * n // 2, (wave + 1) * n // 2)]
+                chunks = [keys[i : i + batch] for i in range(0, len(keys), batch)]
+
+                async def run(chunk: list[tuple]) -> None:
+                    if chunk[0][0] % 500 == 0:
+                        found = [
+                            await retry.call_async(lambda k=k: fn.async_lookup(k)) for k in chunk
+                        ]
+                    else:
+                        found = await retry.call_async(lambda: fn.async_lookup_batch(chunk))
+                    for (k,), rows in zip(chunk, found, strict=True):
+                        assert k not in results
+                        results[k] = list(rows)
+
+                tasks = [asyncio.ensure_future(run(chunk)) for chunk in chunks]
+                await asyncio.sleep(0.02)
+                await asyncio.to_thread(proxy.restart, 0.3)
+                await asyncio.gather(*tasks)
+        finally:
+            await fn.close()
+    assert any(isinstance(e, TransientError) for e in retry.errors), "restart must be seen"
+    assert sorted(results) == list(range(n))
+    assert all(results[i] == [{"v": i * 3}] for i in range(n))
+
+
+async def test_terminated_backends_reconnect(postgres_dsn: str, customers: str) -> None:
+    """pg_terminate_backend on our own sessions (by application_name), sync and async."""
+    app = f"alt-test-{uuid.uuid4().hex[:8]}"
+    c = PostgresConnector(postgres_dsn, customers, "id", ["name"], application_name=app)
+    fn = c.async_lookup_function()
+    sync = c.lookup_function()
+    await fn.open()
+    sync.open()
+    retry = RetryRecorder(max_retries=5)
+    try:
+        assert list(await fn.async_lookup((1,))) == [{"name": "Ada"}]
+        assert list(sync.lookup((1,))) == [{"name": "Ada"}]
+        assert kill_postgres_backends(postgres_dsn, app) >= 2
+        with pytest.raises(TransientError) as info:
+            sync.lookup((2,))  # the broken connection is discarded...
+        assert isinstance(info.value.__cause__, psycopg.OperationalError)
+        assert list(sync.lookup((2,))) == [{"name": "Grace"}]  # ...and replaced
+        for _ in range(3):
+            batch = await retry.call_async(lambda: fn.async_lookup_batch([(1,), (2,)]))
+            assert [list(r) for r in batch] == [[{"name": "Ada"}], [{"name": "Grace"}]]
+            await asyncio.to_thread(kill_postgres_backends, postgres_dsn, app)
+    finally:
+        sync.close()
+        await fn.close()
+
+
+async def test_password_never_shown(
+    postgres_dsn: str, customers: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "pg-S3cret-pass"
+    caplog.set_level(logging.DEBUG)
+    # trust auth accepts any password: the connector works with it in the DSN
+    dsn = f"postgresql://postgres:{secret}@127.0.0.1:5432/test"
+    c = PostgresConnector(dsn, customers, "id", ["name"])
+    assert list(c.lookup_function().lookup((1,))) == [{"name": "Ada"}]
+    texts = [repr(c), repr(pickle.loads(pickle.dumps(c))), repr(c.scan())]
+    errors: list[BaseException] = []
+    bad = PostgresConnector(dsn, customers, "missing_column")
+    with pytest.raises(psycopg.Error) as bad_sync:
+        bad.lookup_function().lookup((1,))
+    errors.append(bad_sync.value)
+    for refused_dsn in (
+        f"postgresql://postgres:{secret}@127.0.0.1:9/test",
+        f"host=127.0.0.1 port=9 user=postgres password={secret} dbname=test",
+    ):
+        refused = PostgresConnector(refused_dsn, "t", "id", connect_timeout=2)
+        texts.append(repr(refused))
+        with pytest.raises(TransientError) as r1:
+            refused.lookup_function().lookup((1,))
+        with pytest.raises(TransientError) as r2:
+            await refused.async_lookup_function().async_lookup((1,))
+        with pytest.raises(TransientError) as r3:
+            [r async for r in refused.scan()]
+        errors += [r1.value, r2.value, r3.value]
+    for error in errors:
+        while error is not None:
+            texts += [str(error), repr(error)]
+            error = error.__cause__ or error.__context__
+    texts += [r.getMessage() for r in caplog.records]
+    assert "***" in texts[0]
+    for text in texts:
+        assert secret not in text, text
