@@ -125,8 +125,17 @@ class LookupChain:
             if trigger is None and not isinstance(source, FullCachingLookupProvider):
                 trigger = options.build_reload_trigger()
             scan = getattr(source, "scan", None)
-            if not callable(scan):
-                raise ConfigurationError(CACHE, "FULL", "a source with scan()")
+            # A connector's scan() is lazy (it connects when iterated): asking it here tells the
+            # driver whether the source can be fully cached at all.
+            if not callable(scan) or (
+                not isinstance(source, FullCachingLookupProvider) and scan() is None
+            ):
+                raise ConfigurationError(
+                    CACHE,
+                    "FULL",
+                    "a source whose scan() returns the table's rows",
+                    reason=f"{source!r} cannot scan",
+                )
             full_cache = FullCache(
                 scan, key_columns, trigger, metrics, clock=clock or WALL, name=name
             )

@@ -140,7 +140,7 @@ class FullCache:
         rows = self._scan()
         if rows is None:
             raise CacheLoadError("the source's scan() returned None: it cannot be fully cached")
-        if isinstance(rows, AsyncIterable):
+        if not isinstance(rows, Iterable):  # async only: drive it on this thread's own loop
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
             rows = self._loop.run_until_complete(_collect(rows))

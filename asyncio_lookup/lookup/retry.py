@@ -86,8 +86,12 @@ class FailureRetry:
     ) -> T:
         """Await ``attempt()`` with retries, waiting with ``sleep`` (loop timers)."""
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
+
+        async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
+            return await attempt()
+
         try:
-            return await retrying(attempt)
+            return await retrying(run)
         except tenacity.RetryError as exhausted:
             raise self._failed(key, exhausted) from exhausted.last_attempt.exception()
 

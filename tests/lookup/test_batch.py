@@ -1,0 +1,191 @@
+"""Batching and coalescing of concurrent async lookups."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from asyncio_lookup.errors import TransientError
+from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.functions import Key
+from asyncio_lookup.lookup.options import LookupOptions
+from tests.lookup.support import AsyncFn, BatchFn, Source, Table
+
+
+def row(key: Key) -> dict[str, object]:
+    return {"id": key[0], "v": f"v{key[0]}"}
+
+
+def table_of(n: int) -> Table:
+    return Table({(k,): [row((k,))] for k in range(n)})
+
+
+async def open_chain(fn: AsyncFn, **opts: str) -> LookupChain:
+    options = LookupOptions.from_dict({f"lookup.{k.replace('_', '-')}": v for k, v in opts.items()})
+    chain = LookupChain.create(Source(fn.table, async_=fn), options, prefer_async=True)
+    await chain.open()
+    return chain
+
+
+@pytest.mark.parametrize(("n", "size"), [(25, 10), (64, 64), (7, 1), (100, 32)])
+async def test_n_distinct_keys_become_ceil_n_over_size_calls(n: int, size: int) -> None:
+    table = table_of(n)
+    chain = await open_chain(BatchFn(table), **{"batch.max-size": str(size)})
+    results = await asyncio.gather(*(chain.async_lookup((k,)) for k in range(n)))
+    assert results == [[row((k,))] for k in range(n)]
+    snap = chain.metrics.snapshot()
+    assert snap["numExternalCalls"] == math.ceil(n / size)
+    assert snap["numExternalKeys"] == n and snap["numLookups"] == n
+    assert all(len(b) <= size for b in table.batches)
+    await chain.close()
+
+
+@pytest.mark.parametrize("size", ["1", "64"])
+async def test_m_concurrent_lookups_of_one_key_make_one_call(size: str) -> None:
+    table = table_of(3)
+    chain = await open_chain(BatchFn(table), **{"batch.max-size": size})
+    results = await asyncio.gather(*(chain.async_lookup((2,)) for _ in range(50)))
+    assert results == [[row((2,))]] * 50
+    assert len({id(r) for r in results}) == 50  # every caller has its own list
+    assert table.calls == [(2,)]
+    snap = chain.metrics.snapshot()
+    assert (snap["numExternalCalls"], snap["numCoalescedLookups"]) == (1, 49)
+    await chain.close()
+
+
+async def test_errors_reach_exactly_the_failing_callers() -> None:
+    table = table_of(8)
+    table.errors[(3,)] = [ValueError("bad key 3")]
+    table.errors[(5,)] = [LookupError("no such shard")]
+    chain = await open_chain(BatchFn(table), **{"batch.max-size": "8", "max-retries": "0"})
+    keys = [0, 1, 2, 3, 3, 4, 5, 6, 7]
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in keys), return_exceptions=True
+    )
+    for key, result in zip(keys, results, strict=True):
+        if key == 3:
+            assert isinstance(result, ValueError)
+        elif key == 5:
+            assert isinstance(result, LookupError)
+        else:
+            assert result == [row((key,))]
+    assert len(table.batches) == 1
+    await chain.close()
+
+
+async def test_a_failing_batch_call_fails_only_its_keys() -> None:
+    class HalfBroken(BatchFn):
+        async def async_lookup_batch(self, keys):  # type: ignore[no-untyped-def]
+            if (0,) in keys:
+                raise RuntimeError("batch exploded")
+            return await super().async_lookup_batch(keys)
+
+    table = table_of(8)
+    chain = await open_chain(HalfBroken(table), **{"batch.max-size": "4"})
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(8)), return_exceptions=True
+    )
+    assert all(isinstance(r, RuntimeError) for r in results[:4])
+    assert results[4:] == [[row((k,))] for k in range(4, 8)]
+    await chain.close()
+
+
+async def test_transient_per_key_error_is_retried_for_that_key_only() -> None:
+    table = table_of(6)
+    table.errors[(4,)] = [TransientError("try later", retry_after=0.0)]
+    fn = BatchFn(table)
+    options = LookupOptions.from_dict({"lookup.batch.max-size": "6"})
+    sleeps: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    chain = LookupChain.create(
+        Source(table, async_=fn), options, prefer_async=True, async_sleep=no_wait
+    )
+    await chain.open()
+    results = await asyncio.gather(*(chain.async_lookup((k,)) for k in range(6)))
+    assert results == [[row((k,))] for k in range(6)]
+    assert [len(b) for b in table.batches] == [6]  # the retry of key 4 alone is a plain lookup
+    assert table.calls.count((4,)) == 2 and len(sleeps) == 1
+    assert chain.metrics.snapshot()["numFailureRetries"] == 1
+    await chain.close()
+
+
+async def test_max_wait_gathers_lookups_across_loop_iterations() -> None:
+    table = table_of(8)
+    chain = await open_chain(BatchFn(table), **{"batch.max-size": "4", "batch.max-wait": "10 s"})
+
+    async def staggered(k: int) -> list[object]:
+        for _ in range(k):
+            await asyncio.sleep(0)
+        return await chain.async_lookup((k,))
+
+    results = await asyncio.gather(*(staggered(k) for k in range(8)))
+    assert results == [[row((k,))] for k in range(8)]
+    assert table.batches == [
+        [(0,), (1,), (2,), (3,)],
+        [(4,), (5,), (6,), (7,)],
+    ]  # flushed when full
+    await chain.close()
+
+
+async def test_without_max_wait_staggered_lookups_go_separately() -> None:
+    table = table_of(3)
+    chain = await open_chain(BatchFn(table), **{"batch.max-size": "8"})
+    for k in range(3):
+        await chain.async_lookup((k,))
+    assert chain.metrics.snapshot()["numExternalCalls"] == 3
+    await chain.close()
+
+
+async def test_function_without_batch_read_is_called_per_key() -> None:
+    table = table_of(5)
+    fn = AsyncFn(table)
+    assert not fn.supports_batch
+    chain = await open_chain(fn, **{"batch.max-size": "64"})
+    results = await asyncio.gather(*(chain.async_lookup((k % 3,)) for k in range(9)))
+    assert results == [[row((k % 3,))] for k in range(9)]
+    snap = chain.metrics.snapshot()
+    assert (snap["numExternalCalls"], snap["numCoalescedLookups"]) == (3, 6)
+    await chain.close()
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_shared_call() -> None:
+    gate = asyncio.Event()
+    table = table_of(2)
+    chain = await open_chain(BatchFn(table, gate))
+    first = asyncio.ensure_future(chain.async_lookup((1,)))
+    second = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    gate.set()
+    assert await second == [row((1,))]
+    assert first.cancelled()
+    assert table.calls == [(1,)]
+    await chain.close()
+
+
+async def test_close_cancels_in_flight_calls() -> None:
+    table = table_of(2)
+    chain = await open_chain(BatchFn(table, asyncio.Event()))
+    pending = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0.01)
+    await chain.close()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+
+
+async def test_mismatched_batch_result_is_an_error_for_every_key() -> None:
+    class Short(BatchFn):
+        async def async_lookup_batch(self, keys):  # type: ignore[no-untyped-def]
+            return [[]]
+
+    chain = await open_chain(Short(table_of(3)))
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(3)), return_exceptions=True
+    )
+    assert all("1 results for 3 keys" in str(r) for r in results)
+    await chain.close()

@@ -1,0 +1,230 @@
+"""Full cache and reload triggers: SEMANTICS §2.4 on a manual clock (and once on real time)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime, time, timezone
+from typing import Any
+
+import pytest
+
+from asyncio_lookup.errors import CacheLoadError
+from asyncio_lookup.lookup.clock import WALL
+from asyncio_lookup.lookup.full_cache import FullCache
+from asyncio_lookup.lookup.metrics import CacheMetricGroup
+from asyncio_lookup.lookup.reload import (
+    CacheReloadTrigger,
+    LoadTimes,
+    PeriodicCacheReloadTrigger,
+    ScheduleMode,
+    TimedCacheReloadTrigger,
+)
+from tests.lookup.support import LimitedTrigger, ManualClock
+
+ROWS = [
+    {"id": 1, "v": "a"},
+    {"id": 1, "v": "b"},  # duplicate key: both kept, in order
+    {"id": 2, "v": "c"},
+    {"id": None, "v": "skipped"},  # NULL key: skipped
+]
+
+
+def timed_scan(clock: ManualClock, duration: float, starts: list[float]) -> Callable[[], Any]:
+    def scan() -> list[dict[str, Any]]:
+        starts.append(clock.now())
+        clock.advance(duration)
+        return ROWS
+
+    return scan
+
+
+def run_schedule(
+    trigger: CacheReloadTrigger, duration: float, start: float, reloads: int
+) -> list[float]:
+    clock = ManualClock(start)
+    starts: list[float] = []
+    cache = FullCache(
+        timed_scan(clock, duration, starts),
+        ["id"],
+        LimitedTrigger(trigger, reloads),
+        CacheMetricGroup(),
+        clock=clock,
+    )
+    cache.start().result(timeout=10)
+    assert cache._thread is not None
+    cache._thread.join(timeout=10)
+    assert not cache._thread.is_alive()
+    return [s - start for s in starts]
+
+
+def test_fixed_delay_starts_interval_after_previous_end() -> None:
+    trigger = PeriodicCacheReloadTrigger(10, ScheduleMode.FIXED_DELAY)
+    assert run_schedule(trigger, 3, 1000, 3) == [0, 13, 26, 39]
+
+
+def test_fixed_rate_starts_every_interval_from_first() -> None:
+    trigger = PeriodicCacheReloadTrigger("10s", "FIXED_RATE")
+    assert run_schedule(trigger, 3, 1000, 3) == [0, 10, 20, 30]
+
+
+def test_fixed_rate_late_load_queues_never_overlaps() -> None:
+    trigger = PeriodicCacheReloadTrigger(10, ScheduleMode.FIXED_RATE)
+    assert run_schedule(trigger, 15, 1000, 3) == [0, 15, 30, 45]
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_timed_reload_across_midnight() -> None:
+    start = _epoch("2026-01-01T23:50:00+00:00")
+    starts = run_schedule(TimedCacheReloadTrigger("00:10Z", 1), 1, start, 3)
+    assert starts == [0, 20 * 60, 20 * 60 + 86400, 20 * 60 + 2 * 86400]
+
+
+def test_timed_reload_today_when_still_ahead_and_every_n_days() -> None:
+    start = _epoch("2026-01-02T00:05:00+00:00")
+    starts = run_schedule(TimedCacheReloadTrigger(time(0, 10, tzinfo=timezone.utc), 2), 1, start, 2)
+    assert starts == [0, 5 * 60, 5 * 60 + 2 * 86400]
+
+
+def test_timed_reload_with_offset() -> None:
+    start = _epoch("2026-01-01T16:50:00+00:00")  # 23:50 at +07:00
+    starts = run_schedule(TimedCacheReloadTrigger("00:10+07:00"), 1, start, 1)
+    assert starts == [0, 20 * 60]
+
+
+def test_timed_reload_local_time() -> None:
+    start = _epoch("2026-03-01T12:00:00+00:00")
+    trigger = TimedCacheReloadTrigger("10:15")
+    local_day = datetime.fromtimestamp(start).date()
+    today = datetime.combine(local_day, time(10, 15)).timestamp()
+    expected = today if today > start else today + 86400  # no DST change on 2026-03-01/02 in UTC
+    assert trigger.next_reload(LoadTimes(start, start, start + 1, True)) == expected
+
+
+def test_snapshot_skips_null_keys_keeps_duplicates_and_counts() -> None:
+    clock = ManualClock()
+    metrics = CacheMetricGroup()
+    cache = FullCache(lambda: (clock.advance(2.5), ROWS)[1], ["id"], None, metrics, clock=clock)
+    cache.start().result(timeout=10)
+    assert cache.get((1,)) == [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}]
+    assert cache.get((3,)) == []
+    assert cache.get((None,)) == []
+    snap = metrics.snapshot()
+    assert snap["hitCount"] == 3 and snap["missCount"] == 0
+    assert snap["loadCount"] == 1 and snap["latestLoadTime"] == 2500
+    assert snap["numCachedRecords"] == 2 and snap["numCachedBytes"] > 0
+
+
+async def test_async_scan_runs_on_the_reload_thread() -> None:
+    threads: list[str] = []
+
+    async def rows() -> AsyncIterator[dict[str, Any]]:
+        threads.append(threading.current_thread().name)
+        for row in ROWS:
+            await asyncio.sleep(0)
+            yield row
+
+    cache = FullCache(rows, ["id"], None, CacheMetricGroup(), name="T")
+    await cache.open()
+    assert len(cache.get((1,))) == 2
+    assert threads == ["full-cache-T"]
+
+
+async def test_missing_key_column_fails_the_load() -> None:
+    cache = FullCache(lambda: ROWS, ["ident"], None, CacheMetricGroup())
+    with pytest.raises(CacheLoadError, match="ident"):
+        await cache.open()
+
+
+async def test_failed_initial_load_raises_on_open() -> None:
+    def scan() -> Iterator[dict[str, Any]]:
+        yield ROWS[0]
+        raise ConnectionRefusedError("db down")
+
+    metrics = CacheMetricGroup()
+    cache = FullCache(scan, ["id"], None, metrics)
+    with pytest.raises(CacheLoadError, match="db down") as raised:
+        await cache.open()
+    assert isinstance(raised.value.__cause__, ConnectionRefusedError)
+    assert cache.failed
+    assert metrics.snapshot()["numLoadFailures"] == 1
+    with pytest.raises(CacheLoadError):
+        cache.get((1,))
+
+
+async def test_atomic_swap_during_slow_reload() -> None:
+    midway, release = threading.Event(), threading.Event()
+    loads = [0]
+    new_rows = [{"id": k, "v": f"new{k}"} for k in (10, 11, 12, 13)]
+
+    def scan() -> Iterator[dict[str, Any]]:
+        loads[0] += 1
+        if loads[0] == 1:
+            yield from ROWS
+            return
+        yield from new_rows[:2]
+        midway.set()
+        release.wait(10)
+        yield from new_rows[2:]
+
+    metrics = CacheMetricGroup()
+    trigger = LimitedTrigger(PeriodicCacheReloadTrigger(60), 1)
+    cache = FullCache(scan, ["id"], trigger, metrics, clock=ManualClock())
+    await cache.open()
+    assert await asyncio.to_thread(midway.wait, 10)
+    # the reload has read half the new table: lookups still see the old snapshot whole
+    assert len(cache.get((1,))) == 2 and cache.get((2,)) == [ROWS[2]]
+    assert cache.get((10,)) == [] and cache.get((11,)) == []
+    release.set()
+    assert cache._thread is not None
+    await asyncio.to_thread(cache._thread.join, 10)
+    assert cache.get((1,)) == [] and cache.get((13,)) == [new_rows[3]]
+    assert metrics.snapshot()["loadCount"] == 2
+    assert metrics.snapshot()["numCachedRecords"] == 4
+
+
+async def test_failed_reload_fails_lookups_never_stale() -> None:
+    loads = [0]
+
+    def scan() -> list[dict[str, Any]]:
+        loads[0] += 1
+        if loads[0] == 2:
+            raise TimeoutError("scan timed out")
+        return ROWS
+
+    metrics = CacheMetricGroup()
+    trigger = LimitedTrigger(PeriodicCacheReloadTrigger(60), 1)
+    cache = FullCache(scan, ["id"], trigger, metrics, clock=ManualClock(), name="Customers")
+    await cache.open()
+    assert cache._thread is not None
+    await asyncio.to_thread(cache._thread.join, 10)
+    with pytest.raises(CacheLoadError, match=r"Customers.*scan timed out") as raised:
+        cache.get((1,))
+    assert isinstance(raised.value.__cause__, TimeoutError)
+    snap = metrics.snapshot()
+    assert (snap["loadCount"], snap["numLoadFailures"]) == (1, 1)
+
+
+def test_reloads_run_without_an_event_loop_in_real_time() -> None:
+    third = threading.Event()
+    count = [0]
+
+    def scan() -> list[dict[str, Any]]:
+        count[0] += 1
+        if count[0] == 3:
+            third.set()
+        return ROWS
+
+    cache = FullCache(
+        scan, ["id"], PeriodicCacheReloadTrigger(0.01), CacheMetricGroup(), clock=WALL
+    )
+    cache.start().result(timeout=10)
+    try:
+        assert third.wait(10)
+    finally:
+        cache.close(timeout=10)
+    assert cache._thread is not None and not cache._thread.is_alive()

@@ -1,0 +1,72 @@
+"""CacheMetricGroup snapshots, per-task deltas and driver-side sums."""
+
+from __future__ import annotations
+
+import threading
+
+from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
+
+GAUGES = CacheMetricGroup.GAUGES
+
+
+def test_flink_names_and_extra_counts_present() -> None:
+    snap = CacheMetricGroup().snapshot()
+    for name in (
+        "hitCount",
+        "missCount",
+        "loadCount",
+        "numLoadFailures",
+        "latestLoadTime",
+        "numCachedRecords",
+        "numCachedBytes",
+        "numLookups",
+        "numExternalCalls",
+    ):
+        assert snap[name] == 0
+    assert {"latestLoadTime", "numCachedRecords", "numCachedBytes"} == GAUGES
+
+
+def test_delta_takes_counters_difference_and_gauges_current() -> None:
+    metrics = CacheMetricGroup()
+    metrics.inc("hitCount", 5)
+    metrics.set_gauge("latestLoadTime", 40)
+    before = metrics.snapshot()
+    metrics.inc("hitCount", 2)
+    metrics.inc("missCount")
+    metrics.set_gauge("latestLoadTime", 12)
+    delta = metrics_delta(before, metrics.snapshot(), GAUGES)
+    assert (delta["hitCount"], delta["missCount"], delta["latestLoadTime"]) == (2, 1, 12)
+
+
+def test_merge_sums_counters_and_maxes_gauges() -> None:
+    a = {"hitCount": 3.0, "numCachedRecords": 10.0, "onlyA": 1.0}
+    b = {"hitCount": 4.0, "numCachedRecords": 7.0, "onlyB": 2.0}
+    assert merge_metrics(a, b, GAUGES) == {
+        "hitCount": 7.0,
+        "numCachedRecords": 10.0,
+        "onlyA": 1.0,
+        "onlyB": 2.0,
+    }
+
+
+def test_registered_gauge_is_read_at_snapshot() -> None:
+    metrics = CacheMetricGroup()
+    size = [3]
+    metrics.register_gauge("numCachedRecords", lambda: size[0])
+    size[0] = 9
+    assert metrics["numCachedRecords"] == 9
+
+
+def test_counters_are_thread_safe() -> None:
+    metrics = CacheMetricGroup()
+
+    def work() -> None:
+        for _ in range(20000):
+            metrics.inc("numLookups")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert metrics["numLookups"] == 80000

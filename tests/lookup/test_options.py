@@ -1,0 +1,183 @@
+"""LookupOptions: SEMANTICS §2.5 parsing, Flink defaults and every configuration error."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta, timezone
+
+import pytest
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.cache import DefaultLookupCache
+from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
+from asyncio_lookup.lookup.reload import (
+    PeriodicCacheReloadTrigger,
+    ScheduleMode,
+    TimedCacheReloadTrigger,
+)
+
+
+def test_defaults_are_flinks() -> None:
+    options = LookupOptions.from_dict({})
+    assert options.cache is CacheType.NONE
+    assert options.max_retries == 3
+    assert options.partial_cache_missing_key is True
+    assert options.full_reload_strategy is ReloadStrategy.PERIODIC
+    assert options.full_periodic_schedule_mode is ScheduleMode.FIXED_DELAY
+    assert options.full_timed_interval_in_days == 1
+    assert options.build_cache() is None
+    assert options.build_reload_trigger() is None
+
+
+def test_every_option_parses() -> None:
+    options = LookupOptions.from_dict(
+        {
+            "lookup.cache": "partial",
+            "lookup.max-retries": "5",
+            "lookup.partial-cache.expire-after-access": "10 s",
+            "lookup.partial-cache.expire-after-write": "3 min",
+            "lookup.partial-cache.cache-missing-key": "FALSE",
+            "lookup.partial-cache.max-rows": "1000",
+            "lookup.full-cache.reload-strategy": "timed",
+            "lookup.full-cache.periodic-reload.interval": "1h",
+            "lookup.full-cache.periodic-reload.schedule-mode": "fixed_rate",
+            "lookup.full-cache.timed-reload.iso-time": "10:15+07:00",
+            "lookup.full-cache.timed-reload.interval-in-days": "2",
+            "lookup.batch.max-size": "16",
+            "lookup.batch.max-wait": "100ms",
+            "connector": "ignored",  # not a lookup.* option
+        }
+    )
+    assert options.cache is CacheType.PARTIAL
+    assert options.max_retries == 5
+    assert options.partial_expire_after_access == 10
+    assert options.partial_expire_after_write == 180
+    assert options.partial_cache_missing_key is False
+    assert options.partial_max_rows == 1000
+    assert options.full_reload_strategy is ReloadStrategy.TIMED
+    assert options.full_periodic_interval == 3600
+    assert options.full_periodic_schedule_mode is ScheduleMode.FIXED_RATE
+    assert options.full_timed_iso_time == time(10, 15, tzinfo=timezone(timedelta(hours=7)))
+    assert options.full_timed_interval_in_days == 2
+    assert options.batch_max_size == 16
+    assert options.batch_max_wait == pytest.approx(0.1)
+    cache = options.build_cache()
+    assert isinstance(cache, DefaultLookupCache)
+    assert (cache.maximum_size, cache.expire_after_access, cache.cache_missing_key) == (
+        1000,
+        10,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10:15", time(10, 15)),
+        ("10:15:30", time(10, 15, 30)),
+        ("10:15Z", time(10, 15, tzinfo=timezone.utc)),
+        ("10:15+07:00", time(10, 15, tzinfo=timezone(timedelta(hours=7)))),
+    ],
+)
+def test_iso_time_forms(text: str, expected: time) -> None:
+    options = LookupOptions.from_dict(
+        {
+            "lookup.cache": "FULL",
+            "lookup.full-cache.reload-strategy": "TIMED",
+            "lookup.full-cache.timed-reload.iso-time": text,
+        }
+    )
+    trigger = options.build_reload_trigger()
+    assert isinstance(trigger, TimedCacheReloadTrigger)
+    assert trigger.reload_time == expected
+
+
+def test_full_periodic_builds_trigger() -> None:
+    trigger = LookupOptions.from_dict(
+        {
+            "lookup.cache": "FULL",
+            "lookup.full-cache.periodic-reload.interval": "30 s",
+            "lookup.full-cache.periodic-reload.schedule-mode": "FIXED_RATE",
+        }
+    ).build_reload_trigger()
+    assert isinstance(trigger, PeriodicCacheReloadTrigger)
+    assert (trigger.interval, trigger.schedule_mode) == (30, ScheduleMode.FIXED_RATE)
+
+
+def test_round_trip_through_to_dict() -> None:
+    original = LookupOptions.from_dict(
+        {
+            "lookup.cache": "PARTIAL",
+            "lookup.partial-cache.max-rows": "7",
+            "lookup.partial-cache.expire-after-write": "1500ms",
+            "lookup.full-cache.timed-reload.iso-time": "23:05Z",
+            "lookup.batch.max-wait": "2ms",
+        }
+    )
+    assert LookupOptions.from_dict(original.to_dict()) == original
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"lookup.cache": "PARTLY"}, "lookup.cache"),
+        ({"lookup.max-retries": "three"}, "lookup.max-retries"),
+        ({"lookup.max-retries": "-1"}, "lookup.max-retries"),
+        ({"lookup.partial-cache.expire-after-access": "ten"}, "expire-after-access"),
+        ({"lookup.partial-cache.expire-after-write": "-1s"}, "expire-after-write"),
+        ({"lookup.partial-cache.cache-missing-key": "yes"}, "cache-missing-key"),
+        ({"lookup.partial-cache.max-rows": "1.5"}, "lookup.partial-cache.max-rows"),
+        ({"lookup.partial-cache.max-rows": "-3"}, "lookup.partial-cache.max-rows"),
+        ({"lookup.full-cache.reload-strategy": "HOURLY"}, "reload-strategy"),
+        ({"lookup.full-cache.periodic-reload.interval": "0s"}, "periodic-reload.interval"),
+        ({"lookup.full-cache.periodic-reload.interval": "soon"}, "periodic-reload.interval"),
+        ({"lookup.full-cache.periodic-reload.schedule-mode": "FIXED"}, "schedule-mode"),
+        ({"lookup.full-cache.timed-reload.iso-time": "25:00"}, "timed-reload.iso-time"),
+        ({"lookup.full-cache.timed-reload.iso-time": "10:15ZZ"}, "timed-reload.iso-time"),
+        ({"lookup.full-cache.timed-reload.interval-in-days": "0"}, "interval-in-days"),
+        ({"lookup.batch.max-size": "0"}, "lookup.batch.max-size"),
+        ({"lookup.batch.max-wait": "later"}, "lookup.batch.max-wait"),
+        ({"lookup.time-out": "1s"}, "lookup.time-out"),
+        ({"LOOKUP.CACHE": "FULL"}, "LOOKUP.CACHE"),
+        # Flink's combination errors (SEMANTICS §2.3-2.4)
+        ({"lookup.cache": "PARTIAL"}, "lookup.partial-cache.max-rows"),
+        ({"lookup.cache": "FULL"}, "lookup.full-cache.periodic-reload.interval"),
+        (
+            {"lookup.cache": "FULL", "lookup.full-cache.reload-strategy": "TIMED"},
+            "lookup.full-cache.timed-reload.iso-time",
+        ),
+    ],
+)
+def test_configuration_errors_name_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions.from_dict(options)
+    message = str(raised.value)
+    assert named in message
+    assert "allowed" in message
+    name, value = next(iter(options.items()))
+    if raised.value.option == name:
+        assert repr(value) in message  # the bad value is shown
+
+
+def test_unknown_option_lists_valid_names() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions.from_dict({"lookup.partial-cache.max-row": "10"})
+    assert "lookup.partial-cache.max-rows" in raised.value.allowed
+
+
+def test_partial_error_names_every_bound_and_reason() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions.from_dict({"lookup.cache": "PARTIAL"})
+    assert raised.value.option == "lookup.cache"
+    for name in ("max-rows", "expire-after-write", "expire-after-access", "unbounded"):
+        assert name in str(raised.value)
+
+
+def test_triggers_validate_like_options() -> None:
+    with pytest.raises(ConfigurationError, match=r"periodic-reload.interval"):
+        PeriodicCacheReloadTrigger(0)
+    with pytest.raises(ConfigurationError, match="schedule-mode"):
+        PeriodicCacheReloadTrigger(1, "SOMETIMES")
+    with pytest.raises(ConfigurationError, match="interval-in-days"):
+        TimedCacheReloadTrigger("10:15", 0)
+    with pytest.raises(ConfigurationError, match="iso-time"):
+        TimedCacheReloadTrigger("quarter past ten")
