@@ -242,17 +242,25 @@ class OperatorRun:
                         except StopAsyncIteration:
                             break
                         admit(element)
+                    else:
+                        return  # failed: stop reading
                 finally:
                     aclose = getattr(iterator, "aclose", None)
                     if aclose is not None:
                         await aclose()
             else:
-                for element in source:
-                    while self._occupied >= capacity and self.failure is None:
+                iterator = iter(source)
+                while self.failure is None:
+                    if self._occupied >= capacity:  # wait BEFORE reading: no read when full
                         await self._slot_free()
-                    if self.failure is not None:
-                        return
+                        continue
+                    try:
+                        element = next(iterator)
+                    except StopIteration:
+                        break
                     admit(element)
+                else:
+                    return  # failed: stop reading
         except asyncio.CancelledError:
             raise
         except Exception as error:
