@@ -1,3 +1,11 @@
-"""The PySpark adapter: ``LookupTable``, ``lookup_join``, ``async_map``."""
+"""The PySpark adapter: ``LookupTable``, ``lookup_join``, ``async_map``.
 
-__all__: list[str] = []
+Spark's Python workers must run an interpreter that has this package and pyarrow: set
+``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) to ``sys.executable`` of your environment.
+"""
+
+from asyncio_lookup.spark.async_map import async_map, async_map_metrics
+from asyncio_lookup.spark.join import lookup_join
+from asyncio_lookup.spark.table import LookupTable
+
+__all__ = ["LookupTable", "async_map", "async_map_metrics", "lookup_join"]

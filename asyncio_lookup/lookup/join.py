@@ -1,0 +1,342 @@
+"""The lookup join runner (SEMANTICS §2.1), engine-agnostic.
+
+An engine hands the runner *probe batches*: per input row the lookup key (or ``None`` when the
+row must not be looked up: a NULL in the key, or a failed LEFT pre-condition), plus an opaque
+``payload`` (for Spark, the Arrow record batch). The runner answers with *joined batches*: the
+input row indices to gather (an input row repeats once per surviving dim row) and, aligned with
+them, the dim rows (``None`` = NULL-padded, for a LEFT join miss). The engine builds its output
+column-wise from those, e.g. with Arrow ``take``.
+
+Sync mode looks up one key at a time (retry sleeps block, as in Flink). Async mode runs every
+lookup through the async wait operator with the hint's capacity, output mode and timeout; the
+lookup-miss retry sits inside the chain (below the cache), so it holds the row's one slot and
+counts against its timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, Protocol, TypeVar
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.functions import Key, Row
+from asyncio_lookup.lookup.hints import CONF_TIMEOUT, ResolvedLookup, duration_text
+from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
+
+P = TypeVar("P")
+
+
+class JoinType(Enum):
+    """INNER drops a row with no surviving dim row; LEFT emits it once, NULL-padded."""
+
+    INNER = "inner"
+    LEFT = "left"
+
+    @classmethod
+    def of(cls, value: str | JoinType) -> JoinType:
+        if isinstance(value, JoinType):
+            return value
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            aliases = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left"}
+            if lowered in aliases:
+                return cls(aliases[lowered])
+        raise ConfigurationError("how", value, "'inner' or 'left'")
+
+
+@dataclass(frozen=True)
+class KeyBinding:
+    """One dim key column bound to a left column or to a literal value."""
+
+    dim_column: str
+    left_column: str | None = None
+    literal: Any = None
+
+    @property
+    def is_literal(self) -> bool:
+        return self.left_column is None
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """What to join: the key (in dim-schema order) and the optional conditions.
+
+    ``dim_filter(dim_row)`` and ``condition(left_row, dim_row)`` run on the rows a lookup
+    returned and never trigger a lookup-miss retry. ``left_condition(left_row)`` runs before the
+    lookup: a row failing it is not looked up (LEFT: emitted NULL-padded; INNER: dropped).
+    """
+
+    how: JoinType
+    keys: tuple[KeyBinding, ...]
+    dim_filter: Callable[[Row], bool] | None = None
+    condition: Callable[[Row, Row], bool] | None = None
+    left_condition: Callable[[Row], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ConfigurationError("on", (), "one or more (left column, dim column) pairs")
+        seen: set[str] = set()
+        for binding in self.keys:
+            if binding.dim_column in seen:
+                raise ConfigurationError(
+                    "on",
+                    binding.dim_column,
+                    "each dim key column bound once",
+                    reason="dim column bound twice",
+                )
+            seen.add(binding.dim_column)
+        for name in ("dim_filter", "condition", "left_condition"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigurationError(name, value, "a callable or None")
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The dim key columns, in key (dim-schema) order."""
+        return tuple(b.dim_column for b in self.keys)
+
+    @property
+    def left_key_columns(self) -> tuple[str, ...]:
+        """The left columns bound to the key (literals excluded), in key order."""
+        return tuple(b.left_column for b in self.keys if b.left_column is not None)
+
+    @property
+    def needs_left_rows(self) -> bool:
+        """True when a condition reads left rows (the engine must pass ``left_rows``)."""
+        return self.condition is not None or self.left_condition is not None
+
+    def build_keys(
+        self,
+        columns: Mapping[str, Sequence[Any]],
+        num_rows: int,
+        left_rows: Sequence[Row] | None = None,
+    ) -> list[Key | None]:
+        """Keys for ``num_rows`` rows from the left key columns (column-wise values).
+
+        A key holding a NULL, or a row failing ``left_condition``, becomes ``None``.
+        """
+        parts: list[Sequence[Any]] = [
+            [b.literal] * num_rows if b.left_column is None else columns[b.left_column]
+            for b in self.keys
+        ]
+        keys: list[Key | None] = [
+            None if any(v is None for v in key) else key for key in zip(*parts, strict=True)
+        ]
+        if self.left_condition is not None:
+            if left_rows is None:
+                raise ValueError("left_rows are required with a left_condition")
+            check = self.left_condition
+            keys = [
+                key if key is not None and check(row) else None
+                for key, row in zip(keys, left_rows, strict=True)
+            ]
+        return keys
+
+    def finish(self, rows: Collection[Row], left_row: Row | None) -> list[Row | None]:
+        """The output dim rows for one input row given what the lookup returned."""
+        survivors: list[Row | None] = []
+        for row in rows:
+            if self.dim_filter is not None and not self.dim_filter(row):
+                continue
+            if self.condition is not None and not self.condition(left_row or {}, row):
+                continue
+            survivors.append(row)
+        if survivors:
+            return survivors
+        return [None] if self.how is JoinType.LEFT else []
+
+
+@dataclass
+class ProbeBatch(Generic[P]):
+    """One input batch: its keys (``None`` = no lookup) and, when needed, its rows as dicts."""
+
+    payload: P
+    keys: Sequence[Key | None]
+    left_rows: Sequence[Row] | None = None
+
+
+@dataclass
+class JoinedBatch(Generic[P]):
+    """Output for (part of) one input batch: rows ``indices`` of ``payload`` joined with
+    ``dim_rows`` (aligned; ``None`` = NULL dim columns)."""
+
+    payload: P
+    indices: list[int] = field(default_factory=list)
+    dim_rows: list[Row | None] = field(default_factory=list)
+
+
+class LookupChainLike(Protocol):
+    """What the runner needs from a lookup chain (cache -> retry -> connector)."""
+
+    @property
+    def is_async(self) -> bool: ...
+
+    def lookup(self, key: Key) -> Collection[Row]: ...
+
+    async def async_lookup(self, key: Key) -> Collection[Row]: ...
+
+
+@dataclass(frozen=True)
+class _Probe:
+    batch: int
+    row: int
+    key: Key | None
+    left_row: Row | None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    rows: list[Row | None]
+
+
+class _LookupCall(AsyncFunction[_Probe, _Outcome]):
+    """One row's lookup through the chain; always returns exactly one outcome record."""
+
+    def __init__(self, chain: LookupChainLike, spec: JoinSpec, table: str, timeout: float | None):
+        self.chain = chain
+        self.spec = spec
+        self.table = table
+        self.timeout_seconds = timeout
+
+    async def async_invoke(self, element: _Probe) -> Collection[_Outcome]:
+        if element.key is None:
+            return [_Outcome(self.spec.finish((), element.left_row))]
+        rows = await self.chain.async_lookup(element.key)
+        return [_Outcome(self.spec.finish(rows, element.left_row))]
+
+    async def timeout(self, element: _Probe) -> Collection[_Outcome]:
+        limit = duration_text(self.timeout_seconds or 0.0)
+        raise TimeoutError(
+            f"Async function call has timed out: lookup of key {element.key!r} in table "
+            f"{self.table!r} did not finish within {limit} (LOOKUP hint 'timeout', or the job "
+            f"default {CONF_TIMEOUT}; retries count against it)"
+        )
+
+
+class LookupJoinRunner(Generic[P]):
+    """Runs a lookup join over probe batches, sync or async (chosen by the chain's mode)."""
+
+    def __init__(
+        self,
+        chain: LookupChainLike,
+        spec: JoinSpec,
+        settings: ResolvedLookup,
+        *,
+        flush_rows: int = 8192,
+    ) -> None:
+        if flush_rows < 1:
+            raise ConfigurationError("flush_rows", flush_rows, "an integer >= 1")
+        self.chain = chain
+        self.spec = spec
+        self.settings = settings
+        self.flush_rows = flush_rows
+        self.operator: AsyncWaitOperator[_Probe, _Outcome] | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return self.chain.is_async
+
+    def operator_metrics(self) -> dict[str, float]:
+        """The async operator's metrics of the last run (empty for a sync run)."""
+        if self.operator is None:
+            return {}
+        return dict(self.operator.metrics.snapshot())
+
+    def run_sync(self, batches: Iterable[ProbeBatch[P]]) -> Iterator[JoinedBatch[P]]:
+        """Join batch by batch, one blocking lookup at a time, in input order."""
+        spec = self.spec
+        lookup = self.chain.lookup
+        for batch in batches:
+            out: JoinedBatch[P] = JoinedBatch(batch.payload)
+            left_rows = batch.left_rows
+            for index, key in enumerate(batch.keys):
+                left_row = left_rows[index] if left_rows is not None else None
+                rows = lookup(key) if key is not None else ()
+                for dim_row in spec.finish(rows, left_row):
+                    out.indices.append(index)
+                    out.dim_rows.append(dim_row)
+                if len(out.indices) >= self.flush_rows:
+                    yield out
+                    out = JoinedBatch(batch.payload)
+            if out.indices:
+                yield out
+
+    async def run_async(
+        self, batches: AsyncIterable[ProbeBatch[P]] | Iterable[ProbeBatch[P]]
+    ) -> AsyncIterator[JoinedBatch[P]]:
+        """Join through the async wait operator; output order follows the output mode."""
+        settings = self.settings
+        operator: AsyncWaitOperator[_Probe, _Outcome] = AsyncWaitOperator(
+            _LookupCall(self.chain, self.spec, settings.table, settings.timeout),
+            timeout=settings.timeout,
+            capacity=settings.capacity,
+            output_mode=(
+                OutputMode.UNORDERED if settings.output_mode == "unordered" else OutputMode.ORDERED
+            ),
+        )
+        self.operator = operator
+        pending: dict[int, list[Any]] = {}  # batch number -> [payload, rows left, output]
+
+        async def probes() -> AsyncGenerator[_Probe, None]:
+            number = 0
+            async for batch in _aiter(batches):
+                if not batch.keys:
+                    continue
+                pending[number] = [batch.payload, len(batch.keys), JoinedBatch(batch.payload)]
+                left_rows = batch.left_rows
+                for index, key in enumerate(batch.keys):
+                    left_row = left_rows[index] if left_rows is not None else None
+                    yield _Probe(number, index, key, left_row)
+                number += 1
+
+        source = probes()
+        stream = operator.process(source)
+        try:
+            async for item in stream:
+                if not isinstance(item, tuple):
+                    continue  # a watermark: none are sent, nothing to emit
+                probe, outcomes = item
+                entry = pending[probe.batch]
+                out: JoinedBatch[P] = entry[2]
+                for outcome in outcomes:
+                    for dim_row in outcome.rows:
+                        out.indices.append(probe.row)
+                        out.dim_rows.append(dim_row)
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del pending[probe.batch]
+                    if out.indices:
+                        yield out
+                elif len(out.indices) >= self.flush_rows:
+                    entry[2] = JoinedBatch(entry[0])
+                    yield out
+        finally:
+            await _aclose(stream)
+            await source.aclose()
+
+
+async def _aiter(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def _aclose(stream: Any) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,162 @@
+"""``async_map``: any async function over the rows of a DataFrame (FLIP-232 on Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.runtime import (
+    AsyncRetryStrategy,
+    AsyncWaitOperator,
+    OutputMode,
+    RetryStrategies,
+)
+from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.metrics import metrics_accumulator, report
+from asyncio_lookup.spark.schema import arrow_type, parse_schema
+
+
+@dataclass(frozen=True)
+class AsyncMapTask:
+    """The ``mapInArrow`` function of :func:`async_map`."""
+
+    fn: Any
+    schema: pa.Schema
+    timeout: float | timedelta | None
+    capacity: int
+    output_mode: OutputMode
+    retry_strategy: AsyncRetryStrategy
+    metrics_id: str | None
+    accumulator: Any
+    flush_rows: int = 8192
+
+    def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
+        return AsyncWaitOperator(
+            self.fn,
+            timeout=self.timeout,
+            capacity=self.capacity,
+            output_mode=self.output_mode,
+            retry_strategy=self.retry_strategy,
+        )
+
+    def build(self, rows: list[Mapping[str, Any]]) -> pa.RecordBatch:
+        for row in rows:
+            if not isinstance(row, Mapping):
+                raise ResultTypeError(
+                    f"async_map: the function returned {type(row).__name__} {row!r} in its "
+                    "collection; each output must be a dict of column -> value"
+                )
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            raise ResultTypeError(
+                f"async_map: output rows do not match the schema {self.schema} ({e})"
+            ) from e
+
+    async def run(
+        self,
+        operator: AsyncWaitOperator[dict[str, Any], Mapping[str, Any]],
+        batches: Iterator[pa.RecordBatch],
+    ) -> AsyncIterator[pa.RecordBatch]:
+        owner: dict[int, int] = {}
+        remaining: dict[int, int] = {}
+
+        async def elements() -> AsyncIterator[dict[str, Any]]:
+            number = 0
+            async for rows in bridge.read_ahead(batches, pa.RecordBatch.to_pylist):
+                if not rows:
+                    continue
+                remaining[number] = len(rows)
+                for row in rows:
+                    owner[id(row)] = number
+                    yield row
+                number += 1
+
+        source = elements()
+        stream = operator.process(source)
+        buffer: list[Mapping[str, Any]] = []
+        try:
+            async for item in stream:
+                if not isinstance(item, tuple):
+                    continue
+                element, outputs = item
+                buffer.extend(outputs)
+                number = owner.pop(id(element))
+                remaining[number] -= 1
+                done = remaining[number] == 0
+                if done:
+                    del remaining[number]
+                if buffer and (done or len(buffer) >= self.flush_rows):
+                    batch, buffer = self.build(buffer), []
+                    yield batch
+            if buffer:
+                yield self.build(buffer)
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+            await source.aclose()
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        operator = self.operator()
+        yield from bridge.drive(self.run(operator, batches))
+        if self.metrics_id is not None:
+            report(self.accumulator, self.metrics_id, operator.metrics.snapshot())
+
+
+def async_map(
+    df: DataFrame,
+    fn: Any,
+    schema: str | StructType,
+    timeout: float | timedelta | None,
+    capacity: int = 100,
+    output_mode: OutputMode = OutputMode.ORDERED,
+    retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
+    *,
+    metrics_id: str | None = None,
+) -> DataFrame:
+    """Apply an async function to every row of ``df`` with bounded concurrency.
+
+    ``fn`` is an :class:`AsyncFunction` or ``async def fn(row: dict) -> Collection[dict]``;
+    each returned dict is an output row of ``schema`` (flat-map: zero, one or many per input).
+    ``timeout`` (seconds per row, across retries), ``capacity``, ``output_mode`` and
+    ``retry_strategy`` are the async wait operator's (FLIP-232). With ``metrics_id`` the
+    operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
+    The function and its arguments are validated here, before any Spark job runs.
+    """
+    if not isinstance(df, DataFrame):
+        raise ConfigurationError("df", type(df).__name__, "a pyspark.sql.DataFrame")
+    parsed = parse_schema(schema)
+    large = (
+        str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
+        .strip()
+        .lower()
+        == "true"
+    )
+    arrow_schema = pa.schema(
+        [pa.field(f.name, arrow_type(f.dataType, "schema", large), True) for f in parsed.fields]
+    )
+    task = AsyncMapTask(
+        fn=fn,
+        schema=arrow_schema,
+        timeout=timeout,
+        capacity=capacity,
+        output_mode=output_mode,
+        retry_strategy=retry_strategy,
+        metrics_id=metrics_id,
+        accumulator=metrics_accumulator(df.sparkSession.sparkContext),
+    )
+    task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
+    return df.mapInArrow(task, parsed)
+
+
+def async_map_metrics(metrics_id: str) -> dict[str, float]:
+    """Operator metrics summed over the finished tasks of ``async_map(..., metrics_id=...)``."""
+    from asyncio_lookup.spark.metrics import table_metrics
+
+    return table_metrics(metrics_id)

@@ -1,0 +1,91 @@
+"""Drive async work on the worker process's loop from Spark's synchronous iterator protocol.
+
+A ``mapInArrow`` function is a plain generator run by the Python worker's main thread. Each
+partition runs its async pipeline on :func:`process_loop` (persistent per worker process, so
+pools and caches opened on it serve every task the process runs): the generator steps the
+pipeline with ``run_until_complete`` and yields each output batch to Spark. Input batches are
+pulled from Spark's iterator in a reader thread, one batch ahead, so in-flight lookups keep
+running while the JVM delivers the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asyncio_lookup.runtime.loop import process_loop
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+_END = object()
+_reader_lock = threading.Lock()
+_reader: ThreadPoolExecutor | None = None
+
+
+def _reader_thread() -> ThreadPoolExecutor:
+    # One thread per process: Spark's input iterator is a generator, never advanced concurrently.
+    global _reader
+    with _reader_lock:
+        if _reader is None:
+            _reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asyncio-lookup-reader")
+        return _reader
+
+
+def run(awaitable: Awaitable[T]) -> T:
+    """Run ``awaitable`` to completion on this process's loop."""
+    loop = process_loop()
+    return loop.run_until_complete(asyncio.ensure_future(awaitable, loop=loop))
+
+
+async def read_ahead(items: Iterator[T], convert: Callable[[T], U]) -> AsyncIterator[U]:
+    """``convert(item)`` for each item of a blocking iterator, read in a thread one item ahead."""
+    loop = asyncio.get_running_loop()
+    executor = _reader_thread()
+
+    def pull() -> Any:
+        try:
+            item = next(items)
+        except StopIteration:
+            return _END
+        return convert(item)
+
+    future = loop.run_in_executor(executor, pull)
+    try:
+        while True:
+            result = await future
+            if result is _END:
+                return
+            future = loop.run_in_executor(executor, pull)
+            yield result
+    finally:
+        if not future.done():
+            # Only on failure: the thread finishes its read and the batch is dropped with the task.
+            future.cancel()
+
+
+def drive(stream: AsyncIterator[T]) -> Iterator[T]:
+    """Iterate an async iterator synchronously on the process loop.
+
+    However the caller stops (end, error, ``close()``), the stream is closed on the loop, so
+    every task it started is cancelled and awaited before the next partition uses the loop.
+    """
+    loop = process_loop()
+    try:
+        while True:
+            try:
+                item = loop.run_until_complete(_next(stream))
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            loop.run_until_complete(close())
+
+
+async def _next(stream: AsyncIterator[T]) -> T:
+    return await stream.__anext__()

@@ -1,0 +1,314 @@
+"""``lookup_join``: enrich a DataFrame by looking each row up in a :class:`LookupTable`."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructField, StructType
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.functions import Row
+from asyncio_lookup.lookup.hints import (
+    CONF_BUFFER_CAPACITY,
+    CONF_OUTPUT_MODE,
+    CONF_TIMEOUT,
+    AsyncDefaults,
+    HintsInput,
+    ResolvedLookup,
+    resolve_lookup,
+)
+from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.spark.metrics import metrics_accumulator
+from asyncio_lookup.spark.schema import arrow_type, check_literal, key_types_compatible
+from asyncio_lookup.spark.table import LookupTable
+from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
+
+OnInput = str | tuple[str, str] | Sequence[str | tuple[str, str]] | Mapping[str, str]
+_ON_ALLOWED = (
+    "a column name present on both sides, a (left column, dim column) pair, a list of these, "
+    "or a mapping {left column: dim column}"
+)
+
+
+def async_defaults(df: DataFrame) -> AsyncDefaults:
+    """Job-level async lookup defaults from the Spark conf (``table.exec.async-lookup.*``)."""
+    conf = df.sparkSession.conf
+    return AsyncDefaults.from_conf(
+        {key: conf.get(key, None) for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT)}
+    )
+
+
+def _pairs(on: OnInput) -> list[tuple[str, str]]:
+    if isinstance(on, str):
+        return [(on, on)]
+    if isinstance(on, Mapping):
+        items: Iterable[Any] = list(on.items())
+    elif isinstance(on, tuple) and len(on) == 2 and all(isinstance(x, str) for x in on):
+        items = [on]
+    elif isinstance(on, Sequence):
+        items = on
+    else:
+        raise ConfigurationError("on", on, _ON_ALLOWED)
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        if isinstance(item, str):
+            pairs.append((item, item))
+        elif (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and all(isinstance(x, str) for x in item)
+        ):
+            pairs.append((item[0], item[1]))
+        else:
+            raise ConfigurationError("on", item, _ON_ALLOWED)
+    return pairs
+
+
+def _field(schema: StructType, name: str, option: str, side: str) -> StructField:
+    for field in schema.fields:
+        if field.name == name:
+            return field
+    close = [f.name for f in schema.fields if f.name.lower() == name.lower()]
+    reason = f"no column {name!r} in the {side}"
+    if close:
+        reason += f" (did you mean {close[0]!r}? names are matched exactly)"
+    raise ConfigurationError(option, name, f"one of {schema.names}", reason=reason)
+
+
+def _key_bindings(
+    table: LookupTable,
+    left: StructType,
+    on: OnInput,
+    literals: Mapping[str, Any] | None,
+) -> tuple[KeyBinding, ...]:
+    dim = table.schema
+    bound: dict[str, KeyBinding] = {}
+    for left_name, dim_name in _pairs(on):
+        left_field = _field(left, left_name, "on", "left DataFrame")
+        dim_field = _field(dim, dim_name, "on", f"dim table {table.name!r}")
+        if dim_name in bound:
+            raise ConfigurationError(
+                "on", dim_name, "each dim key column bound once", reason="bound twice"
+            )
+        if not key_types_compatible(left_field.dataType, dim_field.dataType):
+            raise ConfigurationError(
+                "on",
+                (left_name, dim_name),
+                "key columns of compatible types (integral, fractional, decimal, string, "
+                "binary, or the same type)",
+                reason=f"left column {left_name!r} is {left_field.dataType.simpleString()} but "
+                f"dim column {dim_name!r} is {dim_field.dataType.simpleString()}; cast one side",
+            )
+        bound[dim_name] = KeyBinding(dim_name, left_column=left_name)
+    if literals is not None and not isinstance(literals, Mapping):
+        raise ConfigurationError("literals", literals, "a mapping {dim column: value}")
+    for dim_name, value in (literals or {}).items():
+        dim_field = _field(dim, dim_name, "literals", f"dim table {table.name!r}")
+        if dim_name in bound:
+            raise ConfigurationError(
+                "literals", dim_name, "a dim column not already bound by 'on'", reason="bound twice"
+            )
+        check_literal(value, dim_field.dataType, f"literals[{dim_name!r}]")
+        bound[dim_name] = KeyBinding(dim_name, literal=value)
+    if not bound:
+        raise ConfigurationError("on", on, _ON_ALLOWED, reason="no key column given")
+    # The key is in dim-schema order, whatever order the user listed the columns in.
+    keys = tuple(bound[name] for name in dim.names if name in bound)
+    declared = getattr(table.connector, "key_columns", None)
+    if isinstance(declared, (list, tuple)) and all(isinstance(c, str) for c in declared):
+        key_names = tuple(b.dim_column for b in keys)
+        if tuple(declared) != key_names:
+            raise ConfigurationError(
+                "on",
+                list(key_names),
+                f"the connector's key columns {list(declared)} (in dim-schema order)",
+                reason=f"the join's key does not match how {table.name!r} is looked up",
+            )
+    return keys
+
+
+def _dim_columns(
+    table: LookupTable,
+    left: StructType,
+    columns: Sequence[str] | None,
+    rename: Mapping[str, str] | None,
+    prefix: str,
+    large_types: bool,
+) -> tuple[DimColumn, ...]:
+    dim = table.schema
+    if columns is None:
+        selected = list(dim.names)
+    elif isinstance(columns, str) or not isinstance(columns, Sequence):
+        raise ConfigurationError("columns", columns, "a list of dim column names")
+    else:
+        selected = [_field(dim, c, "columns", f"dim table {table.name!r}").name for c in columns]
+    if rename is not None and not isinstance(rename, Mapping):
+        raise ConfigurationError("rename", rename, "a mapping {dim column: output name}")
+    rename = dict(rename or {})
+    for name in rename:
+        _field(dim, name, "rename", f"dim table {table.name!r}")
+    if not isinstance(prefix, str):
+        raise ConfigurationError("prefix", prefix, "a string")
+    taken = {name.lower(): name for name in left.names}
+    out: list[DimColumn] = []
+    for name in selected:
+        output = rename.get(name, prefix + name)
+        if output.lower() in taken:
+            raise ConfigurationError(
+                "rename",
+                output,
+                "output names distinct from every left column and each other (names compare "
+                "case-insensitively)",
+                reason=f"dim column {name!r} of {table.name!r} would be output as {output!r}, "
+                f"which collides with column {taken[output.lower()]!r}; pass rename="
+                f"{{{name!r}: 'new_name'}}, prefix='...', or columns=[...] without it",
+            )
+        taken[output.lower()] = output
+        field = _field(dim, name, "schema", f"dim table {table.name!r}")
+        out.append(DimColumn(name, output, arrow_type(field.dataType, "schema", large_types)))
+    return tuple(out)
+
+
+def _check_callable(name: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ConfigurationError(name, value, "a callable or None")
+
+
+def plan_lookup_join(
+    df: DataFrame,
+    table: LookupTable,
+    on: OnInput,
+    how: str = "inner",
+    hints: HintsInput = None,
+    *,
+    literals: Mapping[str, Any] | None = None,
+    columns: Sequence[str] | None = None,
+    rename: Mapping[str, str] | None = None,
+    prefix: str = "",
+    dim_filter: Callable[[Row], bool] | None = None,
+    condition: Callable[[Row, Row], bool] | None = None,
+    left_condition: Callable[[Row], bool] | None = None,
+    alias: str | None = None,
+) -> tuple[LookupJoinTask, StructType]:
+    """Validate everything on the driver; return the executor task and the output schema."""
+    if not isinstance(df, DataFrame):
+        raise ConfigurationError("df", type(df).__name__, "a pyspark.sql.DataFrame")
+    if not isinstance(table, LookupTable):
+        raise ConfigurationError("table", table, "a LookupTable")
+    join_type = JoinType.of(how)
+    for name, value in (
+        ("dim_filter", dim_filter),
+        ("condition", condition),
+        ("left_condition", left_condition),
+    ):
+        _check_callable(name, value)
+    if alias is not None and (not isinstance(alias, str) or not alias.strip()):
+        raise ConfigurationError("alias", alias, "a non-empty string or None")
+    settings: ResolvedLookup = resolve_lookup(
+        hints, table.name, aliases=(alias,) if alias else (), defaults=async_defaults(df)
+    )
+    left = df.schema
+    keys = _key_bindings(table, left, on, literals)
+    spec = JoinSpec(
+        how=join_type,
+        keys=keys,
+        dim_filter=dim_filter,
+        condition=condition,
+        left_condition=left_condition,
+    )
+    large = (
+        str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
+        .strip()
+        .lower()
+        == "true"
+    )
+    dim_columns = _dim_columns(table, left, columns, rename, prefix, large)
+    # The source must offer a usable mode for these options and hints (opens nothing).
+    LookupChain.create(
+        table.connector,
+        table.options,
+        prefer_async=settings.prefer_async,
+        miss_retry=settings.miss_retry(),
+        name=table.name,
+        key_columns=spec.key_columns,
+    )
+    dim_fields = {f.name: f for f in table.schema.fields}
+    output = StructType(
+        list(left.fields)
+        + [StructField(c.output, dim_fields[c.name].dataType, True) for c in dim_columns]
+    )
+    task = LookupJoinTask(
+        table_id=table.table_id,
+        table_name=table.name,
+        connector=table.connector,
+        options=table.options,
+        settings=settings,
+        spec=spec,
+        dim_columns=dim_columns,
+        accumulator=metrics_accumulator(df.sparkSession.sparkContext),
+    )
+    return task, output
+
+
+def lookup_join(
+    df: DataFrame,
+    table: LookupTable,
+    on: OnInput,
+    how: str = "inner",
+    hints: HintsInput = None,
+    *,
+    literals: Mapping[str, Any] | None = None,
+    columns: Sequence[str] | None = None,
+    rename: Mapping[str, str] | None = None,
+    prefix: str = "",
+    dim_filter: Callable[[Row], bool] | None = None,
+    condition: Callable[[Row, Row], bool] | None = None,
+    left_condition: Callable[[Row], bool] | None = None,
+    alias: str | None = None,
+) -> DataFrame:
+    """Join each row of ``df`` with the rows ``table`` returns for its key (SEMANTICS §2.1).
+
+    ``on``: ``'id'``, ``('customer_id', 'id')``, a list of these, or ``{'customer_id': 'id'}``.
+    ``literals`` binds dim key columns to constants (``{'region': 'EU'}``). ``how`` is
+    ``'inner'`` or ``'left'``. ``hints``: ``LOOKUP(...)`` / ``SHUFFLE_HASH(...)`` text, a dict of
+    LOOKUP options, hint objects, or a list. The output is ``df``'s columns followed by the dim
+    columns (``columns`` selects them; ``rename`` / ``prefix`` rename them; a name colliding
+    with a left column is an error). ``dim_filter(dim_row)`` and ``condition(left_row,
+    dim_row)`` filter the looked-up rows; ``left_condition(left_row)`` decides whether a row is
+    looked up at all. Every error is raised here, before any Spark job runs.
+    """
+    task, output = plan_lookup_join(
+        df,
+        table,
+        on,
+        how,
+        hints,
+        literals=literals,
+        columns=columns,
+        rename=rename,
+        prefix=prefix,
+        dim_filter=dim_filter,
+        condition=condition,
+        left_condition=left_condition,
+        alias=alias,
+    )
+    if task.settings.shuffle:
+        df = hash_partition(df, task)
+    return df.mapInArrow(task, output)
+
+
+def hash_partition(df: DataFrame, task: LookupJoinTask) -> DataFrame:
+    """SHUFFLE_HASH / 'shuffle'='true' (SEMANTICS §2.7): hash-partition the probe side by the
+    left columns bound to the key, so each key's lookups land on one task and its cache."""
+    left_columns = task.spec.left_key_columns
+    if not left_columns:
+        warnings.warn(
+            f"SHUFFLE_HASH for {task.table_name!r} ignored: the lookup key binds no left column",
+            stacklevel=3,
+        )
+        return df
+    return df.repartition(*left_columns)

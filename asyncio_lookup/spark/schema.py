@@ -1,0 +1,109 @@
+"""Dim schemas on the driver: DDL parsing, Arrow types, join-key type compatibility."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    CharType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    VarcharType,
+)
+
+from asyncio_lookup.errors import ConfigurationError
+
+SCHEMA_ALLOWED = "a StructType or a DDL string such as 'id INT, name STRING'"
+
+_FAMILIES: tuple[tuple[str, tuple[type[DataType], ...]], ...] = (
+    ("integral", (ByteType, ShortType, IntegerType, LongType)),
+    ("fractional", (FloatType, DoubleType)),
+    ("decimal", (DecimalType,)),
+    ("string", (StringType, VarcharType, CharType)),
+    ("binary", (BinaryType,)),
+)
+
+
+def parse_schema(schema: Any, option: str = "schema") -> StructType:
+    """A :class:`StructType` from a StructType or a DDL string (needs an active SparkContext)."""
+    if isinstance(schema, StructType):
+        parsed = schema
+    elif isinstance(schema, str) and schema.strip():
+        try:
+            parsed_type = DataType.fromDDL(schema)
+        except Exception as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise ConfigurationError(option, schema, SCHEMA_ALLOWED, reason=reason) from None
+        if not isinstance(parsed_type, StructType):
+            raise ConfigurationError(option, schema, SCHEMA_ALLOWED, reason="not a list of columns")
+        parsed = parsed_type
+    else:
+        raise ConfigurationError(option, schema, SCHEMA_ALLOWED)
+    if not parsed.fields:
+        raise ConfigurationError(option, schema, SCHEMA_ALLOWED, reason="no columns")
+    seen: set[str] = set()
+    for name in parsed.names:
+        if name.lower() in seen:
+            raise ConfigurationError(
+                option, schema, SCHEMA_ALLOWED, reason=f"column {name!r} appears twice"
+            )
+        seen.add(name.lower())
+    return parsed
+
+
+def arrow_type(data_type: DataType, option: str, large: bool = False) -> pa.DataType:
+    """The Arrow type Spark uses for ``data_type`` in Arrow batches."""
+    try:
+        return to_arrow_type(data_type, timezone="UTC", prefers_large_types=large)
+    except Exception as error:
+        raise ConfigurationError(
+            option,
+            data_type.simpleString(),
+            "a type Spark can exchange as Arrow",
+            reason=str(error).splitlines()[0],
+        ) from None
+
+
+def _family(data_type: DataType) -> str:
+    for name, types in _FAMILIES:
+        if isinstance(data_type, types):
+            return name
+    return data_type.simpleString()
+
+
+def key_types_compatible(left: DataType, dim: DataType) -> bool:
+    """Whether equal values of the two types compare equal as Python key values."""
+    return _family(left) == _family(dim)
+
+
+def check_literal(value: Any, data_type: DataType, option: str) -> None:
+    """Raise unless ``value`` converts exactly to ``data_type``."""
+    if value is None:
+        raise ConfigurationError(
+            option,
+            value,
+            f"a non-NULL {data_type.simpleString()} value",
+            reason="a NULL key never matches",
+        )
+    if isinstance(value, bool) and _family(data_type) != "boolean":
+        raise ConfigurationError(option, value, f"a {data_type.simpleString()} value")
+    try:
+        pa.array([value], type=arrow_type(data_type, option))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        raise ConfigurationError(
+            option,
+            value,
+            f"a {data_type.simpleString()} value",
+            reason="does not convert to the dim key column's type",
+        ) from None

@@ -1,0 +1,113 @@
+"""What runs on an executor for one partition of a lookup join (shipped pickled, no live state)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.hints import ResolvedLookup
+from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
+from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
+from asyncio_lookup.lookup.options import LookupOptions
+from asyncio_lookup.lookup.registry import acquire_chain, release_chain
+from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.metrics import GAUGES, report
+
+
+@dataclass(frozen=True)
+class DimColumn:
+    """A dim column of the output: its name in the dim rows, its output name, its Arrow type."""
+
+    name: str
+    output: str
+    type: pa.DataType
+
+
+@dataclass(frozen=True)
+class LookupJoinTask:
+    """The ``mapInArrow`` function of a lookup join (see DESIGN "How a partition runs")."""
+
+    table_id: str
+    table_name: str
+    connector: Any
+    options: LookupOptions
+    settings: ResolvedLookup
+    spec: JoinSpec
+    dim_columns: tuple[DimColumn, ...]
+    accumulator: Any
+
+    def new_chain(self) -> LookupChain:
+        return LookupChain.create(
+            self.connector,
+            self.options,
+            prefer_async=self.settings.prefer_async,
+            miss_retry=self.settings.miss_retry(),
+            name=self.table_name,
+            key_columns=self.spec.key_columns,
+        )
+
+    def chain_id(self) -> str:
+        """Registry key: one chain (and cache) per table in a process. Joins of one table that
+        differ in key columns, mode or lookup-miss retry need chains of their own."""
+        settings = self.settings
+        return (
+            f"{self.table_id}:{','.join(self.spec.key_columns)}:"
+            f"{'async' if settings.prefer_async else 'sync'}:"
+            f"{settings.retry_delay}:{settings.retry_max_attempts}"
+        )
+
+    def probe(self, batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
+        """Keys of one input batch, read column-wise (only the key columns become Python)."""
+        spec = self.spec
+        columns = {name: batch.column(name).to_pylist() for name in spec.left_key_columns}
+        left_rows = batch.to_pylist() if spec.needs_left_rows else None
+        return ProbeBatch(batch, spec.build_keys(columns, batch.num_rows, left_rows), left_rows)
+
+    def output(self, joined: JoinedBatch[pa.RecordBatch]) -> pa.RecordBatch:
+        """Left columns gathered with ``take``, dim columns built from the rows' values."""
+        batch = joined.payload
+        gathered = batch.take(pa.array(joined.indices, type=pa.int64()))
+        arrays = list(gathered.columns)
+        names = list(batch.schema.names)
+        rows = joined.dim_rows
+        for column in self.dim_columns:
+            values = [None if row is None else row.get(column.name) for row in rows]
+            try:
+                arrays.append(pa.array(values, type=column.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+                example = next((v for v in values if v is not None), None)
+                raise ResultTypeError(
+                    f"lookup table {self.table_name!r}: column {column.name!r} returned "
+                    f"{type(example).__name__} value {example!r}, which does not convert to "
+                    f"the dim schema's type {column.type} ({e})"
+                ) from e
+            names.append(column.output)
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        chain_id = self.chain_id()
+        chain = bridge.run(acquire_chain(chain_id, self.new_chain))
+        try:
+            before = chain.metrics.snapshot()
+            runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(
+                chain, self.spec, self.settings
+            )
+            if runner.is_async:
+                joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, self.probe)))
+            else:
+                joined = runner.run_sync(map(self.probe, batches))
+            try:
+                for item in joined:
+                    yield self.output(item)
+            finally:
+                joined.close()
+            cache = metrics_delta(before, chain.metrics.snapshot(), CacheMetricGroup.GAUGES)
+            operator = runner.operator_metrics()
+            report(self.accumulator, self.table_id, merge_metrics(cache, operator, GAUGES))
+        finally:
+            release_chain(chain_id)

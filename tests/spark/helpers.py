@@ -1,0 +1,154 @@
+"""Test helpers shipped to Spark workers by value: a real HTTP dim service and odd connectors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from aiohttp import web
+
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+
+
+class DimService:
+    """A customer service on 127.0.0.1 (random port) that counts calls per key.
+
+    ``GET /customers/{id}`` returns the rows of ``id`` (404 when none). A *late* row is only
+    returned from the ``after_calls``-th call for its key on (it "arrives late"). ``?delay=s``
+    makes the answer take that long. Runs its own event loop in a background thread.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.late: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add(self, key: Any, rows: Iterable[dict[str, Any]]) -> None:
+        with self.lock:
+            self.rows[str(key)] = list(rows)
+
+    def add_late(self, key: Any, rows: Iterable[dict[str, Any]], after_calls: int) -> None:
+        with self.lock:
+            self.late[str(key)] = (after_calls, list(rows))
+
+    def calls(self, key: Any) -> int:
+        with self.lock:
+            return self.counts[str(key)]
+
+    async def _customer(self, request: web.Request) -> web.Response:
+        key = request.match_info["id"]
+        delay = float(request.query.get("delay", "0"))
+        with self.lock:
+            self.counts[key] += 1
+            count = self.counts[key]
+            rows = list(self.rows.get(key, ()))
+            late = self.late.get(key)
+        if late is not None and count >= late[0]:
+            rows = rows + late[1]
+        if delay:
+            await asyncio.sleep(delay)
+        if not rows:
+            return web.json_response(None, status=404)
+        return web.json_response(rows)
+
+    def start(self) -> None:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_get("/customers/{id}", self._customer)
+            runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self._runner = runner
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="dim-service", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the dim service did not start")
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class BoomError(RuntimeError):
+    """The error a failing lookup function raises."""
+
+
+class FailingConnector:
+    """Looks keys up in ``rows`` but raises :class:`BoomError` for ``bad_key``."""
+
+    def __init__(self, rows: dict[Any, list[Row]], bad_key: Any) -> None:
+        self.rows = rows
+        self.bad_key = bad_key
+
+    def lookup_function(self) -> LookupFunction:
+        return _FailingSync(self)
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _FailingAsync(self)
+
+    def scan(self) -> None:
+        return None
+
+    def get(self, key: Key) -> Collection[Row]:
+        if key[0] == self.bad_key:
+            raise BoomError(f"boom: the dim store rejected key {key[0]!r}")
+        return [dict(r) for r in self.rows.get(key[0], ())]
+
+
+class _FailingSync(LookupFunction):
+    def __init__(self, connector: FailingConnector) -> None:
+        self.connector = connector
+
+    def lookup(self, key: Key) -> Collection[Row]:
+        return self.connector.get(key)
+
+
+class _FailingAsync(AsyncLookupFunction):
+    def __init__(self, connector: FailingConnector) -> None:
+        self.connector = connector
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        await asyncio.sleep(0)
+        return self.connector.get(key)
+
+
+class SyncOnly:
+    """Wraps a connector, hiding its async capability."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.key_columns = getattr(inner, "key_columns", None)
+
+    def lookup_function(self) -> LookupFunction | None:
+        return self.inner.lookup_function()
+
+    def async_lookup_function(self) -> None:
+        return None
+
+    def scan(self) -> Any:
+        return self.inner.scan()
