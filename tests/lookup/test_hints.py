@@ -1,0 +1,347 @@
+"""LOOKUP / SHUFFLE_HASH hints: every option, default and validation rule of SEMANTICS §2.2."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from asyncio_lookup.errors import ConfigurationError, HintError
+from asyncio_lookup.lookup.hints import (
+    LOOKUP_OPTIONS,
+    AsyncDefaults,
+    LookupHint,
+    ShuffleHashHint,
+    parse_hints,
+    resolve_lookup,
+)
+from asyncio_lookup.lookup.retry import MissRetry
+
+RETRY = (
+    "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+    "'fixed-delay'='10s', 'max-attempts'='3'"
+)
+
+
+def test_parse_every_option() -> None:
+    hint = LookupHint.parse(
+        "LOOKUP('table'='Customers', 'async'='true', 'output-mode'='allow_unordered', "
+        f"'capacity'='7', 'timeout'='180s', {RETRY}, 'shuffle'='true')"
+    )
+    assert hint == LookupHint(
+        table="Customers",
+        async_=True,
+        output_mode="allow_unordered",
+        capacity=7,
+        timeout=180.0,
+        retry_predicate="lookup_miss",
+        retry_strategy="fixed_delay",
+        fixed_delay=10.0,
+        max_attempts=3,
+        shuffle=True,
+    )
+    assert hint.has_retry
+
+
+def test_only_table_is_required_and_the_rest_is_unset() -> None:
+    hint = LookupHint.parse("LOOKUP('table'='dim1')")
+    assert hint == LookupHint(table="dim1")
+    assert not hint.has_retry
+
+
+def test_hint_name_and_enum_values_are_case_insensitive() -> None:
+    hint = LookupHint.parse(
+        "lookup('table'='T', 'async'='FALSE', 'output-mode'='ALLOW_UNORDERED', "
+        "'retry-predicate'='LOOKUP_MISS', 'retry-strategy'='Fixed_Delay', "
+        "'fixed-delay'='1 s', 'max-attempts'='1', 'shuffle'='True')"
+    )
+    assert hint.async_ is False
+    assert hint.output_mode == "allow_unordered"
+    assert (hint.retry_predicate, hint.retry_strategy) == ("lookup_miss", "fixed_delay")
+    assert hint.shuffle is True
+
+
+def test_comment_with_several_hints_and_both_quote_styles() -> None:
+    hints = parse_hints(
+        """/*+ LOOKUP("table"="Cust''s", 'timeout'='100 ms'), SHUFFLE_HASH('A', B) */"""
+    )
+    assert hints == [
+        LookupHint(table="Cust''s", timeout=0.1),
+        ShuffleHashHint(("A", "B")),
+    ]
+    assert parse_hints("LOOKUP('table'='it''s')") == [LookupHint(table="it's")]
+
+
+def test_hints_as_dict_object_and_list() -> None:
+    as_dict = {"table": "T", "async": False, "capacity": 5, "timeout": "2s"}
+    expected = LookupHint(table="T", async_=False, capacity=5, timeout=2.0)
+    assert parse_hints(as_dict) == [expected]
+    assert parse_hints(expected) == [expected]
+    assert parse_hints([as_dict, "SHUFFLE_HASH('T')", ShuffleHashHint(("T",))]) == [
+        expected,
+        ShuffleHashHint(("T",)),
+        ShuffleHashHint(("T",)),
+    ]
+    assert parse_hints(None) == []
+    assert parse_hints("  ") == []
+
+
+def test_to_text_round_trips() -> None:
+    hint = LookupHint.parse(
+        f"LOOKUP('table'='T', 'async'='false', 'capacity'='3', 'timeout'='1500ms', {RETRY})"
+    )
+    assert LookupHint.parse(hint.to_text()) == hint
+
+
+@pytest.mark.parametrize(
+    ("text", "option", "value", "allowed"),
+    [
+        ("LOOKUP('table'='T', 'async'='yes')", "async", "yes", "'true' or 'false'"),
+        (
+            "LOOKUP('table'='T', 'output-mode'='allow-unordered')",
+            "output-mode",
+            "allow-unordered",
+            "'allow_unordered'",
+        ),
+        ("LOOKUP('table'='T', 'capacity'='0')", "capacity", "0", "> 0"),
+        ("LOOKUP('table'='T', 'capacity'='-3')", "capacity", "-3", "> 0"),
+        ("LOOKUP('table'='T', 'capacity'='ten')", "capacity", "ten", "whole number"),
+        ("LOOKUP('table'='T', 'timeout'='-1s')", "timeout", "-1s", "non-negative duration"),
+        ("LOOKUP('table'='T', 'timeout'='3 parsecs')", "timeout", "3 parsecs", "duration"),
+        ("LOOKUP('table'='T', 'shuffle'='1')", "shuffle", "1", "'true' or 'false'"),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_error', 'retry-strategy'='fixed_delay',"
+            " 'fixed-delay'='1s', 'max-attempts'='1')",
+            "retry-predicate",
+            "lookup_error",
+            "'lookup_miss'",
+        ),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='exponential',"
+            " 'fixed-delay'='1s', 'max-attempts'='1')",
+            "retry-strategy",
+            "exponential",
+            "'fixed_delay'",
+        ),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay',"
+            " 'fixed-delay'='1s', 'max-attempts'='1.5')",
+            "max-attempts",
+            "1.5",
+            "whole number",
+        ),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay',"
+            " 'fixed-delay'='1s', 'max-attempts'='0')",
+            "max-attempts",
+            "0",
+            "> 0",
+        ),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay',"
+            " 'fixed-delay'='0s', 'max-attempts'='2')",
+            "fixed-delay",
+            "0.0",
+            "> 0",
+        ),
+        (
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay',"
+            " 'fixed-delay'='-5s', 'max-attempts'='2')",
+            "fixed-delay",
+            "-5s",
+            "non-negative",
+        ),
+        ("LOOKUP('table'='')", "table", "''", "non-empty"),
+    ],
+)
+def test_bad_values_name_option_value_and_allowed(
+    text: str, option: str, value: str, allowed: str
+) -> None:
+    with pytest.raises(HintError) as error:
+        parse_hints(text)
+    assert error.value.option == option
+    message = str(error.value)
+    assert repr(option) in message
+    assert value in message
+    assert allowed in message
+
+
+def test_unknown_option_lists_the_valid_ones() -> None:
+    with pytest.raises(HintError, match="unknown LOOKUP hint option") as error:
+        parse_hints("LOOKUP('table'='T', 'time-out'='10s')")
+    assert error.value.option == "time-out"
+    for name in LOOKUP_OPTIONS:
+        assert repr(name) in str(error.value)
+
+
+def test_table_is_required() -> None:
+    with pytest.raises(HintError, match="needs 'table'"):
+        parse_hints("LOOKUP('async'='true')")
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"retry-predicate": "lookup_miss"},
+        {"retry-predicate": "lookup_miss", "retry-strategy": "fixed_delay", "fixed-delay": "1s"},
+        {"fixed-delay": "1s", "max-attempts": "3"},
+        {"max-attempts": "3"},
+        {"retry-strategy": "fixed_delay"},
+    ],
+)
+def test_retry_options_come_all_together_or_not_at_all(given: dict[str, str]) -> None:
+    with pytest.raises(HintError) as error:
+        LookupHint.from_options({"table": "T", **given})
+    message = str(error.value)
+    assert "all four of" in message
+    missing = {"retry-predicate", "retry-strategy", "fixed-delay", "max-attempts"} - set(given)
+    assert error.value.option in missing
+    for name in missing:
+        assert repr(name) in message
+
+
+def test_option_given_twice_is_an_error() -> None:
+    with pytest.raises(HintError, match="given twice"):
+        parse_hints("LOOKUP('table'='T', 'capacity'='1', 'CAPACITY'='2')")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("LOOKUP('table'='T'", "expected"),
+        ("/*+ LOOKUP('table'='T')", "unterminated"),
+        ("/* LOOKUP('table'='T') */", "starts with '/*+'"),
+        ("LOOKUP('table'='T') LOOKUP('table'='U')", "expected ','"),
+        ("LOOKUP('table')", "bare value"),
+        ("SHUFFLE_HASH('table'='T')", "unexpected option"),
+        ("LOOKUP('table'='T', 'async'=)", "expected a value"),
+        ("LOOKUP('table'='T'); DROP", "unexpected text"),
+    ],
+)
+def test_syntax_errors(text: str, reason: str) -> None:
+    with pytest.raises(HintError, match=re.escape(reason)) as error:
+        parse_hints(text)
+    assert "allowed: " in str(error.value)
+
+
+def test_unknown_hint_names_the_known_ones() -> None:
+    with pytest.raises(HintError, match="unknown hint") as error:
+        parse_hints("/*+ BROADCAST('T') */")
+    assert "LOOKUP or SHUFFLE_HASH" in str(error.value)
+
+
+def test_empty_shuffle_hash_is_an_error() -> None:
+    with pytest.raises(HintError, match="SHUFFLE_HASH"):
+        parse_hints("SHUFFLE_HASH()")
+
+
+def test_other_inputs_are_rejected() -> None:
+    with pytest.raises(HintError, match="hint string"):
+        parse_hints(42)  # type: ignore[arg-type]
+    with pytest.raises(HintError, match="hint string"):
+        parse_hints(["LOOKUP('table'='T')", 3])  # type: ignore[list-item]
+
+
+def test_direct_construction_validates() -> None:
+    with pytest.raises(HintError, match="capacity"):
+        LookupHint(table="T", capacity=0)
+    with pytest.raises(HintError, match="all four"):
+        LookupHint(table="T", max_attempts=2)
+
+
+# ------------------------------------------------------------------------------ resolution
+
+
+def test_no_hint_uses_job_defaults_and_prefers_async() -> None:
+    resolved = resolve_lookup(None, "Customers")
+    assert resolved.prefer_async is True
+    assert (resolved.output_mode, resolved.capacity, resolved.timeout) == ("ordered", 100, 180.0)
+    assert resolved.miss_retry() is None
+    assert resolved.shuffle is False
+
+
+def test_missing_async_options_fall_back_to_job_defaults() -> None:
+    defaults = AsyncDefaults.from_conf(
+        {
+            "table.exec.async-lookup.output-mode": "ALLOW_UNORDERED",
+            "table.exec.async-lookup.buffer-capacity": "17",
+            "table.exec.async-lookup.timeout": "42s",
+            "spark.other": "ignored",
+        }
+    )
+    assert defaults == AsyncDefaults(output_mode="unordered", capacity=17, timeout=42.0)
+    resolved = resolve_lookup(
+        "LOOKUP('table'='Customers', 'async'='true', 'timeout'='300s')",
+        "Customers",
+        defaults=defaults,
+    )
+    assert (resolved.output_mode, resolved.capacity, resolved.timeout) == ("unordered", 17, 300.0)
+    ordered = resolve_lookup(
+        "LOOKUP('table'='Customers', 'output-mode'='ordered')", "Customers", defaults=defaults
+    )
+    assert (ordered.output_mode, ordered.capacity, ordered.timeout) == ("ordered", 17, 42.0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("table.exec.async-lookup.output-mode", "sorted"),
+        ("table.exec.async-lookup.buffer-capacity", "0"),
+        ("table.exec.async-lookup.timeout", "soon"),
+    ],
+)
+def test_bad_job_defaults_name_the_conf_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        AsyncDefaults.from_conf({key: value})
+    assert error.value.option == key
+    assert value in str(error.value)
+
+
+def test_async_false_and_retry_resolve_to_a_miss_retry() -> None:
+    resolved = resolve_lookup(
+        "LOOKUP('table'='Customers', 'async'='false', 'retry-predicate'='lookup_miss', "
+        "'retry-strategy'='fixed_delay', 'fixed-delay'='250ms', 'max-attempts'='4')",
+        "customers",
+    )
+    assert resolved.prefer_async is False
+    assert resolved.miss_retry() == MissRetry(delay=0.25, max_attempts=4)
+
+
+def test_zero_timeout_disables_it_but_not_with_retry() -> None:
+    assert resolve_lookup("LOOKUP('table'='T', 'timeout'='0s')", "T").timeout is None
+    with pytest.raises(HintError, match="needs a timeout"):
+        resolve_lookup(f"LOOKUP('table'='T', 'timeout'='0s', {RETRY})", "T")
+    with pytest.raises(HintError, match="job default"):
+        resolve_lookup(f"LOOKUP('table'='T', {RETRY})", "T", defaults=AsyncDefaults(timeout=0))
+
+
+def test_first_lookup_hint_for_the_table_wins() -> None:
+    resolved = resolve_lookup(
+        ["LOOKUP('table'='T', 'capacity'='1')", "LOOKUP('table'='t', 'capacity'='2')"], "T"
+    )
+    assert resolved.capacity == 1
+
+
+def test_hint_naming_another_table_is_an_error_naming_it() -> None:
+    with pytest.raises(HintError) as error:
+        resolve_lookup("LOOKUP('table'='Orders')", "Customers")
+    assert error.value.option == "table"
+    assert "'Orders'" in str(error.value)
+    assert "'Customers'" in str(error.value)
+
+
+def test_alias_is_accepted() -> None:
+    assert (
+        resolve_lookup("LOOKUP('table'='c', 'capacity'='3')", "Customers", aliases=["C"]).capacity
+        == 3
+    )
+
+
+def test_shuffle_hash_and_shuffle_option_set_the_shuffle_flag() -> None:
+    assert resolve_lookup("SHUFFLE_HASH('Customers')", "Customers").shuffle is True
+    assert resolve_lookup("LOOKUP('table'='Customers', 'shuffle'='true')", "Customers").shuffle
+    assert not resolve_lookup("LOOKUP('table'='Customers', 'shuffle'='false')", "Customers").shuffle
+    with pytest.raises(HintError) as error:
+        resolve_lookup("SHUFFLE_HASH('Orders')", "Customers")
+    assert "'Orders'" in str(error.value)
+    assert error.value.option == "SHUFFLE_HASH"
