@@ -73,7 +73,7 @@ def measure(use_uvloop: bool, n: int, runs: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in PIPELINES}
     loop = new_event_loop(use_uvloop)
     try:
-        for name, pipeline in PIPELINES.items():  # warm-up
+        for pipeline in PIPELINES.values():  # warm-up
             loop.run_until_complete(pipeline(min(n, 10_000)))
         for _ in range(runs):
             for name, pipeline in PIPELINES.items():
@@ -94,8 +94,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     loops = [("asyncio", False)] + ([("uvloop", True)] if uvloop_available() else [])
-    print(f"no-op async function, {args.elements} elements, capacity {CAPACITY}, "
-          f"timeout {TIMEOUT:g}s, median of {args.runs} runs")
+    print(
+        f"no-op async function, {args.elements} elements, capacity {CAPACITY}, "
+        f"timeout {TIMEOUT:g}s, median of {args.runs} runs"
+    )
     print(f"{'loop':8} {'pipeline':15} {'µs/element':>11} {'vs hand-rolled':>15}")
     for loop_name, use_uvloop in loops:
         medians = measure(use_uvloop, args.elements, args.runs)

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import (
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from datetime import timedelta
 from typing import Any
 
@@ -231,25 +239,25 @@ class OperatorRun:
         admit = self._admit
         try:
             if isinstance(source, AsyncIterable):
-                iterator = source.__aiter__()
+                aiterator = source.__aiter__()
                 try:
                     while self.failure is None:
                         if self._occupied >= capacity:
                             await self._slot_free()
                             continue
                         try:
-                            element = await iterator.__anext__()
+                            element = await aiterator.__anext__()
                         except StopAsyncIteration:
                             break
                         admit(element)
                     else:
                         return  # failed: stop reading
                 finally:
-                    aclose = getattr(iterator, "aclose", None)
+                    aclose = getattr(aiterator, "aclose", None)
                     if aclose is not None:
                         await aclose()
             else:
-                iterator = iter(source)
+                iterator: Iterator[Any] = iter(source)
                 while self.failure is None:
                     if self._occupied >= capacity:  # wait BEFORE reading: no read when full
                         await self._slot_free()

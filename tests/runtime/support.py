@@ -100,9 +100,7 @@ class Reads:
             yield item
 
 
-async def collect(
-    operator: AsyncWaitOperator[Any, Any], source: Any
-) -> list[tuple[float, Any]]:
+async def collect(operator: AsyncWaitOperator[Any, Any], source: Any) -> list[tuple[float, Any]]:
     """Every item ``process()`` yields, with the loop time it was yielded at."""
     loop = asyncio.get_running_loop()
     return [(loop.time(), item) async for item in operator.process(source)]

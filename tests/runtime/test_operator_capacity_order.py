@@ -87,7 +87,7 @@ def test_timeout_starts_at_admission_not_at_stream_start() -> None:
     op = AsyncWaitOperator(fn, timeout=1.0, capacity=1)
     out = run_virtual(collect(op, [0, 1, 2]))
     assert keys(out) == [0, 1, 2]  # 2.7 s in total, each record within its own 1 s budget
-    assert out[-1][0 ] == 2.7 or abs(out[-1][0] - 2.7) < 1e-9
+    assert out[-1][0] == 2.7 or abs(out[-1][0] - 2.7) < 1e-9
 
 
 def test_ordered_output_follows_input_order_and_slow_head_holds_the_rest() -> None:

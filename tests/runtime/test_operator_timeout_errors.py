@@ -82,7 +82,9 @@ def test_timeout_hook_returning_none_is_a_result_type_error() -> None:
 
 def test_timeout_covers_all_retries_from_admission() -> None:
     fn = WithTimeoutHook(lambda e, a: (0.0, ConnectionError(f"attempt {a}")), timeout_result=["T"])
-    strategy = RetryStrategies.fixed_delay(100, 0.3, exception_predicate=RetryPredicates.HAS_EXCEPTION)
+    strategy = RetryStrategies.fixed_delay(
+        100, 0.3, exception_predicate=RetryPredicates.HAS_EXCEPTION
+    )
     op = AsyncWaitOperator(fn, timeout=1.0, retry_strategy=strategy)
     out = run_virtual(collect(op, [0]))
     assert [round(c.at, 6) for c in fn.calls] == [0.0, 0.3, 0.6, 0.9]

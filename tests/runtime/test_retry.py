@@ -76,7 +76,9 @@ def test_max_attempts_plus_one_calls_at_most_then_last_result_is_final() -> None
 def test_last_error_fails_the_stream_after_retries_run_out() -> None:
     errors = [ConnectionError(f"attempt {n}") for n in range(1, 5)]
     fn = Scripted(lambda e, a: (0.0, errors[a - 1]))
-    strategy = RetryStrategies.fixed_delay(3, 0.1, exception_predicate=RetryPredicates.HAS_EXCEPTION)
+    strategy = RetryStrategies.fixed_delay(
+        3, 0.1, exception_predicate=RetryPredicates.HAS_EXCEPTION
+    )
     op = AsyncWaitOperator(fn, timeout=100, retry_strategy=strategy)
     with pytest.raises(ConnectionError) as raised:
         run_virtual(collect(op, [0]))
@@ -194,7 +196,9 @@ def test_every_attempt_gets_the_same_input_element() -> None:
 @pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED])
 def test_end_of_input_lets_retries_finish(mode: OutputMode) -> None:
     fn = Scripted(lambda e, a: (0.0, ConnectionError() if a <= 2 else [e]))
-    strategy = RetryStrategies.fixed_delay(3, 1.0, exception_predicate=RetryPredicates.HAS_EXCEPTION)
+    strategy = RetryStrategies.fixed_delay(
+        3, 1.0, exception_predicate=RetryPredicates.HAS_EXCEPTION
+    )
     op = AsyncWaitOperator(fn, timeout=10, retry_strategy=strategy, output_mode=mode)
     out = run_virtual(collect(op, [0, 1]))
     assert sorted(keys(out)) == [0, 1]
@@ -219,7 +223,9 @@ def test_predicate_error_fails_the_stream() -> None:
     strategy = RetryStrategies.fixed_delay(1, 0.1, result_predicate=broken)
     with pytest.raises(ZeroDivisionError):
         run_virtual(
-            collect(AsyncWaitOperator(Scripted(const(0.0)), timeout=1, retry_strategy=strategy), [0])
+            collect(
+                AsyncWaitOperator(Scripted(const(0.0)), timeout=1, retry_strategy=strategy), [0]
+            )
         )
 
 

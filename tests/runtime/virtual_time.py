@@ -21,7 +21,9 @@ class _VirtualSelector(selectors.DefaultSelector):
 
     def select(self, timeout: float | None = None) -> list[Any]:
         if timeout is None:
-            raise RuntimeError("virtual-time loop would block forever: nothing scheduled (deadlock)")
+            raise RuntimeError(
+                "virtual-time loop would block forever: nothing scheduled (deadlock)"
+            )
         events = super().select(0)
         if not events and timeout > 0:
             self.now += timeout
