@@ -1,0 +1,153 @@
+"""AsyncDataStream on real event loops: ``for``, ``async for``, chaining, uvloop on/off."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from asyncio_lookup.runtime import (
+    AsyncDataStream,
+    AsyncFunction,
+    RetryPredicates,
+    RetryStrategies,
+    Watermark,
+)
+from asyncio_lookup.runtime.loop import uvloop_available
+
+loop_types: list[str] = []
+
+
+async def double(x: int) -> list[int]:
+    loop_types.append(type(asyncio.get_running_loop()).__module__)
+    await asyncio.sleep(0.001 * (x % 3))
+    return [x * 2]
+
+
+def test_for_runs_its_own_loop_and_preserves_order() -> None:
+    assert list(AsyncDataStream.ordered_wait(range(50), double, 5.0, capacity=7)) == [
+        x * 2 for x in range(50)
+    ]
+
+
+def test_unordered_for_yields_every_output_once() -> None:
+    out = list(AsyncDataStream.unordered_wait(range(50), double, 5.0, capacity=7))
+    assert sorted(out) == [x * 2 for x in range(50)]
+
+
+@pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
+def test_uvloop_by_default_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop_types.clear()
+    list(AsyncDataStream.ordered_wait([1], double, 1.0))
+    assert loop_types == ["uvloop"]
+    loop_types.clear()
+    list(AsyncDataStream.ordered_wait([1], double, 1.0, use_uvloop=False))
+    assert loop_types[0].startswith("asyncio")
+    loop_types.clear()
+    monkeypatch.setenv("ASYNCIO_LOOKUP_UVLOOP", "0")
+    list(AsyncDataStream.ordered_wait([1], double, 1.0))
+    assert loop_types[0].startswith("asyncio")
+
+
+async def test_async_for_with_async_source_and_watermarks() -> None:
+    async def source() -> Any:
+        for i in range(5):
+            yield i
+            if i == 2:
+                yield Watermark(100)
+
+    out = [x async for x in AsyncDataStream.unordered_wait(source(), double, 5.0)]
+    assert out[3] == Watermark(100)
+    assert sorted(out[:3]) == [0, 2, 4] and sorted(out[4:]) == [6, 8]
+
+
+async def test_a_stream_is_the_input_of_another() -> None:
+    async def plus_one(x: int) -> list[int]:
+        await asyncio.sleep(0)
+        return [x + 1]
+
+    first = AsyncDataStream.unordered_wait(range(20), double, 5.0, capacity=4)
+    second = AsyncDataStream.ordered_wait(first, plus_one, 5.0, capacity=3)
+    out = [x async for x in second]
+    assert sorted(out) == [x * 2 + 1 for x in range(20)]
+
+
+def test_chained_streams_with_for() -> None:
+    async def plus_one(x: int) -> list[int]:
+        return [x + 1]
+
+    chained = AsyncDataStream.ordered_wait(
+        AsyncDataStream.ordered_wait(range(10), double, 1.0), plus_one, 1.0
+    )
+    assert list(chained) == [x * 2 + 1 for x in range(10)]
+
+
+async def test_for_inside_a_running_loop_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="async for"):
+        list(AsyncDataStream.ordered_wait([1], double, 1.0))
+
+
+class Tracked(AsyncFunction[int, int]):
+    def __init__(self) -> None:
+        self.opened = self.closed = 0
+        self.cancelled = 0
+
+    async def open(self) -> None:
+        self.opened += 1
+
+    async def async_invoke(self, element: int) -> list[int]:
+        try:
+            await asyncio.sleep(0 if element < 3 else 10)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return [element]
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+def test_breaking_out_of_for_cancels_outstanding_calls_and_closes() -> None:
+    fn = Tracked()
+    for x in AsyncDataStream.ordered_wait(range(10), fn, 60.0, capacity=5):
+        if x == 2:
+            break
+    assert fn.opened == 1 and fn.closed == 1 and fn.cancelled == 5
+
+
+def test_retry_in_real_time() -> None:
+    attempts: dict[int, int] = {}
+
+    async def flaky(x: int) -> list[int]:
+        attempts[x] = attempts.get(x, 0) + 1
+        if attempts[x] == 1 and x % 2:
+            raise ConnectionError("try again")
+        return [] if attempts[x] == 1 and x % 3 == 0 else [x]
+
+    strategy = RetryStrategies.fixed_delay(
+        2,
+        0.005,
+        result_predicate=RetryPredicates.EMPTY_RESULT,
+        exception_predicate=RetryPredicates.HAS_EXCEPTION,
+    )
+    stream = AsyncDataStream.unordered_wait_with_retry(range(12), flaky, 5.0, strategy)
+    assert sorted(stream) == list(range(12))
+    assert stream.metrics.retries == sum(1 for x in range(12) if x % 2 or x % 3 == 0)
+    ordered = AsyncDataStream.ordered_wait_with_retry(range(12), flaky, 5.0, strategy)
+    attempts.clear()
+    assert list(ordered) == list(range(12))
+
+
+def test_error_propagates_through_for() -> None:
+    async def broken(x: int) -> list[int]:
+        if x == 3:
+            await asyncio.sleep(0.05)
+            raise KeyError(x)
+        return [x]
+
+    seen: list[int] = []
+    with pytest.raises(KeyError):
+        for x in AsyncDataStream.ordered_wait(range(10), broken, 5.0):
+            seen.append(x)
+    assert seen == [0, 1, 2]

@@ -1,0 +1,111 @@
+"""Event loops (uvloop selection, the per-process loop) and operator metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime import OperatorMetrics, new_event_loop, process_loop
+from asyncio_lookup.runtime import loop as loop_module
+from asyncio_lookup.runtime.loop import uvloop_available
+
+needs_uvloop = pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
+
+
+@needs_uvloop
+def test_new_event_loop_uses_uvloop_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvloop
+
+    for use, env, expect_uvloop in [
+        (None, None, True),
+        (True, "0", True),
+        (False, None, False),
+        (None, "0", False),
+        (None, "false", False),
+    ]:
+        if env is None:
+            monkeypatch.delenv("ASYNCIO_LOOKUP_UVLOOP", raising=False)
+        else:
+            monkeypatch.setenv("ASYNCIO_LOOKUP_UVLOOP", env)
+        loop = new_event_loop(use)
+        try:
+            assert isinstance(loop, uvloop.Loop) is expect_uvloop, (use, env)
+        finally:
+            loop.close()
+
+
+def test_explicit_uvloop_without_uvloop_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # makes `import uvloop` fail
+    with pytest.raises(ConfigurationError) as error:
+        new_event_loop(True)
+    assert error.value.option == "use_uvloop"
+    loop = new_event_loop(None)  # falls back to asyncio
+    assert isinstance(loop, asyncio.AbstractEventLoop)
+    loop.close()
+
+
+def test_process_loop_is_persistent_and_recreated_when_closed() -> None:
+    first = process_loop()
+    assert process_loop() is first
+    assert first.run_until_complete(asyncio.sleep(0, "ok")) == "ok"
+    first.close()
+    second = process_loop()
+    assert second is not first and not second.is_closed()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_process_loop_is_recreated_after_fork() -> None:
+    parent = process_loop()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            child = process_loop()
+            ok = child is not parent and child.run_until_complete(asyncio.sleep(0, 1)) == 1
+            os.write(write, b"1" if ok and loop_module._process_pid == os.getpid() else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"1"
+    assert process_loop() is parent
+
+
+def test_metrics_snapshot_names_and_latency_summary() -> None:
+    m = OperatorMetrics()
+    for ms in [1.0, 2.0, 3.0, 10.0]:
+        m.record_latency(ms)
+    m.completed, m.retries, m.timeouts, m.errors, m.in_flight = 4, 2, 1, 1, 3
+    snap = m.snapshot()
+    assert snap == {
+        "numInFlight": 3.0,
+        "numCompleted": 4.0,
+        "numRetries": 2.0,
+        "numTimeouts": 1.0,
+        "numErrors": 1.0,
+        "latencyCount": 4.0,
+        "latencySumMs": 16.0,
+        "latencyMaxMs": 10.0,
+        "latencyP50Ms": 3.0,
+        "latencyP99Ms": 10.0,
+    }
+    assert set(snap) >= OperatorMetrics.GAUGES
+    assert "numInFlight" in OperatorMetrics.GAUGES and "numCompleted" not in OperatorMetrics.GAUGES
+
+
+def test_percentiles_use_the_most_recent_samples_only() -> None:
+    m = OperatorMetrics()
+    for _ in range(5000):
+        m.record_latency(100.0)
+    for _ in range(1024):
+        m.record_latency(1.0)
+    assert m.percentile(0.99) == 1.0 and m.latency_max_ms == 100.0 and m.latency_count == 6024
