@@ -10,6 +10,7 @@ from asyncio_lookup.lookup.functions import (
     LookupTableSource,
     Row,
 )
+from asyncio_lookup.lookup.hints import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
 from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
 from asyncio_lookup.lookup.providers import (
@@ -42,6 +43,7 @@ __all__ = [
     "LookupChain",
     "LookupFunction",
     "LookupFunctionProvider",
+    "LookupHint",
     "LookupOptions",
     "LookupTableSource",
     "MissRetry",
@@ -51,10 +53,12 @@ __all__ = [
     "ReloadStrategy",
     "Row",
     "ScheduleMode",
+    "ShuffleHashHint",
     "TimedCacheReloadTrigger",
     "acquire_chain",
     "merge_metrics",
     "metrics_delta",
     "parse_duration",
+    "parse_hints",
     "release_chain",
 ]
