@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class _Slot:
 
 
 _slots: dict[str, _Slot] = {}
+# acquire runs on the loop's thread; release may come from the task's thread
+_users_lock = threading.Lock()
 _settings = {"idle_timeout": DEFAULT_IDLE_TIMEOUT}
 
 
@@ -58,11 +61,16 @@ async def _discard(slot: _Slot, loop: asyncio.AbstractEventLoop) -> None:
 async def _sweep(loop: asyncio.AbstractEventLoop) -> None:
     now = time.monotonic()
     timeout = _settings["idle_timeout"]
-    for table_id, slot in list(_slots.items()):
-        idle = slot.users == 0 and slot.idle_since is not None and now - slot.idle_since >= timeout
-        if slot.chain is not None and (idle or (slot.users == 0 and slot.loop is not loop)):
-            del _slots[table_id]
-            await _discard(slot, loop)
+    doomed: list[_Slot] = []
+    with _users_lock:
+        for table_id, slot in list(_slots.items()):
+            unused = slot.users == 0 and slot.chain is not None
+            idle = slot.idle_since is not None and now - slot.idle_since >= timeout
+            if unused and (idle or slot.loop is not loop):
+                del _slots[table_id]
+                doomed.append(slot)
+    for slot in doomed:
+        await _discard(slot, loop)
 
 
 async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> LookupChain:
@@ -79,14 +87,16 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
         await _discard(slot, loop)
         slot = None
     if slot is not None:
-        slot.users += 1
-        slot.idle_since = None
+        with _users_lock:
+            slot.users += 1
+            slot.idle_since = None
         if slot.chain is not None:
             return slot.chain
         try:
             return await asyncio.shield(slot.opening)
         except BaseException:
-            slot.users -= 1
+            with _users_lock:
+                slot.users -= 1
             raise
     slot = _Slot(loop=loop, opening=loop.create_future(), users=1)
     slot.opening.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -116,9 +126,10 @@ def release_chain(table_id: str) -> None:
     slot = _slots.get(table_id)
     if slot is None:
         return
-    slot.users = max(0, slot.users - 1)
-    if slot.users == 0:
-        slot.idle_since = time.monotonic()
+    with _users_lock:
+        slot.users = max(0, slot.users - 1)
+        if slot.users == 0:
+            slot.idle_since = time.monotonic()
 
 
 def chain_ids() -> list[str]:
