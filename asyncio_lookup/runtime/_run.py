@@ -10,6 +10,7 @@ timeout; retries are ``call_later`` handles kept in a retry set; outputs leave i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import (
     AsyncIterable,
@@ -26,7 +27,7 @@ from typing import Any
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime.elements import Watermark
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
-from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy
 
 # Entry states. Records go _PENDING <-> _WAITING, maybe _TIMING_OUT, then _DONE or _FAILED;
@@ -38,6 +39,7 @@ _DONE = 3  # final result, waiting to be emitted
 _MARK = 4  # a watermark
 MARK = _MARK  # for consumers of batches: ``entry.state == MARK``
 _FAILED = 5  # final error
+_SAMPLE_MASK = SAMPLES - 1
 
 
 class Entry:
@@ -55,6 +57,7 @@ class Entry:
         "task",
     )
     # Set later, only where needed (an unset slot costs nothing at admission):
+    attempts: int  # the current attempt number (1-based), once started
     result: Collection[Any]  # when _DONE
     task: asyncio.Task[None]  # the running attempt or timeout hook, once started
     handle: asyncio.TimerHandle  # when _WAITING
@@ -65,7 +68,6 @@ class Entry:
         self.element = element
         self.admitted = admitted
         self.state = state
-        self.attempts = 0
 
     @property
     def is_watermark(self) -> bool:
@@ -130,16 +132,22 @@ class OperatorRun:
         self._metrics = metrics
         self._manage = manage_lifecycle
         self._loop = asyncio.get_running_loop()
-        self._time = self._loop.time
+        # loop.time() of the default loop is time.monotonic(); calling that directly is cheaper.
+        self._time: Callable[[], float] = (
+            time.monotonic
+            if type(self._loop).time is asyncio.BaseEventLoop.time
+            else self._loop.time
+        )
 
         self._occupied = 0  # admitted and not yet emitted (records and watermarks)
         self._live = 0  # records admitted and not final
         self._queue: deque[Entry] = deque()  # ordered mode: every entry, in input order
         self._segments: deque[_Segment] = deque([_Segment()])  # unordered mode
         self._ready: list[Entry] = []  # emittable, in emission order
-        # Records in admission order = deadline order; final ones are dropped lazily. Every
-        # record that is not final is in it (stop() cancels through it).
-        self._admitted: deque[Entry] = deque()
+        # Records in admission order = deadline order, so the earliest deadline is at the head.
+        # Ordered mode uses the queue itself; unordered mode this deque, from which final
+        # records are dropped lazily. Every record that is not final is in one of them.
+        self._admitted: deque[Entry] = self._queue if ordered else deque()
         self._compact_at = 2 * capacity + 32
         self._timer: asyncio.TimerHandle | None = None
         self._retrying: set[Entry] = set()
@@ -203,7 +211,7 @@ class OperatorRun:
         self._retrying.clear()
         outstanding: set[asyncio.Task[None]] = set(self._cancelling)
         for entry in self._admitted:
-            if entry.state < _DONE and entry.attempts:
+            if entry.state < _DONE and entry.state != _WAITING:
                 outstanding.add(entry.task)
         if self._feeder is not None:
             outstanding.add(self._feeder)
@@ -216,7 +224,6 @@ class OperatorRun:
                 _, outstanding = await asyncio.wait(outstanding)
             except asyncio.CancelledError:
                 cancelled = True
-        self._admitted.clear()
         self._metrics.in_flight -= self._live
         self._live = 0
         if self._opened:
@@ -302,17 +309,18 @@ class OperatorRun:
             segment = self._segments[-1]
             segment.pending += 1
             entry.segment = segment
-        admitted = self._admitted
-        while admitted and admitted[0].state >= _DONE:
-            admitted.popleft()
-        admitted.append(entry)
-        if len(admitted) > self._compact_at:
-            self._admitted = deque(e for e in admitted if e.state < _DONE)
+            admitted = self._admitted
+            while admitted and admitted[0].state >= _DONE:
+                admitted.popleft()
+            admitted.append(entry)
+            if len(admitted) > self._compact_at:
+                self._admitted = deque(e for e in admitted if e.state < _DONE)
         if self._timeout is not None:
             entry.deadline = now + self._timeout
             if self._timer is None:
                 self._timer = self._loop.call_at(entry.deadline, self._on_timer)
-        self._start_attempt(entry)
+        entry.attempts = 1
+        entry.task = self._loop.create_task(self._attempt(entry, 1))
 
     def _admit_watermark(self, watermark: Watermark) -> None:
         entry = Entry(watermark, self._time(), _MARK)
@@ -329,10 +337,6 @@ class OperatorRun:
             self._advance_segments()
 
     # ---------------------------------------------------------------- attempts and outcomes
-
-    def _start_attempt(self, entry: Entry) -> None:
-        entry.attempts += 1
-        entry.task = self._loop.create_task(self._attempt(entry, entry.attempts))
 
     async def _attempt(self, entry: Entry, attempt: int) -> None:
         """One call of the function; the outcome counts only while the attempt is current."""
@@ -406,25 +410,40 @@ class OperatorRun:
         self._retrying.discard(entry)
         entry.state = _PENDING
         self._metrics.retries += 1
-        self._start_attempt(entry)
+        entry.attempts += 1
+        entry.task = self._loop.create_task(self._attempt(entry, entry.attempts))
 
     def _on_timer(self) -> None:
         self._timer = None
         if self._closed:
             return
         now = self._time()
-        admitted = self._admitted
-        while admitted:
-            entry = admitted[0]
-            if entry.state >= _TIMING_OUT:
-                admitted.popleft()
-            elif entry.deadline <= now:
-                admitted.popleft()
+        if self._ordered:  # the queue keeps finished records until emitted: scan, don't pop
+            expired: list[Entry] = []
+            next_deadline: float | None = None
+            for entry in self._queue:
+                if entry.state >= _TIMING_OUT:
+                    continue
+                if entry.deadline > now:
+                    next_deadline = entry.deadline
+                    break
+                expired.append(entry)
+            for entry in expired:
                 self._expire(entry)
-            else:
-                break
-        if admitted:
-            self._timer = self._loop.call_at(admitted[0].deadline, self._on_timer)
+        else:
+            admitted = self._admitted
+            while admitted:
+                entry = admitted[0]
+                if entry.state >= _TIMING_OUT:
+                    admitted.popleft()
+                elif entry.deadline <= now:
+                    admitted.popleft()
+                    self._expire(entry)
+                else:
+                    break
+            next_deadline = admitted[0].deadline if admitted else None
+        if next_deadline is not None:
+            self._timer = self._loop.call_at(next_deadline, self._on_timer)
 
     def _expire(self, entry: Entry) -> None:
         """The record's deadline passed: cancel what is pending; the timeout hook decides."""
@@ -472,7 +491,14 @@ class OperatorRun:
         metrics = self._metrics
         metrics.in_flight -= 1
         metrics.completed += 1
-        metrics.record_latency((self._time() - entry.admitted) * 1000.0)
+        # metrics.record_latency(), inlined: this runs once per record
+        ms = (self._time() - entry.admitted) * 1000.0
+        count = metrics.latency_count
+        metrics.samples[count & _SAMPLE_MASK] = ms
+        metrics.latency_count = count + 1
+        metrics.latency_sum_ms += ms
+        if ms > metrics.latency_max_ms:
+            metrics.latency_max_ms = ms
         if self._ordered:
             queue = self._queue
             if queue[0] is entry:
@@ -480,7 +506,11 @@ class OperatorRun:
                 ready.append(queue.popleft())
                 while queue and _DONE <= queue[0].state <= _MARK:
                     ready.append(queue.popleft())
-                self._wake_consumer()
+                waiter = self._consumer_waiter
+                if waiter is not None:
+                    self._consumer_waiter = None
+                    if not waiter.done():
+                        waiter.set_result(None)
         else:
             segment = entry.segment
             segment.pending -= 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-_RING = 1024  # latency samples kept for the percentiles (the most recent ones)
+SAMPLES = 1024  # latency samples kept for the percentiles (the most recent ones); a power of 2
 
 
 class OperatorMetrics:
@@ -22,7 +22,6 @@ class OperatorMetrics:
     """Snapshot names to merge by max across tasks; every other name is summed."""
 
     __slots__ = (
-        "_ring",
         "completed",
         "errors",
         "in_flight",
@@ -30,6 +29,7 @@ class OperatorMetrics:
         "latency_max_ms",
         "latency_sum_ms",
         "retries",
+        "samples",
         "timeouts",
     )
 
@@ -42,11 +42,11 @@ class OperatorMetrics:
         self.latency_count = 0
         self.latency_sum_ms = 0.0
         self.latency_max_ms = 0.0
-        self._ring: list[float] = [0.0] * _RING
+        self.samples: list[float] = [0.0] * SAMPLES  # a ring: sample n at n % SAMPLES
 
     def record_latency(self, ms: float) -> None:
         """Add one completed record's latency in milliseconds."""
-        self._ring[self.latency_count % _RING] = ms
+        self.samples[self.latency_count % SAMPLES] = ms
         self.latency_count += 1
         self.latency_sum_ms += ms
         if ms > self.latency_max_ms:
@@ -54,7 +54,7 @@ class OperatorMetrics:
 
     def percentile(self, q: float) -> float:
         """The ``q``-quantile (0..1) of the most recent latencies (up to 1024), 0.0 if none."""
-        samples = sorted(self._ring[: min(self.latency_count, _RING)])
+        samples = sorted(self.samples[: min(self.latency_count, SAMPLES)])
         if not samples:
             return 0.0
         return samples[min(len(samples) - 1, int(q * len(samples)))]
