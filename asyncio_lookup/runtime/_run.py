@@ -151,7 +151,9 @@ class OperatorRun:
         self._compact_at = 2 * capacity + 32
         self._timer: asyncio.TimerHandle | None = None
         self._retrying: set[Entry] = set()
-        self._cancelling: set[asyncio.Task[None]] = set()  # cancelled, not yet finished
+        # Tasks not reachable through the admitted records: attempts cancelled at their deadline
+        # (until they finish) and timeout hooks (until they finish).
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._feeder: asyncio.Task[None] | None = None
         self._consumer_waiter: asyncio.Future[None] | None = None
         self._feeder_waiter: asyncio.Future[None] | None = None
@@ -209,7 +211,7 @@ class OperatorRun:
         for entry in self._retrying:
             entry.handle.cancel()
         self._retrying.clear()
-        outstanding: set[asyncio.Task[None]] = set(self._cancelling)
+        outstanding: set[asyncio.Task[None]] = set(self._side_tasks)
         for entry in self._admitted:
             if entry.state < _DONE and entry.state != _WAITING:
                 outstanding.add(entry.task)
@@ -455,13 +457,17 @@ class OperatorRun:
             task = entry.task
             if not task.done():
                 task.cancel()
-                self._cancelling.add(task)
-                task.add_done_callback(self._cancelling.discard)
+                self._track(task)
         if not self._timeout_hook:
             self._finish_error(entry, TimeoutError(TIMEOUT_MESSAGE))
             return
         entry.state = _TIMING_OUT
         entry.task = self._loop.create_task(self._timeout_attempt(entry))
+        self._track(entry.task)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     async def _timeout_attempt(self, entry: Entry) -> None:
         try:
@@ -518,7 +524,11 @@ class OperatorRun:
                 self._ready.append(entry)
                 if segment.pending == 0 and segment.watermark is not None:
                     self._advance_segments()
-                self._wake_consumer()
+                waiter = self._consumer_waiter
+                if waiter is not None:
+                    self._consumer_waiter = None
+                    if not waiter.done():
+                        waiter.set_result(None)
             else:
                 segment.done.append(entry)
 

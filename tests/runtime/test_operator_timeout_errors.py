@@ -334,3 +334,39 @@ def test_async_source_is_read_lazily_and_closed_early_on_failure() -> None:
     assert isinstance(error, ValueError)
     assert closed == [True]
     assert len(fn.calls) <= 6
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_running_timeout_hook_is_cancelled_when_the_stream_fails(mode: OutputMode) -> None:
+    hook_cancelled: list[int] = []
+
+    class SlowHook(AsyncFunction[int, int]):
+        async def async_invoke(self, element: int) -> list[int]:
+            if element == 1:
+                await asyncio.sleep(0.5)
+                raise ValueError("record 1")
+            await asyncio.sleep(100)
+            return [element]
+
+        async def timeout(self, element: int) -> list[int]:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                hook_cancelled.append(element)
+                raise
+            return [element]
+
+    op = AsyncWaitOperator(SlowHook(), timeout=1.0, capacity=5, output_mode=mode)
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        # record 0: admitted at 1.5, hook from 2.5; record 1: admitted at 3.0, fails at 3.5
+        source = aiter_of([0, 1], delay=1.5)
+        with pytest.raises(ValueError):
+            async for _ in op.process(source):
+                pass
+        assert loop.time() == 3.5
+        return len(asyncio.all_tasks()) - 1
+
+    assert run_virtual(run()) == 0
+    assert hook_cancelled == [0]
