@@ -60,6 +60,7 @@ class CacheMetricGroup:
         self._counters: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
         self._gauges: dict[str, float] = dict.fromkeys(self.GAUGES, 0.0)
         self._gauge_fns: dict[str, Callable[[], float]] = {}
+        self._reported: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
 
     def inc(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
@@ -88,6 +89,24 @@ class CacheMetricGroup:
         for name, read in fns.items():
             values[name] = float(read())
         return values
+
+    def take_delta(self) -> dict[str, float]:
+        """Counters since the previous ``take_delta`` (or creation), gauges' current values.
+
+        For per-task reporting of a chain shared by successive tasks: work done outside any
+        task's window (the FULL load at open, background reloads) lands in the next delta, and
+        the deltas of all tasks always sum to the totals.
+        """
+        snapshot = self.snapshot()
+        with self._lock:
+            delta: dict[str, float] = {}
+            for name, value in snapshot.items():
+                if name in self.GAUGES:
+                    delta[name] = value
+                else:
+                    delta[name] = value - self._reported.get(name, 0)
+                    self._reported[name] = int(value)
+        return delta
 
 
 def metrics_delta(

@@ -70,3 +70,15 @@ def test_counters_are_thread_safe() -> None:
     for t in threads:
         t.join()
     assert metrics["numLookups"] == 80000
+
+
+def test_take_delta_reports_each_count_once() -> None:
+    metrics = CacheMetricGroup()
+    metrics.inc("loadCount")  # e.g. a FULL load at open, before any task window
+    metrics.set_gauge("numCachedRecords", 5)
+    first = metrics.take_delta()
+    assert (first["loadCount"], first["numCachedRecords"]) == (1, 5)
+    metrics.inc("hitCount", 3)
+    second = metrics.take_delta()
+    assert (second["loadCount"], second["hitCount"], second["numCachedRecords"]) == (0, 3, 5)
+    assert metrics.take_delta()["hitCount"] == 0
