@@ -91,9 +91,17 @@ class LookupJoinTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chain_id = self.chain_id()
-        chain = bridge.run(acquire_chain(chain_id, self.new_chain))
+        created: list[LookupChain] = []
+
+        def factory() -> LookupChain:
+            chain = self.new_chain()
+            created.append(chain)
+            return chain
+
+        chain = bridge.run(acquire_chain(chain_id, factory))
         try:
-            before = chain.metrics.snapshot()
+            # A chain this task created reports what its open did too (e.g. a FULL load).
+            before = {} if chain in created else chain.metrics.snapshot()
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(
                 chain, self.spec, self.settings
             )

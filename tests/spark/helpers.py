@@ -152,3 +152,24 @@ class SyncOnly:
 
     def scan(self) -> Any:
         return self.inner.scan()
+
+
+class ScanOnly:
+    """A FULL-cache source: ``scan()`` serves the rows; a point lookup is a test failure."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+
+    def lookup_function(self) -> LookupFunction:
+        return _NoPointLookup()
+
+    def async_lookup_function(self) -> None:
+        return None
+
+    def scan(self) -> list[Row]:
+        return [dict(r) for r in self.rows]
+
+
+class _NoPointLookup(LookupFunction):
+    def lookup(self, key: Key) -> Collection[Row]:
+        raise AssertionError(f"a FULL cache must not call the point lookup (key {key!r})")

@@ -1,0 +1,364 @@
+"""lookup_join and async_map end to end on local Spark (one shared SparkSession)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.connectors.http_connector import HttpConnector
+from asyncio_lookup.runtime import OutputMode, RetryStrategies
+from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
+from asyncio_lookup.spark.join import plan_lookup_join
+from tests.spark.helpers import DimService, FailingConnector, ScanOnly
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, name STRING, country STRING"
+DIM = [{"id": i, "name": f"c{i}", "country": ["NL", "DE", "FR"][i % 3]} for i in range(1, 30)]
+DIM.insert(3, {"id": 2, "name": "c2-second", "country": "BE"})  # two rows for id 2
+DIM_BY_ID: dict[int, list[dict[str, Any]]] = {}
+for _row in DIM:
+    DIM_BY_ID.setdefault(_row["id"], []).append(_row)
+
+ORDERS = [(n, None if n % 9 == 0 else (n * 11) % 35, float(n)) for n in range(120)]
+
+
+def orders(spark: SparkSession, partitions: int = 2) -> DataFrame:
+    return (
+        spark.createDataFrame(ORDERS, "order_id INT, customer_id INT, amount DOUBLE")
+        .repartition(partitions, "order_id")
+        .sortWithinPartitions("order_id")
+    )
+
+
+def expected(how: str, rows: list[tuple[int, Any, float]] = ORDERS) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for order_id, customer_id, amount in rows:
+        matches = DIM_BY_ID.get(customer_id, []) if customer_id is not None else []
+        for m in matches:
+            out[(order_id, customer_id, amount, m["id"], m["name"], m["country"])] += 1
+        if not matches and how == "left":
+            out[(order_id, customer_id, amount, None, None, None)] += 1
+    return out
+
+
+def table(options: dict[str, str] | None = None, latency: float = 0.0) -> LookupTable:
+    return LookupTable(
+        "Customers", SCHEMA, InMemoryConnector(DIM, ["id"], latency=latency), options
+    )
+
+
+@pytest.mark.parametrize(
+    "hint",
+    [
+        "LOOKUP('table'='Customers', 'async'='true', 'capacity'='8')",
+        "LOOKUP('table'='Customers', 'async'='true', 'output-mode'='allow_unordered')",
+        "LOOKUP('table'='Customers', 'async'='false')",
+    ],
+    ids=["async-ordered", "async-unordered", "sync"],
+)
+def test_inner_and_left_null_keys_and_multiple_matches(spark: SparkSession, hint: str) -> None:
+    dim = table(latency=0.001)
+    df = orders(spark)
+    for how in ("inner", "left"):
+        out = lookup_join(df, dim, on=[("customer_id", "id")], how=how, hints=hint)
+        assert out.columns == ["order_id", "customer_id", "amount", "id", "name", "country"]
+        rows = [tuple(r) for r in out.collect()]
+        assert Counter(rows) == expected(how)
+        if "unordered" not in hint:
+            # ordered mode keeps each partition's input order (order_id ascending)
+            per_partition = out.rdd.glom().map(lambda p: [r[0] for r in p]).collect()
+            for ids in per_partition:
+                assert ids == sorted(ids)
+            multi = [r[4] for r in rows if r[1] == 2]
+            assert multi[:2] == ["c2", "c2-second"]  # connector order within one input row
+
+
+def test_literal_key_columns(spark: SparkSession) -> None:
+    rows = [
+        {"region": region, "id": i, "label": f"{region}-{i}"}
+        for region in ("EU", "US")
+        for i in range(5)
+    ]
+    regional = LookupTable(
+        "Regional",
+        "region STRING, id INT, label STRING",
+        InMemoryConnector(rows, ["region", "id"]),
+    )
+    df = spark.createDataFrame([(i,) for i in range(7)], "cid INT")
+    out = lookup_join(
+        df, regional, on=[("cid", "id")], literals={"region": "US"}, columns=["label"], how="left"
+    )
+    assert sorted(tuple(r) for r in out.collect()) == [
+        (0, "US-0"),
+        (1, "US-1"),
+        (2, "US-2"),
+        (3, "US-3"),
+        (4, "US-4"),
+        (5, None),
+        (6, None),
+    ]
+
+
+def test_post_lookup_filters_and_left_condition(
+    spark: SparkSession, dim_service: DimService
+) -> None:
+    for key in range(1000, 1006):
+        dim_service.add(key, [{"id": key, "name": f"n{key}", "country": "NL" if key % 2 else "DE"}])
+    http = LookupTable("Customers", SCHEMA, HttpConnector(f"{dim_service.url}/customers/{{id}}"))
+    df = spark.createDataFrame([(k, k % 3) for k in range(1000, 1006)], "cid INT, flag INT")
+    out = lookup_join(
+        df,
+        http,
+        on=[("cid", "id")],
+        how="left",
+        columns=["name", "country"],
+        dim_filter=lambda d: d["country"] == "NL",
+        condition=lambda left, d: left["flag"] != 2,
+        left_condition=lambda left: left["flag"] != 0,
+    )
+    got = sorted(tuple(r) for r in out.collect())
+    assert got == [
+        (1000, 1, None, None),  # DE filtered out by dim_filter
+        (1001, 2, None, None),  # NL but condition(flag != 2) fails
+        (1002, 0, None, None),  # left_condition fails: not looked up
+        (1003, 1, "n1003", "NL"),
+        (1004, 2, None, None),
+        (1005, 0, None, None),
+    ]
+    assert dim_service.calls(1002) == 0 and dim_service.calls(1005) == 0
+    assert dim_service.calls(1000) == 1  # a filtered row never triggers a retry or a 2nd call
+
+
+def test_hint_defaults_come_from_the_spark_conf(
+    spark: SparkSession, dim_service: DimService
+) -> None:
+    keys = {
+        "table.exec.async-lookup.output-mode": "ALLOW_UNORDERED",
+        "table.exec.async-lookup.buffer-capacity": "3",
+        "table.exec.async-lookup.timeout": "200ms",
+    }
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        dim_service.add(1100, [{"id": 1100, "name": "slow", "country": "NL"}])
+        slow = LookupTable(
+            "Customers",
+            SCHEMA,
+            HttpConnector(f"{dim_service.url}/customers/{{id}}?delay=3", timeout=10),
+        )
+        df = spark.createDataFrame([(1100,)], "cid INT")
+        task, _ = plan_lookup_join(df, slow, on=[("cid", "id")])
+        assert (task.settings.output_mode, task.settings.capacity, task.settings.timeout) == (
+            "unordered",
+            3,
+            0.2,
+        )
+        with pytest.raises(Exception, match="did not finish within 200 ms"):
+            lookup_join(df, slow, on=[("cid", "id")]).collect()
+        # a hint option beats the conf default
+        task, _ = plan_lookup_join(
+            df, slow, on=[("cid", "id")], hints="LOOKUP('table'='Customers', 'capacity'='9')"
+        )
+        assert (task.settings.capacity, task.settings.timeout) == (9, 0.2)
+    finally:
+        for key in keys:
+            spark.conf.unset(key)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_late_row_found_by_miss_retry_and_call_bound(
+    spark: SparkSession, dim_service: DimService, mode: str
+) -> None:
+    base = 2000 if mode == "async" else 2100
+    late, never, too_late = base, base + 1, base + 2
+    dim_service.add_late(late, [{"id": late, "name": "late", "country": "NL"}], after_calls=3)
+    dim_service.add_late(too_late, [{"id": too_late, "name": "x", "country": "NL"}], after_calls=9)
+    http = LookupTable("Customers", SCHEMA, HttpConnector(f"{dim_service.url}/customers/{{id}}"))
+    df = spark.createDataFrame([(late,), (never,), (too_late,)], "cid INT").repartition(2)
+    hint = (
+        f"LOOKUP('table'='Customers', 'async'='{str(mode == 'async').lower()}', "
+        "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+        "'fixed-delay'='20ms', 'max-attempts'='3')"
+    )
+    out = lookup_join(df, http, on=[("cid", "id")], how="left", hints=hint, columns=["name"])
+    assert sorted(tuple(r) for r in out.collect()) == [
+        (late, "late"),
+        (never, None),
+        (too_late, None),
+    ]
+    assert dim_service.calls(late) == 3
+    assert dim_service.calls(never) == 4  # max-attempts + 1
+    assert dim_service.calls(too_late) == 4
+    metrics = http.metrics()
+    assert metrics["numLookupMissRetries"] == 2 + 3 + 3
+
+
+def test_async_timeout_fails_the_job_with_a_clear_error(
+    spark: SparkSession, dim_service: DimService
+) -> None:
+    dim_service.add(1200, [{"id": 1200, "name": "slow", "country": "NL"}])
+    slow = LookupTable(
+        "Customers", SCHEMA, HttpConnector(f"{dim_service.url}/customers/{{id}}?delay=5")
+    )
+    df = spark.createDataFrame([(1200,)], "cid INT")
+    out = lookup_join(
+        df, slow, on=[("cid", "id")], hints="LOOKUP('table'='Customers', 'timeout'='300ms')"
+    )
+    with pytest.raises(Exception) as error:
+        out.collect()
+    message = str(error.value)
+    assert "TimeoutError" in message
+    assert "lookup of key (1200,) in table 'Customers' did not finish within 300 ms" in message
+
+
+def test_a_raising_lookup_function_fails_the_job_with_the_original_error(
+    spark: SparkSession,
+) -> None:
+    failing = LookupTable(
+        "Customers", SCHEMA, FailingConnector({1: [{"id": 1, "name": "a", "country": "NL"}]}, 13)
+    )
+    df = spark.createDataFrame([(i,) for i in range(20)], "cid INT")
+    for mode in ("true", "false"):
+        out = lookup_join(
+            df, failing, on=[("cid", "id")], hints=f"LOOKUP('table'='Customers', 'async'='{mode}')"
+        )
+        with pytest.raises(Exception) as error:
+            out.collect()
+        message = str(error.value)
+        assert "BoomError" in message
+        assert "boom: the dim store rejected key 13" in message
+
+
+def test_partial_cache_and_metrics_after_an_action(
+    spark: SparkSession, dim_service: DimService
+) -> None:
+    keys = list(range(1300, 1310))
+    for key in keys:
+        dim_service.add(key, [{"id": key, "name": f"n{key}", "country": "NL"}])
+    cached = LookupTable(
+        "Customers",
+        SCHEMA,
+        HttpConnector(f"{dim_service.url}/customers/{{id}}"),
+        {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "100"},
+    )
+    assert cached.metrics() == {}
+    # one task, sync mode: exact cache counts
+    df = spark.createDataFrame([(keys[i % 10], i) for i in range(50)], "cid INT, n INT").coalesce(1)
+    out = lookup_join(
+        df, cached, on=[("cid", "id")], hints="LOOKUP('table'='Customers', 'async'='false')"
+    )
+    assert out.count() == 50
+    metrics = cached.metrics()
+    assert metrics["missCount"] == 10
+    assert metrics["hitCount"] == 40
+    assert metrics["loadCount"] == 10
+    assert metrics["numCachedRecords"] == 10
+    assert metrics["numLookups"] == 50
+    assert all(dim_service.calls(k) == 1 for k in keys)
+    # async run of the same table: operator metrics join the cache metrics
+    out = lookup_join(df, cached, on=[("cid", "id")])
+    assert out.count() == 50
+    metrics = cached.metrics()
+    assert metrics["numLookups"] == 100
+    assert metrics["numCompleted"] == 50
+    assert metrics["numInFlight"] == 0
+    assert metrics["numTimeouts"] == 0
+
+
+def test_full_cache_answers_from_its_snapshot(spark: SparkSession) -> None:
+    full = LookupTable(
+        "Customers",
+        SCHEMA,
+        ScanOnly(DIM),
+        {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"},
+    )
+    df = orders(spark)
+    for hint in (None, "LOOKUP('table'='Customers', 'async'='true')"):
+        out = lookup_join(df, full, on=[("customer_id", "id")], how="left", hints=hint)
+        assert Counter(tuple(r) for r in out.collect()) == expected("left")
+    metrics = full.metrics()
+    lookups = 2 * sum(1 for _, c, _ in ORDERS if c is not None)
+    assert metrics["numLookups"] == lookups
+    assert metrics["hitCount"] == lookups
+    assert metrics["missCount"] == 0
+    assert metrics["loadCount"] >= 1
+    assert metrics["numExternalCalls"] == 0
+
+
+def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:
+    dim = table()
+    df = orders(spark)
+    out = lookup_join(df, dim, on=[("customer_id", "id")], hints="SHUFFLE_HASH('Customers')")
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert "hashpartitioning(customer_id" in plan
+    assert Counter(tuple(r) for r in out.collect()) == expected("inner")
+
+
+def test_structured_streaming_into_a_memory_sink(spark: SparkSession, tmp_path: Path) -> None:
+    source = tmp_path / "orders"
+    source.mkdir()
+    for part in range(3):
+        rows = [
+            {"order_id": n, "customer_id": c, "amount": a}
+            for n, c, a in ORDERS[part * 40 : (part + 1) * 40]
+        ]
+        (source / f"part-{part}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    stream = (
+        spark.readStream.schema("order_id INT, customer_id INT, amount DOUBLE")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+    )
+    assert stream.isStreaming
+    dim = table(options={"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "1000"})
+    enriched = lookup_join(stream, dim, on=[("customer_id", "id")], how="left")
+    query = (
+        enriched.writeStream.format("memory")
+        .queryName("enriched_orders")
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+        assert query.exception() is None
+        got = Counter(tuple(r) for r in spark.table("enriched_orders").collect())
+    finally:
+        query.stop()
+    assert got == expected("left")
+    assert dim.metrics()["numLookups"] == sum(1 for _, c, _ in ORDERS if c is not None)
+
+
+async def _twice_or_none(row: dict[str, Any]) -> list[dict[str, Any]]:
+    n = row["n"]
+    if n % 5 == 0:
+        return []
+    return [{"n": n, "copy": k, "label": f"#{n}"} for k in range(1 + n % 2)]
+
+
+@pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED])
+def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode) -> None:
+    df = spark.range(0, 200, numPartitions=2).selectExpr("CAST(id AS INT) AS n")
+    out = async_map(
+        df,
+        _twice_or_none,
+        "n INT, copy INT, label STRING",
+        timeout=10,
+        capacity=16,
+        output_mode=mode,
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=f"twice-{mode.name}",
+    )
+    rows = [tuple(r) for r in out.collect()]
+    want = [(n, k, f"#{n}") for n in range(200) if n % 5 for k in range(1 + n % 2)]
+    assert Counter(rows) == Counter(want)
+    if mode is OutputMode.ORDERED:
+        assert rows == want
+    assert async_map_metrics(f"twice-{mode.name}")["numCompleted"] == 200
