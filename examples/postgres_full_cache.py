@@ -1,0 +1,80 @@
+"""A PostgreSQL dim table held whole in each worker: ``lookup.cache``='FULL', periodic reload.
+
+Every Python worker loads the table once with a server-side cursor scan and answers lookups
+from memory; a reload every few seconds picks up changes without a restart. Uses the
+machine's PostgreSQL (database ``test``); the example's table is dropped at the end.
+
+    .venv/bin/python examples/postgres_full_cache.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+
+import psycopg
+from pyspark.sql import SparkSession
+
+from asyncio_lookup.connectors import PostgresConnector
+from asyncio_lookup.spark import LookupTable, lookup_join
+
+DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+RELOAD_SECONDS = 2
+
+
+def spark_session() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("postgres-full-cache")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+def main() -> None:
+    table = f"example_products_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (sku text PRIMARY KEY, title text, price numeric)')
+        with conn.cursor().copy(f'COPY "{table}" (sku, title, price) FROM STDIN') as copy:
+            for i in range(10_000):
+                copy.write_row((f"SKU-{i}", f"product {i}", f"{i % 100}.99"))
+    spark = spark_session()
+    try:
+        products = LookupTable(
+            "Products",
+            "sku STRING, title STRING, price DECIMAL(10, 2)",
+            PostgresConnector(DSN, table, key_columns="sku", columns=["sku", "title", "price"]),
+            {
+                "lookup.cache": "FULL",
+                "lookup.full-cache.reload-strategy": "PERIODIC",
+                "lookup.full-cache.periodic-reload.interval": f"{RELOAD_SECONDS}s",
+            },
+        )
+        orders = spark.createDataFrame(
+            [(1, "SKU-1"), (2, "SKU-42"), (3, "SKU-99999"), (4, "SKU-1")],
+            "order_id INT, sku STRING",
+        )
+        joined = lookup_join(orders, products, on="sku", how="left", columns=["title", "price"])
+        print("before the price change:")
+        joined.orderBy("order_id").show()
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f"UPDATE \"{table}\" SET price = 0.01 WHERE sku = 'SKU-1'")
+        time.sleep(RELOAD_SECONDS * 2)  # let every worker's periodic reload run
+        print(f"after the price change and a reload (every {RELOAD_SECONDS}s):")
+        joined.orderBy("order_id").show()
+        print("Products cache metrics:", products.metrics())
+    finally:
+        spark.stop()
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+if __name__ == "__main__":
+    main()
