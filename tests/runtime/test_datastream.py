@@ -151,3 +151,23 @@ def test_error_propagates_through_for() -> None:
         for x in AsyncDataStream.ordered_wait(range(10), broken, 5.0):
             seen.append(x)
     assert seen == [0, 1, 2]
+
+
+class HangsOnOdd(AsyncFunction[int, str]):
+    async def async_invoke(self, element: int) -> list[str]:
+        await asyncio.sleep(60 if element % 2 else 0.001)
+        return [f"{element} ok"]
+
+    async def timeout(self, element: int) -> list[str]:
+        return [f"{element} timed out"]
+
+
+@pytest.mark.parametrize("use_uvloop", [False, True] if uvloop_available() else [False])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_timeouts_on_real_loops(use_uvloop: bool, ordered: bool) -> None:
+    wait = AsyncDataStream.ordered_wait if ordered else AsyncDataStream.unordered_wait
+    stream = wait(range(40), HangsOnOdd(), 0.05, capacity=8, use_uvloop=use_uvloop)
+    out = list(stream)
+    expected = [f"{x} timed out" if x % 2 else f"{x} ok" for x in range(40)]
+    assert out == expected if ordered else sorted(out) == sorted(expected)
+    assert stream.metrics.timeouts == 20 and stream.metrics.completed == 40

@@ -148,13 +148,40 @@ def test_result_arriving_after_the_outcome_is_fixed_is_ignored() -> None:
     assert out == [(1.0, (0, ["timeout"])), (1.0, (1, ["timeout"]))]
 
 
-def test_late_result_while_stream_is_still_running_is_ignored() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_late_result_while_stream_is_still_running_is_ignored(mode: OutputMode) -> None:
     fn = LateResult()
-    op = AsyncWaitOperator(fn, timeout=1.0, capacity=10)
+    op = AsyncWaitOperator(fn, timeout=1.0, capacity=10, output_mode=mode)
     # a slow source keeps the stream open while the late results come in at 1.5
     out = run_virtual(collect(op, aiter_of([0, 1, 2], delay=0.4)))
     assert [item for _, item in out] == [(0, ["timeout"]), (1, ["timeout"]), (2, ["timeout"])]
     assert fn.late_returned
+    assert op.metrics.completed == 3
+
+
+class SlowHeadLateTail(AsyncFunction[str, str]):
+    """'head' times out and its hook takes 2 s; 'tail' times out, its hook answers at once,
+    and its cancelled call still returns 'late' at 1.5 while it waits behind the head."""
+
+    async def async_invoke(self, element: str) -> list[str]:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            if element == "head":
+                raise
+            await asyncio.sleep(0.5)
+        return ["late"]
+
+    async def timeout(self, element: str) -> list[str]:
+        if element == "head":
+            await asyncio.sleep(2)
+        return [f"{element} timeout"]
+
+
+def test_late_result_does_not_replace_a_result_waiting_behind_the_head() -> None:
+    op = AsyncWaitOperator(SlowHeadLateTail(), timeout=1.0, output_mode=OutputMode.ORDERED)
+    out = run_virtual(collect(op, ["head", "tail"]))
+    assert out == [(3.0, ("head", ["head timeout"])), (3.0, ("tail", ["tail timeout"]))]
 
 
 def test_timers_of_finished_records_are_cancelled() -> None:
