@@ -1,10 +1,14 @@
 """One run of the async wait operator over one input: admission, timers, retries and emission.
 
 Cost model (the operator must stay within 1.5x of a hand-rolled task-per-element pipeline):
-one Task per attempt with a done callback (no wrapper coroutine, no ``asyncio.wait`` per
-element); deadlines are monotone (same timeout, admissions in time order), so a deque of
-admitted records and ONE ``call_at`` timer for the earliest pending deadline cover every
-timeout; retries are ``call_later`` handles kept in a retry set; outputs leave in batches.
+one Task per attempt, whose coroutine awaits the function and handles the outcome inline (a
+done callback would cost one more loop callback per element; no ``asyncio.wait`` or
+``asyncio.timeout`` per element). Deadlines are monotone (same timeout, admissions in time
+order), so the admitted records in order plus ONE ``call_at`` timer for the earliest pending
+deadline cover every timeout. A finished record needs no timer work: when the timer fires it
+skips finished records and re-arms for the next pending deadline, and it is cancelled once
+every record is emitted. Retries are ``call_later`` handles kept in a retry set. Outputs
+leave in batches.
 """
 
 from __future__ import annotations
