@@ -1,4 +1,4 @@
-"""Durations written as Flink writes them: ``'10s'``, ``'10 s'``, ``'100ms'``, ``'3 min'``, ``'1h'``."""
+"""Durations written as Flink writes them: ``'10s'``, ``'10 s'``, ``'100ms'``, ``'3 min'``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ for _names, _seconds in (
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*$", re.IGNORECASE)
 
-DURATION_ALLOWED = "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms)"
+DURATION_ALLOWED = (
+    "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms)"
+)
 
 
 def parse_duration(option: str, value: str | float | int | timedelta) -> float:
@@ -42,7 +44,7 @@ def parse_duration(option: str, value: str | float | int | timedelta) -> float:
         if not match:
             raise ConfigurationError(option, value, DURATION_ALLOWED)
         number, unit = match.groups()
-        unit_seconds = _UNIT_SECONDS.get(unit.lower(), None) if unit else 1e-3
+        unit_seconds = _UNIT_SECONDS.get(unit.lower()) if unit else 1e-3
         if unit_seconds is None:
             raise ConfigurationError(
                 option, value, DURATION_ALLOWED, reason=f"unknown time unit {unit!r}"
