@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 
@@ -50,19 +50,18 @@ def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def url_secrets(url: str) -> list[str]:
     """The secret strings inside ``url`` (password, secret query values), for :func:`redact`."""
-    found = [m.group(2).strip("'") for m in _KEYWORD_PASSWORD.finditer(url)]
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            if parts.password:
-                found.append(parts.password)
-            found += [
-                v
-                for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                if _SECRET_PARAM.search(k)
-            ]
-        except ValueError:
-            pass
+    if "://" not in url:
+        return [s for s in (m.group(2).strip("'") for m in _KEYWORD_PASSWORD.finditer(url)) if s]
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found += [parts.password, unquote(parts.password)]
+        found += [
+            v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k)
+        ]
+    except ValueError:
+        pass
     return [s for s in found if s]
 
 

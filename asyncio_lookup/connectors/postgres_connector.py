@@ -310,6 +310,12 @@ class _SyncPostgresLookup(LookupFunction):
         self.conn: psycopg.Connection[dict[str, Any]] | None = None
         self.lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"connector": self.connector}  # never a live connection
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["connector"])  # type: ignore[misc]
+
     def open(self) -> None:
         c = self.connector
         with self.lock:

@@ -306,3 +306,29 @@ async def test_password_never_shown(
     assert "***" in texts[0]
     for text in texts:
         assert secret not in text, text
+
+
+async def test_full_cache_through_the_lookup_chain(postgres_dsn: str, customers: str) -> None:
+    """The lookup layer's FULL cache loads through scan() and answers from its snapshot."""
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    c = PostgresConnector(postgres_dsn, customers, ["id", "region"], ["id", "region", "name"])
+    chain = LookupChain.create(
+        c,
+        LookupOptions.from_dict(
+            {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+        ),
+        prefer_async=True,
+        key_columns=c.key_columns,
+    )
+    await chain.open()
+    try:
+        assert sorted(r["name"] for r in await chain.async_lookup((7, "EU"))) == [
+            "Seven-a",
+            "Seven-b",
+        ]
+        assert await chain.async_lookup((8, None)) == []
+        assert await chain.async_lookup((404, "EU")) == []
+    finally:
+        await chain.close()
