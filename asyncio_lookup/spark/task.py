@@ -12,7 +12,7 @@ from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
-from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
+from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
@@ -91,17 +91,9 @@ class LookupJoinTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chain_id = self.chain_id()
-        created: list[LookupChain] = []
-
-        def factory() -> LookupChain:
-            chain = self.new_chain()
-            created.append(chain)
-            return chain
-
-        chain = bridge.run(acquire_chain(chain_id, factory))
+        chain = bridge.run(acquire_chain(chain_id, self.new_chain))
+        succeeded = False
         try:
-            # A chain this task created reports what its open did too (e.g. a FULL load).
-            before = {} if chain in created else chain.metrics.snapshot()
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(
                 chain, self.spec, self.settings
             )
@@ -114,8 +106,13 @@ class LookupJoinTask:
                     yield self.output(item)
             finally:
                 joined.close()
-            cache = metrics_delta(before, chain.metrics.snapshot(), CacheMetricGroup.GAUGES)
+            succeeded = True
+        finally:
+            # Counters since the previous task of this process, including work between tasks
+            # (the FULL load at open, reloads); a failed task's share is dropped, as Spark
+            # drops a failed task's accumulator updates.
+            cache = chain.metrics.take_delta()
+            release_chain(chain_id)
+        if succeeded:
             operator = runner.operator_metrics()
             report(self.accumulator, self.table_id, merge_metrics(cache, operator, GAUGES))
-        finally:
-            release_chain(chain_id)

@@ -1,0 +1,242 @@
+"""Every driver-side check fails before any Spark job runs, naming the problem (SEMANTICS §2.8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.errors import ConfigurationError, HintError
+from asyncio_lookup.spark import LookupTable, async_map, lookup_join
+from tests.spark.conftest import no_spark_job
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, name STRING, country STRING"
+ROWS = [{"id": 1, "name": "a", "country": "NL"}]
+RETRY = (
+    "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+    "'fixed-delay'='1s', 'max-attempts'='2'"
+)
+
+
+@pytest.fixture(scope="module")
+def customers(spark: SparkSession) -> LookupTable:
+    return LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"]))
+
+
+@pytest.fixture(scope="module")
+def df(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([(1, "x", 2.0)], "customer_id INT, code STRING, amount DOUBLE")
+
+
+def test_the_no_job_check_sees_jobs(spark: SparkSession) -> None:
+    with pytest.raises(AssertionError, match="a Spark job ran"), no_spark_job(spark):
+        spark.range(3).count()
+
+
+@pytest.mark.parametrize(
+    ("hint", "named"),
+    [
+        ("LOOKUP('table'='Customers', 'async'='yes')", ["'async'", "'yes'", "'true' or 'false'"]),
+        ("LOOKUP('table'='Customers', 'output-mode'='allow-unordered')", ["'allow-unordered'"]),
+        ("LOOKUP('table'='Customers', 'capacity'='0')", ["'capacity'", "'0'"]),
+        ("LOOKUP('table'='Customers', 'timeout'='-3s')", ["'timeout'", "'-3s'"]),
+        ("LOOKUP('table'='Customers', 'time-out'='3s')", ["'time-out'", "'timeout'", "'shuffle'"]),
+        ("LOOKUP('table'='Customers', 'retry-predicate'='lookup_miss')", ["all four of"]),
+        (
+            f"LOOKUP('table'='Customers', {RETRY.replace('2', '1.5')})",
+            ["'max-attempts'", "'1.5'"],
+        ),
+        (f"LOOKUP('table'='Customers', {RETRY.replace('2', '0')})", ["'max-attempts'", "'0'"]),
+        (f"LOOKUP('table'='Customers', {RETRY.replace('1s', '0s')})", ["'fixed-delay'"]),
+        (
+            f"LOOKUP('table'='Customers', {RETRY.replace('lookup_miss', 'error')})",
+            ["'retry-predicate'", "'error'", "'lookup_miss'"],
+        ),
+        (
+            f"LOOKUP('table'='Customers', {RETRY.replace('fixed_delay', 'backoff')})",
+            ["'retry-strategy'", "'backoff'", "'fixed_delay'"],
+        ),
+        ("LOOKUP('async'='true')", ["'table'"]),
+        ("LOOKUP('table'='Orders')", ["'Orders'", "'Customers'"]),
+        ("SHUFFLE_HASH('Orders')", ["'Orders'", "'Customers'"]),
+        ("/*+ BROADCAST('Customers') */", ["unknown hint", "LOOKUP or SHUFFLE_HASH"]),
+        ("LOOKUP('table'='Customers'", ["expected"]),
+    ],
+)
+def test_invalid_hints_fail_on_the_driver(
+    spark: SparkSession, customers: LookupTable, df: DataFrame, hint: str, named: list[str]
+) -> None:
+    with no_spark_job(spark), pytest.raises(HintError) as error:
+        lookup_join(df, customers, on=[("customer_id", "id")], hints=hint)
+    for text in named:
+        assert text in str(error.value)
+
+
+def test_invalid_job_default_in_the_spark_conf(
+    spark: SparkSession, customers: LookupTable, df: DataFrame
+) -> None:
+    spark.conf.set("table.exec.async-lookup.timeout", "soon")
+    try:
+        with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+            lookup_join(df, customers, on=[("customer_id", "id")])
+        assert error.value.option == "table.exec.async-lookup.timeout"
+        assert "'soon'" in str(error.value)
+    finally:
+        spark.conf.unset("table.exec.async-lookup.timeout")
+
+
+class NoCapability:
+    def lookup_function(self) -> None:
+        return None
+
+    def async_lookup_function(self) -> None:
+        return None
+
+    def scan(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option", "named"),
+    [
+        ({"name": " "}, "name", []),
+        ({"schema": "id INT,, name"}, "schema", ["DDL"]),
+        ({"schema": "id INT, ID STRING"}, "schema", ["appears twice"]),
+        ({"schema": 42}, "schema", ["StructType"]),
+        ({"options": {"lookup.cache": "SOMETIMES"}}, "lookup.cache", ["'SOMETIMES'"]),
+        ({"options": {"lookup.cahce": "PARTIAL"}}, "lookup.cahce", ["lookup.cache"]),
+        ({"options": {"lookup.cache": "PARTIAL"}}, "lookup.cache", ["unbounded"]),
+        (
+            {"options": {"lookup.cache": "FULL"}},
+            "lookup.full-cache.periodic-reload.interval",
+            ["PERIODIC"],
+        ),
+        ({"connector": None}, "connector", []),
+        ({"connector": NoCapability()}, "connector", ["neither a sync nor an async lookup"]),
+        (
+            {
+                "connector": NoCapability(),
+                "options": {
+                    "lookup.cache": "FULL",
+                    "lookup.full-cache.periodic-reload.interval": "1h",
+                },
+            },
+            "lookup.cache",
+            ["scan()"],
+        ),
+    ],
+)
+def test_invalid_lookup_tables(
+    spark: SparkSession, kwargs: dict[str, Any], option: str, named: list[str]
+) -> None:
+    arguments: dict[str, Any] = {
+        "name": "Customers",
+        "schema": SCHEMA,
+        "connector": InMemoryConnector(ROWS, ["id"]),
+        "options": None,
+        **kwargs,
+    }
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        LookupTable(**arguments)
+    assert error.value.option == option
+    for text in named:
+        assert text in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option", "named"),
+    [
+        ({"on": [("customer", "id")]}, "on", ["'customer'", "left DataFrame"]),
+        ({"on": [("CUSTOMER_ID", "id")]}, "on", ["did you mean 'customer_id'"]),
+        ({"on": [("customer_id", "key")]}, "on", ["'key'", "dim table 'Customers'"]),
+        ({"on": [("code", "id")]}, "on", ["'code' is string", "'id' is int"]),
+        ({"on": 42}, "on", ["column name"]),
+        ({"on": [("customer_id", "id"), ("amount", "id")]}, "on", ["bound twice"]),
+        ({"on": "customer_id"}, "on", ["no column 'customer_id' in the dim table"]),
+        ({"how": "full"}, "how", ["'inner' or 'left'"]),
+        ({"literals": {"name": 3}}, "literals['name']", ["string"]),
+        ({"literals": {"nope": 3}}, "literals", ["'nope'"]),
+        ({"literals": {"name": None}}, "literals['name']", ["NULL"]),
+        ({"columns": ["name", "zip"]}, "columns", ["'zip'"]),
+        ({"rename": {"zip": "z"}}, "rename", ["'zip'"]),
+        ({"rename": {"name": "code"}}, "rename", ["collides with column 'code'"]),
+        ({"rename": {"name": "n", "country": "N"}}, "rename", ["collides with column 'n'"]),
+        ({"dim_filter": "country = 'NL'"}, "dim_filter", ["callable"]),
+        ({"alias": ""}, "alias", []),
+    ],
+)
+def test_invalid_joins_fail_on_the_driver(
+    spark: SparkSession,
+    customers: LookupTable,
+    df: DataFrame,
+    kwargs: dict[str, Any],
+    option: str,
+    named: list[str],
+) -> None:
+    arguments: dict[str, Any] = {"on": [("customer_id", "id")], **kwargs}
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(df, customers, **arguments)
+    assert error.value.option == option
+    for text in named:
+        assert text in str(error.value)
+
+
+def test_name_collisions_are_errors_until_renamed(spark: SparkSession) -> None:
+    orders = spark.createDataFrame([(1, 1)], "ID INT, id_x INT")
+    customers = LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"]))
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(orders, customers, on=[("ID", "id")])
+    assert "dim column 'id' of 'Customers' would be output as 'id'" in str(error.value)
+    assert "collides with column 'ID'" in str(error.value)
+    with no_spark_job(spark):
+        renamed = lookup_join(orders, customers, on=[("ID", "id")], rename={"id": "customer_id"})
+        prefixed = lookup_join(orders, customers, on=[("ID", "id")], prefix="c_")
+        selected = lookup_join(orders, customers, on=[("ID", "id")], columns=["name"])
+    assert renamed.columns == ["ID", "id_x", "customer_id", "name", "country"]
+    assert prefixed.columns == ["ID", "id_x", "c_id", "c_name", "c_country"]
+    assert selected.columns == ["ID", "id_x", "name"]
+
+
+def test_join_key_must_match_the_connector_key(spark: SparkSession, df: DataFrame) -> None:
+    by_name = LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["name"]))
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(df, by_name, on=[("customer_id", "id")])
+    assert "the connector's key columns ['name']" in str(error.value)
+
+
+def test_non_spark_arguments(spark: SparkSession, customers: LookupTable, df: DataFrame) -> None:
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="'table'"):
+        lookup_join(df, "Customers", on="id")  # type: ignore[arg-type]
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="'df'"):
+        lookup_join([1, 2], customers, on="id")  # type: ignore[arg-type]
+
+
+async def _echo(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row]
+
+
+def _not_async(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"capacity": 0}, "capacity"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"retry_strategy": "fixed"}, "retry_strategy"),
+        ({"schema": "n INT,,"}, "schema"),
+        ({"fn": _not_async}, "fn"),
+        ({"output_mode": "sorted"}, "output_mode"),
+    ],
+)
+def test_invalid_async_map(spark: SparkSession, kwargs: dict[str, Any], option: str) -> None:
+    df = spark.range(3)
+    arguments: dict[str, Any] = {"fn": _echo, "schema": "id BIGINT", "timeout": 1.0, **kwargs}
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        async_map(df, **arguments)
+    assert error.value.option == option
