@@ -262,6 +262,8 @@ class OperatorRun:
                             element = await aiterator.__anext__()
                         except StopAsyncIteration:
                             break
+                        if self.failure is not None:
+                            return  # failed while this element was being read
                         admit(element)
                     else:
                         return  # failed: stop reading
