@@ -338,9 +338,10 @@ class HttpConnector:
                 return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote, safe="")))
             target = urljoin(current, str(value))
         else:
-            target = _link_next(headers.get("Link", ""), current)
-            if target is None:
+            linked = _link_next(headers.get("Link", ""), current)
+            if linked is None:
                 return None
+            target = linked
         if urlsplit(target)[:2] != urlsplit(current)[:2]:
             raise DataFormatError(
                 f"scan: refusing to follow next page {mask_url(target)!r} to another origin"

@@ -20,7 +20,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
@@ -145,11 +145,11 @@ class RedisConnector:
                     f"Redis key {redis_key!r} holds {type(value).__name__}, "
                     f"value_format={self.value_format!r} expects {what}"
                 )
-            rows = [dict(r) for r in value] if expected is list else [value]
+            rows = [dict(r) for r in value] if isinstance(value, list) else [dict(value)]
         for row in rows:
             for column, v in key_values.items():
                 row.setdefault(column, v)
-        return rows
+        return list(rows)
 
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:
         match = self.template.parser().match(redis_key)
@@ -167,7 +167,9 @@ class RedisConnector:
             cursor = 0
             while True:
                 try:
-                    cursor, keys = client.scan(cursor, match=pattern, count=self.scan_count)
+                    cursor, keys = cast(Any, client).scan(
+                        cursor, match=pattern, count=self.scan_count
+                    )
                     keys = [k for k in keys if k not in seen]
                     seen.update(keys)
                     values = self._fetch_sync(client, keys)
@@ -216,7 +218,7 @@ class RedisConnector:
         if not keys:
             return []
         if self.value_format != "hash":
-            return list(client.mget(keys))
+            return list(cast(Any, client).mget(keys))
         pipe = client.pipeline(transaction=False)
         for k in keys:
             pipe.hgetall(k)
@@ -314,9 +316,8 @@ class _AsyncRedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_key = c.redis_key(key)
         try:
-            raw = await (
-                client.hgetall(redis_key) if c.value_format == "hash" else client.get(redis_key)
-            )
+            command = client.hgetall if c.value_format == "hash" else client.get
+            raw = await cast(Any, command)(redis_key)
         except _PERMANENT:
             raise
         except _TRANSIENT as error:
