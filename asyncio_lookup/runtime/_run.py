@@ -144,6 +144,7 @@ class OperatorRun:
         )
 
         self._occupied = 0  # admitted and not yet emitted (records and watermarks)
+        self._handed = 0  # of those, in the batch the consumer is taking
         self._live = 0  # records admitted and not final
         self._queue: deque[Entry] = deque()  # ordered mode: every entry, in input order
         self._segments: deque[_Segment] = deque([_Segment()])  # unordered mode
@@ -179,20 +180,25 @@ class OperatorRun:
     async def next_batch(self) -> list[Entry] | None:
         """The next entries to emit, in order; ``None`` once every admitted record is emitted.
 
+        The entries of a batch keep their slots until the consumer asks for the next batch
+        (it has then taken them all), so capacity also bounds what a slow consumer holds.
         Raises the failure of the stream as soon as there is one.
         """
+        if self._handed:
+            self._occupied -= self._handed
+            self._handed = 0
+            waiter = self._feeder_waiter
+            if waiter is not None:
+                self._feeder_waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
         while True:
             if self.failure is not None:
                 raise self.failure
             ready = self._ready
             if ready:
                 self._ready = []
-                self._occupied -= len(ready)
-                waiter = self._feeder_waiter
-                if waiter is not None:
-                    self._feeder_waiter = None
-                    if not waiter.done():
-                        waiter.set_result(None)
+                self._handed = len(ready)
                 return ready
             if self._input_done and self._occupied == 0:
                 if self._timer is not None:

@@ -157,3 +157,30 @@ def test_empty_collection_emits_nothing_and_frees_the_slot() -> None:
 
     assert run_virtual(run()) == [0, 2, 4]
     assert source.at[5] == 0.5  # each empty record freed its slot when it finished
+
+
+def test_capacity_holds_while_a_slow_consumer_takes_a_batch() -> None:
+    """Entries handed over in one batch count until the consumer has taken each of them."""
+
+    async def instant(element: int) -> list[int]:
+        return [element]
+
+    for mode in (ORDERED, UNORDERED):
+        state = {"read": 0, "emitted": 0, "max": 0}
+
+        def source() -> Any:
+            for item in range(40):
+                state["read"] += 1
+                state["max"] = max(state["max"], state["read"] - state["emitted"])
+                yield item
+
+        async def consume(op: AsyncWaitOperator[int, int]) -> None:
+            async for _ in op.process(source()):
+                state["emitted"] += 1
+                await asyncio.sleep(0)  # a consumer that does I/O per output
+                await asyncio.sleep(0)
+
+        op = AsyncWaitOperator(instant, timeout=None, capacity=3, output_mode=mode)
+        run_virtual(consume(op))
+        assert state["emitted"] == 40
+        assert state["max"] <= 3, mode
