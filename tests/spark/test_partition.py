@@ -1,0 +1,182 @@
+"""The executor side of a lookup join, run in this process without Spark: one partition's
+Arrow batches in, Arrow batches out, on the process loop (DESIGN "How a partition runs")."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.lookup.options import LookupOptions
+from asyncio_lookup.lookup.registry import chain_ids
+from asyncio_lookup.runtime.loop import process_loop
+from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
+from tests.spark.helpers import BoomError, FailingConnector, SyncOnly
+
+DIM = [{"id": i, "name": f"n{i}"} for i in range(10)] + [{"id": 4, "name": "n4-b"}]
+COLUMNS = (DimColumn("id", "dim_id", pa.int32()), DimColumn("name", "name", pa.string()))
+
+
+class Collector:
+    """Stands in for the Spark accumulator: records what tasks add."""
+
+    def __init__(self) -> None:
+        self.added: list[dict[str, dict[str, float]]] = []
+
+    def add(self, value: dict[str, dict[str, float]]) -> None:
+        self.added.append(value)
+
+
+def make_task(
+    connector: Any,
+    hint: str | None = None,
+    how: JoinType = JoinType.LEFT,
+    columns: tuple[DimColumn, ...] = COLUMNS,
+) -> LookupJoinTask:
+    return LookupJoinTask(
+        table_id=uuid.uuid4().hex,
+        table_name="T",
+        connector=connector,
+        options=LookupOptions(),
+        settings=resolve_lookup(hint, "T"),
+        spec=JoinSpec(how, (KeyBinding("id", left_column="cid"),)),
+        dim_columns=columns,
+        accumulator=Collector(),
+    )
+
+
+def batches(*ids: list[Any]) -> list[pa.RecordBatch]:
+    return [
+        pa.RecordBatch.from_pydict(
+            {"cid": pa.array(chunk, pa.int32()), "tag": [f"t{c}" for c in chunk]}
+        )
+        for chunk in ids
+    ]
+
+
+def loop_tasks() -> set[asyncio.Task[Any]]:
+    return {t for t in asyncio.all_tasks(process_loop()) if not t.done()}
+
+
+@pytest.mark.parametrize(
+    "hint",
+    [
+        "LOOKUP('table'='T', 'capacity'='2')",
+        "LOOKUP('table'='T', 'output-mode'='allow_unordered')",
+        "LOOKUP('table'='T', 'async'='false')",
+    ],
+)
+def test_a_partition_gathers_left_columns_and_builds_dim_columns(hint: str) -> None:
+    task = make_task(InMemoryConnector(DIM, ["id"], latency=0.001), hint)
+    out = pa.Table.from_batches(list(task(iter(batches([4, None, 11], [], [2])))))
+    assert out.schema == pa.schema(
+        [("cid", pa.int32()), ("tag", pa.string()), ("dim_id", pa.int32()), ("name", pa.string())]
+    )
+    rows = out.to_pylist()
+    expected = [
+        {"cid": 4, "tag": "t4", "dim_id": 4, "name": "n4"},
+        {"cid": 4, "tag": "t4", "dim_id": 4, "name": "n4-b"},
+        {"cid": None, "tag": "tNone", "dim_id": None, "name": None},
+        {"cid": 11, "tag": "t11", "dim_id": None, "name": None},
+        {"cid": 2, "tag": "t2", "dim_id": 2, "name": "n2"},
+    ]
+    if "unordered" in hint:
+        assert sorted(map(str, rows)) == sorted(map(str, expected))
+    else:
+        assert rows == expected
+    (report,) = task.accumulator.added
+    metrics = report[task.table_id]
+    assert metrics["numLookups"] == 3
+    assert ("numCompleted" in metrics) == ("async'='false" not in hint)
+    assert loop_tasks() == set()
+
+
+def test_a_source_without_async_runs_sync_whatever_the_hint() -> None:
+    task = make_task(
+        SyncOnly(InMemoryConnector(DIM, ["id"])), "LOOKUP('table'='T', 'async'='true')"
+    )
+    rows = [r for b in task(iter(batches([1, 2]))) for r in b.to_pylist()]
+    assert [r["name"] for r in rows] == ["n1", "n2"]
+    assert "numCompleted" not in task.accumulator.added[0][task.table_id]
+
+
+class CountingOpens(AsyncLookupFunction):
+    opens = 0
+
+    async def open(self) -> None:
+        type(self).opens += 1
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        return [{"id": key[0], "name": "x"}]
+
+
+class CountingSource:
+    def lookup_function(self) -> None:
+        return None
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return CountingOpens()
+
+    def scan(self) -> None:
+        return None
+
+
+def test_successive_tasks_of_a_process_share_one_opened_chain() -> None:
+    task = make_task(CountingSource())
+    before = CountingOpens.opens
+    for _ in range(3):
+        assert sum(b.num_rows for b in task(iter(batches([1, 2, 3])))) == 3
+    assert CountingOpens.opens == before + 1
+    assert sum(1 for c in chain_ids() if c.startswith(task.table_id)) == 1
+    assert len(task.accumulator.added) == 3
+
+
+@pytest.mark.parametrize("hint", ["LOOKUP('table'='T')", "LOOKUP('table'='T', 'async'='false')"])
+def test_a_failing_partition_raises_the_original_error_and_leaves_the_loop_clean(
+    hint: str,
+) -> None:
+    task = make_task(FailingConnector({1: [{"id": 1, "name": "a"}]}, bad_key=5), hint)
+    with pytest.raises(BoomError, match="rejected key 5"):
+        list(task(iter(batches(list(range(8)), list(range(8, 20))))))
+    assert loop_tasks() == set()
+    assert task.accumulator.added == []  # a failed task reports nothing
+    # the next partition of this process runs normally on the same loop
+    ok = make_task(InMemoryConnector(DIM, ["id"]), hint)
+    assert sum(b.num_rows for b in ok(iter(batches([1, 2])))) == 2
+
+
+def test_closing_a_partition_early_cancels_its_lookups() -> None:
+    task = make_task(
+        InMemoryConnector(DIM, ["id"], latency=0.05), "LOOKUP('table'='T', 'capacity'='50')"
+    )
+    stream = task(iter(batches([1], list(range(10)) * 5, list(range(10)))))
+    first = next(stream)
+    assert first.num_rows == 1
+    stream.close()
+    # What is left belongs to the shared chain, not the partition: a batched connector call
+    # that other lookups could still join; it finishes by itself (nothing waits on it).
+    left = loop_tasks()
+    assert all("KeyBatcher._call" in repr(t) for t in left)
+    process_loop().run_until_complete(asyncio.wait(left, timeout=5) if left else asyncio.sleep(0))
+    assert loop_tasks() == set()
+
+
+def test_a_dim_value_of_the_wrong_type_is_a_clear_error() -> None:
+    bad = [{"id": 1, "name": "n1", "born": "yesterday"}]
+    columns = (*COLUMNS, DimColumn("born", "born", pa.date32()))
+    task = make_task(InMemoryConnector(bad, ["id"]), columns=columns)
+    with pytest.raises(ResultTypeError) as error:
+        list(task(iter(batches([1]))))
+    message = str(error.value)
+    assert "lookup table 'T'" in message
+    assert "column 'born' returned str value 'yesterday'" in message
+    assert "date32" in message
