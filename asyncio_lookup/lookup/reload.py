@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.durations import parse_duration
@@ -96,16 +96,19 @@ class TimedCacheReloadTrigger(CacheReloadTrigger):
         """Today at ``reload_time`` if still ahead of ``now``, else tomorrow."""
         tz = self.reload_time.tzinfo
         today = datetime.fromtimestamp(now, tz).date()
-        candidate = datetime.combine(today, self.reload_time).timestamp()
-        if candidate <= now:
-            tomorrow = today + timedelta(days=1)
-            candidate = datetime.combine(tomorrow, self.reload_time).timestamp()
-        return candidate
+        candidate = self._at(today)
+        return candidate if candidate > now else self._at(today + timedelta(days=1))
 
     def next_reload(self, previous: LoadTimes) -> float:
         if previous.initial:
             return self.first_reload_after(previous.started)
-        return previous.scheduled + self.interval_in_days * 86400.0
+        # Calendar days, not 86400 s: a local reload time stays put across DST changes.
+        tz = self.reload_time.tzinfo
+        day = datetime.fromtimestamp(previous.scheduled, tz).date()
+        return self._at(day + timedelta(days=self.interval_in_days))
+
+    def _at(self, day: date) -> float:
+        return datetime.combine(day, self.reload_time).timestamp()
 
 
 def parse_iso_time(option: str, value: time | str) -> time:

@@ -228,3 +228,28 @@ def test_reloads_run_without_an_event_loop_in_real_time() -> None:
     finally:
         cache.close(timeout=10)
     assert cache._thread is not None and not cache._thread.is_alive()
+
+
+@pytest.fixture
+def berlin_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    import time as _time
+
+    if not hasattr(_time, "tzset"):
+        pytest.skip("time.tzset() needs a POSIX platform")
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    _time.tzset()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        _time.tzset()
+
+
+@pytest.mark.usefixtures("berlin_time")
+def test_timed_local_reload_keeps_its_wall_time_across_a_dst_change() -> None:
+    # Berlin moves clocks forward on 2026-03-29: the day has 23 hours. A local '10:15'
+    # reload must still happen at 10:15 local on the days after it.
+    start = datetime(2026, 3, 27, 12, 0).timestamp()  # local, after today's 10:15
+    starts = run_schedule(TimedCacheReloadTrigger("10:15"), 1, start, 3)
+    local = [datetime.fromtimestamp(start + s) for s in starts[1:]]
+    assert [(t.day, t.hour, t.minute) for t in local] == [(28, 10, 15), (29, 10, 15), (30, 10, 15)]
