@@ -21,8 +21,8 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Collection,
+    Generator,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -254,7 +254,7 @@ class LookupJoinRunner(Generic[P]):
             return {}
         return dict(self.operator.metrics.snapshot())
 
-    def run_sync(self, batches: Iterable[ProbeBatch[P]]) -> Iterator[JoinedBatch[P]]:
+    def run_sync(self, batches: Iterable[ProbeBatch[P]]) -> Generator[JoinedBatch[P], None, None]:
         """Join batch by batch, one blocking lookup at a time, in input order."""
         spec = self.spec
         lookup = self.chain.lookup

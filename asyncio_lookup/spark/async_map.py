@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -68,7 +68,7 @@ class AsyncMapTask:
         owner: dict[int, int] = {}
         remaining: dict[int, int] = {}
 
-        async def elements() -> AsyncIterator[dict[str, Any]]:
+        async def elements() -> AsyncGenerator[dict[str, Any], None]:
             number = 0
             async for rows in bridge.read_ahead(batches, pa.RecordBatch.to_pylist):
                 if not rows:

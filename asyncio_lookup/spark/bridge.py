@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -67,7 +67,7 @@ async def read_ahead(items: Iterator[T], convert: Callable[[T], U]) -> AsyncIter
             future.cancel()
 
 
-def drive(stream: AsyncIterator[T]) -> Iterator[T]:
+def drive(stream: AsyncIterator[T]) -> Generator[T, None, None]:
     """Iterate an async iterator synchronously on the process loop.
 
     However the caller stops (end, error, ``close()``), the stream is closed on the loop, so
