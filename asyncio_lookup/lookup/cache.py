@@ -150,7 +150,8 @@ class DefaultLookupCache:
         return entry
 
     def _purge_expired(self, now: float) -> None:
-        # Both orders are monotonic in time, so expired entries sit at the fronts.
+        # Both orders are monotonic in time (the clock is read under the lock, so lock order
+        # is time order), so expired entries sit at the fronts.
         if self.expire_after_access is not None:
             while self._by_use:
                 key, entry = next(iter(self._by_use.items()))
@@ -165,8 +166,8 @@ class DefaultLookupCache:
                 self._remove(key)
 
     def get_if_present(self, key: Key) -> list[Row] | None:
-        now = self.clock.now()
         with self._lock:
+            now = self.clock.now()
             entry = self._by_use.get(key)
             if entry is not None and self._expired(entry, now):
                 self._remove(key)
@@ -182,9 +183,9 @@ class DefaultLookupCache:
             return list(entry.rows)
 
     def put(self, key: Key, rows: Collection[Row]) -> list[Row] | None:
-        now = self.clock.now()
         stored = tuple(rows)
         with self._lock:
+            now = self.clock.now()
             previous = self._remove(key)
             self._purge_expired(now)
             if (stored or self.cache_missing_key) and self.maximum_size != 0:
@@ -201,23 +202,20 @@ class DefaultLookupCache:
             self._remove(key)
 
     def size(self) -> int:
-        now = self.clock.now()
         with self._lock:
-            self._purge_expired(now)
+            self._purge_expired(self.clock.now())
             return len(self._by_use)
 
     def cached_bytes(self) -> int:
         """Estimated bytes held by the live entries."""
-        now = self.clock.now()
         with self._lock:
-            self._purge_expired(now)
+            self._purge_expired(self.clock.now())
             return self._bytes
 
     def keys(self) -> list[Key]:
         """Live keys, least recently used first (for inspection and tests)."""
-        now = self.clock.now()
         with self._lock:
-            self._purge_expired(now)
+            self._purge_expired(self.clock.now())
             return list(self._by_use)
 
     def close(self) -> None:

@@ -173,3 +173,40 @@ def test_thread_safe_under_concurrent_use() -> None:
     assert snap["hitCount"] + snap["missCount"] == 8000
     assert cache.size() == 50
     assert len(set(cache.keys())) == 50
+
+
+class _PausingClock(ManualClock):
+    """The first reading on the thread named ``slow`` stalls until ``go`` is set (or 0.5 s)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def now(self) -> float:
+        if threading.current_thread().name == "slow" and not self.entered.is_set():
+            reading = super().now()
+            self.entered.set()
+            self.go.wait(0.5)
+            return reading
+        return super().now()
+
+
+def test_write_order_matches_write_times_when_threads_race() -> None:
+    # A writer that read the clock before another writer must not land after it in the
+    # expiry order, or an expired entry hides behind a live one (size() counts it).
+    clock = _PausingClock()
+    cache, _ = make(clock, expire_after_write=5)
+    slow = threading.Thread(target=cache.put, args=((1,), [ROW]), name="slow")
+    slow.start()
+    assert clock.entered.wait(10)
+    clock.advance(10)
+    fast = threading.Thread(target=cache.put, args=((2,), [ROW]))
+    fast.start()
+    fast.join(0.2)  # done at once when the slow writer holds no lock while reading the clock
+    clock.go.set()
+    slow.join(10)
+    fast.join(10)
+    clock.advance(5 - 0.5)  # now 14.5: (1,), written at 0, has expired; (2,) has not
+    assert cache.size() == 1
+    assert cache.keys() == [(2,)]
