@@ -56,6 +56,7 @@ class RedisConnector:
         socket_timeout: float | None = 5.0,
         client_name: str = "asyncio-lookup",
         scan_count: int = 1000,
+        pool_timeout: float | None = 20.0,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigurationError(
@@ -80,6 +81,7 @@ class RedisConnector:
         self.socket_timeout = socket_timeout
         self.client_name = client_name
         self.scan_count = scan_count
+        self.pool_timeout = pool_timeout
 
     def __repr__(self) -> str:
         return (
@@ -100,10 +102,21 @@ class RedisConnector:
 
     # -- shared helpers ----------------------------------------------------------------------
 
+    def sync_client(self) -> redis.Redis:
+        pool = redis.BlockingConnectionPool.from_url(self.url, **self._client_options())
+        return redis.Redis.from_pool(pool)
+
+    def async_client(self) -> redis.asyncio.Redis:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **self._client_options())
+        return redis.asyncio.Redis.from_pool(pool)
+
     def _client_options(self) -> dict[str, Any]:
         # No retries inside redis-py: failures surface as TransientError and go through the
         # lookup layer's `lookup.max-retries`; a broken connection is dropped from the pool.
+        # A blocking pool: more concurrent calls than connections wait (up to pool_timeout)
+        # instead of failing with "Too many connections".
         return {
+            "timeout": self.pool_timeout,
             "decode_responses": True,
             "max_connections": self.max_connections,
             "socket_timeout": self.socket_timeout,
@@ -161,7 +174,7 @@ class RedisConnector:
         return values
 
     def _scan_sync(self) -> Iterator[Row]:
-        client = redis.Redis.from_url(self.url, **self._client_options())
+        client = self.sync_client()
         pattern, seen = self.template.glob(), set()
         try:
             cursor = 0
@@ -184,7 +197,7 @@ class RedisConnector:
             client.close()
 
     async def _scan_async(self) -> AsyncIterator[Row]:
-        client = redis.asyncio.Redis.from_url(self.url, **self._client_options())
+        client = self.async_client()
         pattern, seen = self.template.glob(), set()
         try:
             cursor = 0
@@ -261,8 +274,7 @@ class _SyncRedisLookup(LookupFunction):
 
     def open(self) -> None:
         if self.client is None:
-            options = self.connector._client_options()
-            self.client = redis.Redis.from_url(self.connector.url, **options)
+            self.client = self.connector.sync_client()
 
     def lookup(self, key: Key) -> Collection[Row]:
         key = tuple(key)
@@ -299,8 +311,7 @@ class _AsyncRedisLookup(AsyncLookupFunction):
 
     async def open(self) -> None:
         if self.client is None:
-            options = self.connector._client_options()
-            self.client = redis.asyncio.Redis.from_url(self.connector.url, **options)
+            self.client = self.connector.async_client()
 
     async def _client(self) -> redis.asyncio.Redis:
         if self.client is None:

@@ -256,3 +256,21 @@ async def test_password_never_shown(redis_prefix: str, caplog: pytest.LogCapture
     assert "***" in texts[0]
     for text in texts:
         assert secret not in text, text
+
+
+async def test_more_concurrent_calls_than_connections_wait_for_one(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.mset({f"{redis_prefix}p:{i}": json.dumps({"v": i}) for i in range(200)})
+    c = RedisConnector(redis_url, redis_prefix + "p:{id}", max_connections=2)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        found = await asyncio.gather(*(fn.async_lookup((i,)) for i in range(200)))
+        batches = await asyncio.gather(
+            *(fn.async_lookup_batch([(i,), (i + 1,)]) for i in range(0, 200, 2))
+        )
+    finally:
+        await fn.close()
+    assert [list(r) for r in found] == [[{"v": i, "id": i}] for i in range(200)]
+    assert [list(r) for b in batches for r in b] == [[{"v": i, "id": i}] for i in range(200)]
