@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.runtime import AsyncFunction
 
 
 class DimService:
@@ -173,3 +174,22 @@ class ScanOnly:
 class _NoPointLookup(LookupFunction):
     def lookup(self, key: Key) -> Collection[Row]:
         raise AssertionError(f"a FULL cache must not call the point lookup (key {key!r})")
+
+
+class FlakyError(RuntimeError):
+    """A first attempt's failure that a retry fixes."""
+
+
+class FlakyDouble(AsyncFunction[dict[str, Any], dict[str, Any]]):
+    """Fails the first attempt for every row, then returns the row doubled (for async_map)."""
+
+    def __init__(self) -> None:
+        self.attempts: Counter[int] = Counter()
+
+    async def async_invoke(self, element: dict[str, Any]) -> Collection[dict[str, Any]]:
+        n = element["n"]
+        self.attempts[n] += 1
+        await asyncio.sleep(0)
+        if self.attempts[n] == 1:
+            raise FlakyError(f"first attempt for row {n} failed")
+        return [{"n": n, "double": 2 * n, "attempts": self.attempts[n]}]

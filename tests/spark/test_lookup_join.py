@@ -12,10 +12,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.connectors.http_connector import HttpConnector
-from asyncio_lookup.runtime import OutputMode, RetryStrategies
+from asyncio_lookup.runtime import OutputMode, RetryPredicates, RetryStrategies
 from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
 from asyncio_lookup.spark.join import plan_lookup_join
-from tests.spark.helpers import DimService, FailingConnector, ScanOnly
+from tests.spark.helpers import DimService, FailingConnector, FlakyDouble, FlakyError, ScanOnly
 
 pytestmark = pytest.mark.spark
 
@@ -362,3 +362,27 @@ def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode
     if mode is OutputMode.ORDERED:
         assert rows == want
     assert async_map_metrics(f"twice-{mode.name}")["numCompleted"] == 200
+
+
+def test_async_map_retry_strategy_and_errors(spark: SparkSession) -> None:
+    df = spark.range(0, 40, numPartitions=2).selectExpr("CAST(id AS INT) AS n")
+    schema = "n INT, double INT, attempts INT"
+    retrying = async_map(
+        df,
+        FlakyDouble(),
+        schema,
+        timeout=30,
+        retry_strategy=RetryStrategies.fixed_delay(
+            max_attempts=1,
+            delay=0.01,
+            exception_predicate=RetryPredicates.exception_type(FlakyError),
+        ),
+        metrics_id="flaky-retry",
+    )
+    assert sorted(tuple(r) for r in retrying.collect()) == [(n, 2 * n, 2) for n in range(40)]
+    assert async_map_metrics("flaky-retry")["numRetries"] == 40
+    failing = async_map(df, FlakyDouble(), schema, timeout=30)
+    with pytest.raises(Exception) as error:
+        failing.collect()
+    assert "FlakyError" in str(error.value)
+    assert "first attempt for row" in str(error.value)
