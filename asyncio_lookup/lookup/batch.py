@@ -133,11 +133,13 @@ class KeyBatcher:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
-        for key in self._queue:
-            self._settle(key, None, asyncio.CancelledError())
         self._queue.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        # Queued keys, and those of a call task cancelled before its first step (it never ran
+        # its handlers): release their callers.
+        for key in list(self._in_flight):
+            self._settle(key, None, asyncio.CancelledError())

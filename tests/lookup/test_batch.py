@@ -189,3 +189,18 @@ async def test_mismatched_batch_result_is_an_error_for_every_key() -> None:
     )
     assert all("1 results for 3 keys" in str(r) for r in results)
     await chain.close()
+
+
+@pytest.mark.parametrize("batch", ["1", "8"])
+async def test_close_before_a_call_started_still_releases_its_callers(batch: str) -> None:
+    # The connector call's task is created but has not run yet when the chain closes: a task
+    # cancelled before its first step never runs its handlers, so the waiting caller must be
+    # released by close() itself rather than hang.
+    chain = await open_chain(BatchFn(table_of(2), asyncio.Event()), **{"batch.max-size": batch})
+    pending = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0)  # the caller runs up to its wait; the call task is only scheduled
+    if batch != "1":
+        await asyncio.sleep(0)  # the flush (call_soon) creates the call task
+    await chain.close()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(pending, 5)
