@@ -119,7 +119,18 @@ def _app(service: Service) -> web.Application:
             status=500, text="denied for " + request.headers.get("Authorization", "")
         )
 
+    async def slow(request: web.Request) -> web.Response:
+        record(request)
+        await asyncio.sleep(1)  # the client's timeout is 0.2 s
+        return web.json_response({"id": request.match_info["id"]})
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        record(request)
+        return web.json_response({"items": [{"id": 1}], "next": "http://example.invalid/steal"})
+
     app = web.Application()
+    app.router.add_get("/slow/{id}", slow)
+    app.router.add_get("/elsewhere", elsewhere)
     app.router.add_get("/customers/{id}", customer)
     app.router.add_get("/orders/{cid}/{oid}", order)
     app.router.add_post("/customers:batchGet", batch_post)

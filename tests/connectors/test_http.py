@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError
+from asyncio_lookup.connectors._common import DataFormatError
 from asyncio_lookup.connectors.http_connector import parse_retry_after
 from asyncio_lookup.errors import ConfigurationError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service
@@ -278,3 +279,33 @@ async def test_secrets_never_in_repr_logs_or_errors(
         for s in (secret, token, key):
             assert s not in text, text
     assert "***" in repr(c) and "Accept-Language" in repr(c)
+
+
+async def test_per_request_timeout_is_transient(http_service: Service) -> None:
+    c = HttpConnector(f"{http_service.base}/slow/{{id}}", timeout=0.2)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(TransientError):
+            await fn.async_lookup((1,))
+    finally:
+        await fn.close()
+    with pytest.raises(TransientError) as info:
+        c.lookup_function().lookup((1,))
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_scan_never_follows_next_link_to_another_origin(http_service: Service) -> None:
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        scan_url=f"{http_service.base}/elsewhere",
+        scan_rows_field="items",
+        next_field="next",
+        bearer_token="tok",
+    )
+    scan = c.scan()
+    assert scan is not None
+    with pytest.raises(DataFormatError, match="another origin"):
+        [r async for r in scan]
+    with pytest.raises(DataFormatError, match="another origin"):
+        list(scan)
