@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from asyncio_lookup.runtime import AsyncWaitOperator, OutputMode, Watermark
 
 from .support import HANG, Reads, Scripted, WithTimeoutHook, collect, const, keys
@@ -159,28 +161,28 @@ def test_empty_collection_emits_nothing_and_frees_the_slot() -> None:
     assert source.at[5] == 0.5  # each empty record freed its slot when it finished
 
 
-def test_capacity_holds_while_a_slow_consumer_takes_a_batch() -> None:
+@pytest.mark.parametrize("mode", [ORDERED, UNORDERED])
+def test_capacity_holds_while_a_slow_consumer_takes_a_batch(mode: OutputMode) -> None:
     """Entries handed over in one batch count until the consumer has taken each of them."""
 
     async def instant(element: int) -> list[int]:
         return [element]
 
-    for mode in (ORDERED, UNORDERED):
-        state = {"read": 0, "emitted": 0, "max": 0}
+    state = {"read": 0, "emitted": 0, "max": 0}
 
-        def source() -> Any:
-            for item in range(40):
-                state["read"] += 1
-                state["max"] = max(state["max"], state["read"] - state["emitted"])
-                yield item
+    def source() -> Any:
+        for item in range(40):
+            state["read"] += 1
+            state["max"] = max(state["max"], state["read"] - state["emitted"])
+            yield item
 
-        async def consume(op: AsyncWaitOperator[int, int]) -> None:
-            async for _ in op.process(source()):
-                state["emitted"] += 1
-                await asyncio.sleep(0)  # a consumer that does I/O per output
-                await asyncio.sleep(0)
+    async def consume(op: AsyncWaitOperator[int, int]) -> None:
+        async for _ in op.process(source()):
+            state["emitted"] += 1
+            await asyncio.sleep(0)  # a consumer that does I/O per output
+            await asyncio.sleep(0)
 
-        op = AsyncWaitOperator(instant, timeout=None, capacity=3, output_mode=mode)
-        run_virtual(consume(op))
-        assert state["emitted"] == 40
-        assert state["max"] <= 3, mode
+    op = AsyncWaitOperator(instant, timeout=None, capacity=3, output_mode=mode)
+    run_virtual(consume(op))
+    assert state["emitted"] == 40
+    assert state["max"] <= 3
