@@ -27,6 +27,20 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, TRANSIENT_ERRORS)
 
 
+def _replay_first(error: Exception, attempt: Callable[[], T]) -> Callable[[], T]:
+    """``attempt`` whose first call raises ``error`` again: tenacity takes over after a first
+    attempt made outside it (building tenacity's machinery costs more than most lookups, so
+    the common case, success at once, never does)."""
+    replay = [error]
+
+    def run() -> T:
+        if replay:
+            raise replay.pop()
+        return attempt()
+
+    return run
+
+
 @dataclass(frozen=True)
 class FailureRetry:
     """``max_retries`` retries of a failed call; waits ``initial * multiplier**n`` (capped at
@@ -70,9 +84,15 @@ class FailureRetry:
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
         """Run ``attempt()`` with retries, sleeping with ``sleep`` (blocking)."""
+        try:
+            return attempt()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            failed: Exception = error
         retrying = tenacity.Retrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
         try:
-            return retrying(attempt)
+            return retrying(_replay_first(failed, attempt))
         except tenacity.RetryError as exhausted:
             raise self._failed(key, exhausted) from exhausted.last_attempt.exception()
 
@@ -85,9 +105,18 @@ class FailureRetry:
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
         """Await ``attempt()`` with retries, waiting with ``sleep`` (loop timers)."""
+        try:
+            return await attempt()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            failed: Exception = error
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
+        replay = [failed]
 
         async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
+            if replay:
+                raise replay.pop()
             return await attempt()
 
         try:

@@ -253,6 +253,30 @@ async def test_async_failure_retry_then_success() -> None:
     await chain.close()
 
 
+async def test_a_call_that_succeeds_at_once_never_builds_tenacity_machinery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The hot path: tenacity's per-call set-up cost ~250 us per lookup (vs ~10 us for the call).
+    import tenacity
+
+    built: list[str] = []
+    for name in ("Retrying", "AsyncRetrying"):
+        real = getattr(tenacity, name)
+        monkeypatch.setattr(
+            tenacity, name, lambda *a, _real=real, _n=name, **k: built.append(_n) or _real(*a, **k)
+        )
+    table, clock = Table({(1,): [ALICE], (2,): [ALICE]}), ManualClock()
+    sync = await sync_chain(table, options(), clock)
+    chain, sleeps = await async_chain(table, options(), clock)
+    assert sync.lookup((1,)) == [ALICE] and await chain.async_lookup((1,)) == [ALICE]
+    assert built == []
+    table.errors[(2,)] = [TransientError("503", retry_after=2.0)]
+    assert await chain.async_lookup((2,)) == [ALICE]  # a failure hands over to tenacity
+    assert built == ["AsyncRetrying"] and sleeps.calls[0] >= 2.0
+    assert chain.metrics.snapshot()["numFailureRetries"] == 1
+    await chain.close()
+
+
 async def test_metric_invariant_miss_equals_loads_plus_failures() -> None:
     table, clock = Table({(k,): [ALICE] for k in range(0, 20, 2)}), ManualClock()
     for k in range(0, 20, 5):
