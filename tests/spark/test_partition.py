@@ -4,12 +4,15 @@ Arrow batches in, Arrow batches out, on the process loop (DESIGN "How a partitio
 from __future__ import annotations
 
 import asyncio
+import pickle
+import threading
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.errors import ResultTypeError
@@ -19,6 +22,7 @@ from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import chain_ids
 from asyncio_lookup.runtime.loop import process_loop
+from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
 from tests.spark.helpers import BoomError, FailingConnector, SyncOnly
 
@@ -180,3 +184,59 @@ def test_a_dim_value_of_the_wrong_type_is_a_clear_error() -> None:
     assert "lookup table 'T'" in message
     assert "column 'born' returned str value 'yesterday'" in message
     assert "date32" in message
+
+
+class SignalsLookups(AsyncLookupFunction):
+    """Sets ``done`` when a lookup has completed (on the loop thread)."""
+
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        await asyncio.sleep(0.01)
+        self.done.set()
+        return [{"id": key[0], "name": "x"}]
+
+
+class SignalsSource:
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+
+    def lookup_function(self) -> None:
+        return None
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return SignalsLookups(self.done)
+
+    def scan(self) -> None:
+        return None
+
+
+def test_reading_input_does_not_starve_in_flight_lookups() -> None:
+    done = threading.Event()
+    starved: list[bool] = []
+
+    def input_batches() -> Iterator[pa.RecordBatch]:
+        first, second = batches([1, 2, 3], [4])
+        yield first
+        # Like the JVM being slow to send the next batch: this read only ends once a lookup
+        # of the first batch has completed, which needs the loop to keep running meanwhile.
+        starved.append(not done.wait(10))
+        yield second
+
+    task = make_task(SignalsSource(done))
+    out = [r["cid"] for b in task(input_batches()) for r in b.to_pylist()]
+    assert out == [1, 2, 3, 4]
+    assert starved == [False]
+
+
+def test_lookup_table_id_survives_pickling() -> None:
+    table = LookupTable(
+        "T",
+        StructType([StructField("id", IntegerType()), StructField("name", StringType())]),
+        InMemoryConnector(DIM, ["id"]),
+    )
+    copy = pickle.loads(pickle.dumps(table))
+    assert copy.table_id == table.table_id
+    assert copy.schema == table.schema
+    assert LookupTable("T", table.schema, InMemoryConnector(DIM, ["id"])).table_id != table.table_id
