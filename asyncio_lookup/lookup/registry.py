@@ -121,10 +121,14 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
     return chain
 
 
-def release_chain(table_id: str) -> None:
-    """A task is done with the chain of ``table_id``; it stays open for the next task."""
+def release_chain(table_id: str, chain: LookupChain | None = None) -> None:
+    """A task is done with the chain of ``table_id``; it stays open for the next task.
+
+    Pass the ``chain`` the task acquired: if it has been replaced meanwhile (its FULL reload
+    failed), the release is then not counted against its successor, which other tasks use.
+    """
     slot = _slots.get(table_id)
-    if slot is None:
+    if slot is None or (chain is not None and slot.chain is not chain):
         return
     with _users_lock:
         slot.users = max(0, slot.users - 1)

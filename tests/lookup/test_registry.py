@@ -151,3 +151,30 @@ def test_a_chain_of_another_loop_is_replaced() -> None:
     second = asyncio.run(use())  # a new loop: pools bound to the old one are unusable
     assert second is not first and len(made) == 2
     asyncio.run(close_all_chains())
+
+
+async def test_release_of_a_replaced_chain_leaves_its_successor_in_use() -> None:
+    loads = [0]
+
+    def scan() -> list[dict[str, Any]]:
+        loads[0] += 1
+        if loads[0] == 2:
+            raise TimeoutError("reload failed")
+        return [{"k": 1, "load": loads[0]}]
+
+    def make() -> LookupChain:
+        provider = FullCachingLookupProvider.of(scan, None)
+        return LookupChain.create(provider, LookupOptions(), prefer_async=True, key_columns=["k"])
+
+    registry.set_idle_timeout(0.0)
+    first = await acquire_chain("F", make)
+    assert first.full_cache is not None
+    first.full_cache._load(0.0, initial=False)  # its reload fails while a task still uses it
+    second = await acquire_chain("F", make)  # the next task gets a fresh chain
+    assert second is not first
+    release_chain("F", first)  # the first task ends: that must not release the second's use
+    await acquire_chain("G", factory(Table(), AsyncFn(Table()), []))  # sweeps idle chains
+    assert "F" in registry.chain_ids()
+    assert await second.async_lookup((1,)) == [{"k": 1, "load": 3}]
+    release_chain("F", second)
+    release_chain("G")
