@@ -77,7 +77,12 @@ class LookupTable:
         return self._schema
 
     def metrics(self) -> dict[str, float]:
-        """Cache and operator metrics summed over every finished task that used this table."""
+        """Cache and operator metrics summed over every finished task that used this table.
+
+        Counters are summed, gauges (``numCachedRecords``, latencies...) are the maximum over
+        tasks. Like any Spark accumulator updated in a transformation, a task that Spark runs
+        again (a retry, a recomputed stage) counts again.
+        """
         return table_metrics(self.table_id)
 
     def __repr__(self) -> str:

@@ -240,3 +240,28 @@ def test_invalid_async_map(spark: SparkSession, kwargs: dict[str, Any], option: 
     with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
         async_map(df, **arguments)
     assert error.value.option == option
+
+
+def test_shuffle_hash_without_a_left_key_column_is_ignored_with_a_warning(
+    spark: SparkSession, df: DataFrame
+) -> None:
+    by_country = LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["country"]))
+    with (
+        no_spark_job(spark),
+        pytest.warns(UserWarning, match="SHUFFLE_HASH for 'Customers' ignored"),
+    ):
+        out = lookup_join(
+            df, by_country, on=[], literals={"country": "NL"}, hints="SHUFFLE_HASH('Customers')"
+        )
+    assert "Exchange" not in out._jdf.queryExecution().optimizedPlan().toString()
+    with no_spark_job(spark):
+        shuffled = lookup_join(
+            df,
+            LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"])),
+            on=[("customer_id", "id")],
+            hints="LOOKUP('table'='Customers', 'shuffle'='true')",
+        )
+    assert (
+        "RepartitionByExpression [customer_id"
+        in shuffled._jdf.queryExecution().logical().toString()
+    )
