@@ -73,11 +73,6 @@ class Entry:
         self.admitted = admitted
         self.state = state
 
-    @property
-    def is_watermark(self) -> bool:
-        """Whether this entry is a watermark (``element`` is the :class:`Watermark`)."""
-        return self.state == _MARK
-
 
 class _Segment:
     """Unordered mode: the records between two watermarks, and the watermark closing them."""
@@ -519,30 +514,27 @@ class OperatorRun:
             metrics.latency_max_ms = ms
         if self._ordered:
             queue = self._queue
-            if queue[0] is entry:
-                ready = self._ready
+            if queue[0] is not entry:
+                return  # waits behind an unfinished head
+            ready = self._ready
+            ready.append(queue.popleft())
+            while queue and _DONE <= queue[0].state <= _MARK:
                 ready.append(queue.popleft())
-                while queue and _DONE <= queue[0].state <= _MARK:
-                    ready.append(queue.popleft())
-                waiter = self._consumer_waiter
-                if waiter is not None:
-                    self._consumer_waiter = None
-                    if not waiter.done():
-                        waiter.set_result(None)
         else:
             segment = entry.segment
             segment.pending -= 1
-            if segment is self._segments[0]:
-                self._ready.append(entry)
-                if segment.pending == 0 and segment.watermark is not None:
-                    self._advance_segments()
-                waiter = self._consumer_waiter
-                if waiter is not None:
-                    self._consumer_waiter = None
-                    if not waiter.done():
-                        waiter.set_result(None)
-            else:
-                segment.done.append(entry)
+            if segment is not self._segments[0]:
+                segment.done.append(entry)  # waits for the earlier segments' watermarks
+                return
+            self._ready.append(entry)
+            if segment.pending == 0 and segment.watermark is not None:
+                self._advance_segments()
+        # self._wake_consumer(), inlined
+        waiter = self._consumer_waiter
+        if waiter is not None:
+            self._consumer_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _advance_segments(self) -> None:
         """Unordered mode: emit the watermarks whose segments have drained, and what follows."""

@@ -53,10 +53,7 @@ class AsyncStream(Generic[IN, OUT]):
         return self.operator.metrics
 
     async def _batches(self) -> AsyncGenerator[list[OUT | Watermark], None]:
-        run = self.operator.new_run()
-        error: BaseException | None = None
-        try:
-            await run.start(self.source)
+        async with self.operator.running(self.source) as run:
             while True:
                 batch = await run.next_batch()
                 if batch is None:
@@ -68,13 +65,6 @@ class AsyncStream(Generic[IN, OUT]):
                     else:
                         out.extend(entry.result)
                 yield out
-        except GeneratorExit:
-            raise
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            await run.stop(error)
 
     async def __aiter__(self) -> AsyncIterator[OUT | Watermark]:
         batches = self._batches()
@@ -114,6 +104,25 @@ class AsyncStream(Generic[IN, OUT]):
         return f"AsyncStream({self.operator!r})"
 
 
+def _stream(
+    stream: Source,
+    fn: Fn[IN, OUT],
+    timeout: float | timedelta | None,
+    capacity: int,
+    output_mode: OutputMode,
+    retry_strategy: AsyncRetryStrategy,
+    use_uvloop: bool | None,
+) -> AsyncStream[IN, OUT]:
+    operator: AsyncWaitOperator[IN, OUT] = AsyncWaitOperator(
+        fn,
+        timeout=timeout,
+        capacity=capacity,
+        output_mode=output_mode,
+        retry_strategy=retry_strategy,
+    )
+    return AsyncStream(stream, operator, use_uvloop)
+
+
 class AsyncDataStream:
     """Flink's ``AsyncDataStream``: apply an async function to a stream, ordered or not,
     with a total timeout per record and optional retries. ``timeout`` is in seconds or a
@@ -129,10 +138,8 @@ class AsyncDataStream:
         use_uvloop: bool | None = None,
     ) -> AsyncStream[IN, OUT]:
         """Outputs in input order."""
-        return AsyncStream(
-            stream,
-            AsyncWaitOperator(fn, timeout=timeout, capacity=capacity),
-            use_uvloop,
+        return _stream(
+            stream, fn, timeout, capacity, OutputMode.ORDERED, RetryStrategies.NO_RETRY, use_uvloop
         )
 
     @staticmethod
@@ -145,11 +152,13 @@ class AsyncDataStream:
         use_uvloop: bool | None = None,
     ) -> AsyncStream[IN, OUT]:
         """Outputs in completion order, never across a watermark."""
-        return AsyncStream(
+        return _stream(
             stream,
-            AsyncWaitOperator(
-                fn, timeout=timeout, capacity=capacity, output_mode=OutputMode.UNORDERED
-            ),
+            fn,
+            timeout,
+            capacity,
+            OutputMode.UNORDERED,
+            RetryStrategies.NO_RETRY,
             use_uvloop,
         )
 
@@ -164,12 +173,8 @@ class AsyncDataStream:
         use_uvloop: bool | None = None,
     ) -> AsyncStream[IN, OUT]:
         """Outputs in input order; retries per ``retry_strategy`` within ``timeout``."""
-        return AsyncStream(
-            stream,
-            AsyncWaitOperator(
-                fn, timeout=timeout, capacity=capacity, retry_strategy=retry_strategy
-            ),
-            use_uvloop,
+        return _stream(
+            stream, fn, timeout, capacity, OutputMode.ORDERED, retry_strategy, use_uvloop
         )
 
     @staticmethod
@@ -184,16 +189,8 @@ class AsyncDataStream:
     ) -> AsyncStream[IN, OUT]:
         """Outputs in completion order (never across a watermark); retries per
         ``retry_strategy`` within ``timeout``."""
-        return AsyncStream(
-            stream,
-            AsyncWaitOperator(
-                fn,
-                timeout=timeout,
-                capacity=capacity,
-                output_mode=OutputMode.UNORDERED,
-                retry_strategy=retry_strategy,
-            ),
-            use_uvloop,
+        return _stream(
+            stream, fn, timeout, capacity, OutputMode.UNORDERED, retry_strategy, use_uvloop
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable
 from datetime import timedelta
@@ -121,6 +122,26 @@ class AsyncWaitOperator(Generic[IN, OUT]):
             manage_lifecycle=self.manage_lifecycle,
         )
 
+    @contextlib.asynccontextmanager
+    async def running(
+        self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
+    ) -> AsyncIterator[OperatorRun]:
+        """A started run over ``source`` (``await run.next_batch()`` until None), stopped on
+        leaving the block whatever the exit: outstanding work is cancelled and awaited and
+        ``fn.close()`` runs (when managing the lifecycle); on a failure, the failure is raised."""
+        run = self.new_run()
+        error: BaseException | None = None
+        try:
+            await run.start(source)
+            yield run
+        except GeneratorExit:  # the consumer stopped early (aclose): not a failure
+            raise
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            await run.stop(error)
+
     async def process(
         self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
     ) -> AsyncIterator[tuple[IN, Collection[OUT]] | Watermark]:
@@ -131,10 +152,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         outstanding; ``fn.close()`` runs on every exit path (when managing the lifecycle),
         including when the consumer stops early (``aclose()``).
         """
-        run = self.new_run()
-        error: BaseException | None = None
-        try:
-            await run.start(source)
+        async with self.running(source) as run:
             while True:
                 batch = await run.next_batch()
                 if batch is None:
@@ -146,13 +164,6 @@ class AsyncWaitOperator(Generic[IN, OUT]):
                         yield entry.element
                     else:
                         yield (entry.element, entry.result)
-        except GeneratorExit:
-            raise
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            await run.stop(error)
 
     def __repr__(self) -> str:
         return (

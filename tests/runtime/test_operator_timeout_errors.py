@@ -397,3 +397,21 @@ def test_a_running_timeout_hook_is_cancelled_when_the_stream_fails(mode: OutputM
 
     assert run_virtual(run()) == 0
     assert hook_cancelled == [0]
+
+
+def test_a_failing_close_neither_hides_the_stream_error_nor_passes_silently() -> None:
+    class BadClose(Scripted):
+        async def close(self) -> None:
+            await super().close()
+            raise OSError("pool close failed")
+
+    # the stream fails: its own error is raised, close()'s is attached as a note
+    fn = BadClose(lambda e, a: (0.1, KeyError("lookup broke") if e == 1 else [e]))
+    _, error = run_virtual(failing_at(AsyncWaitOperator(fn, timeout=None), range(3)))
+    assert isinstance(error, KeyError) and fn.closed == 1
+    assert any("pool close failed" in note for note in getattr(error, "__notes__", []))
+    # a normal end: close()'s error is the stream's error
+    fn = BadClose(const(0.1))
+    with pytest.raises(OSError, match="pool close failed"):
+        run_virtual(collect(AsyncWaitOperator(fn, timeout=None), range(3)))
+    assert fn.closed == 1
