@@ -291,15 +291,20 @@ class LookupJoinRunner(Generic[P]):
 
         async def probes() -> AsyncGenerator[_Probe, None]:
             number = 0
-            async for batch in _aiter(batches):
-                if not batch.keys:
-                    continue
-                pending[number] = [batch.payload, len(batch.keys), JoinedBatch(batch.payload)]
-                left_rows = batch.left_rows
-                for index, key in enumerate(batch.keys):
-                    left_row = left_rows[index] if left_rows is not None else None
-                    yield _Probe(number, index, key, left_row)
-                number += 1
+            inputs = _aiter(batches)
+            try:
+                async for batch in inputs:
+                    if not batch.keys:
+                        continue
+                    pending[number] = [batch.payload, len(batch.keys), JoinedBatch(batch.payload)]
+                    left_rows = batch.left_rows
+                    for index, key in enumerate(batch.keys):
+                        left_row = left_rows[index] if left_rows is not None else None
+                        yield _Probe(number, index, key, left_row)
+                    number += 1
+            finally:
+                # Close the input now, on this loop (not later from a garbage collector).
+                await _aclose(inputs)
 
         source = probes()
         stream = operator.process(source)
@@ -327,13 +332,15 @@ class LookupJoinRunner(Generic[P]):
             await source.aclose()
 
 
-async def _aiter(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
+def _aiter(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
     if isinstance(items, AsyncIterable):
-        async for item in items:
-            yield item
-    else:
-        for item in items:
-            yield item
+        return aiter(items)
+    return _from_sync(items)
+
+
+async def _from_sync(items: Iterable[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
 
 
 async def _aclose(stream: Any) -> None:

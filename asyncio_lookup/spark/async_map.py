@@ -70,14 +70,18 @@ class AsyncMapTask:
 
         async def elements() -> AsyncGenerator[dict[str, Any], None]:
             number = 0
-            async for rows in bridge.read_ahead(batches, pa.RecordBatch.to_pylist):
-                if not rows:
-                    continue
-                remaining[number] = len(rows)
-                for row in rows:
-                    owner[id(row)] = number
-                    yield row
-                number += 1
+            inputs = bridge.read_ahead(batches, pa.RecordBatch.to_pylist)
+            try:
+                async for rows in inputs:
+                    if not rows:
+                        continue
+                    remaining[number] = len(rows)
+                    for row in rows:
+                        owner[id(row)] = number
+                        yield row
+                    number += 1
+            finally:
+                await inputs.aclose()
 
         source = elements()
         stream = operator.process(source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -41,7 +41,7 @@ def run(awaitable: Awaitable[T]) -> T:
     return loop.run_until_complete(asyncio.ensure_future(awaitable, loop=loop))
 
 
-async def read_ahead(items: Iterator[T], convert: Callable[[T], U]) -> AsyncIterator[U]:
+async def read_ahead(items: Iterator[T], convert: Callable[[T], U]) -> AsyncGenerator[U, None]:
     """``convert(item)`` for each item of a blocking iterator, read in a thread one item ahead."""
     loop = asyncio.get_running_loop()
     executor = _reader_thread()
