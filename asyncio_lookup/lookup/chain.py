@@ -136,43 +136,41 @@ class LookupChain:
                     "a source whose scan() returns the table's rows",
                     reason=f"{source!r} cannot scan",
                 )
-            full_cache = FullCache(
+            full_cache: FullCache | None = FullCache(
                 scan, key_columns, trigger, metrics, clock=clock or WALL, name=name
             )
-            return cls(
-                name=name,
-                options=options,
-                is_async=prefer_async,
-                sync_function=None,
-                async_function=None,
-                cache=None,
-                full_cache=full_cache,
-                miss_retry=miss_retry,
-                clock=clock or MONOTONIC,
-                async_sleep=async_sleep,
-                metrics=metrics,
-            )
-        sync_function = source.lookup_function()
-        async_function = source.async_lookup_function()
-        if sync_function is None and async_function is None:
-            raise ConfigurationError(
-                "connector",
-                source,
-                "a source whose lookup_function() or async_lookup_function() returns a function",
-                reason="it offers neither a sync nor an async lookup",
-            )
-        is_async = async_function is not None and (prefer_async or sync_function is None)
-        cache = provider_cache
-        if cache is None:
-            cache = options.build_cache(clock or MONOTONIC)
+            sync_function: LookupFunction | None = None
+            async_function: AsyncLookupFunction | None = None
+            is_async = prefer_async
+            cache = None
+        else:
+            full_cache = None
+            sync_function = source.lookup_function()
+            async_function = source.async_lookup_function()
+            if sync_function is None and async_function is None:
+                raise ConfigurationError(
+                    "connector",
+                    source,
+                    "a source whose lookup_function() or async_lookup_function() returns a "
+                    "function",
+                    reason="it offers neither a sync nor an async lookup",
+                )
+            is_async = async_function is not None and (prefer_async or sync_function is None)
+            if is_async:
+                sync_function = None
+            else:
+                async_function = None
+            cache = provider_cache
+            if cache is None:
+                cache = options.build_cache(clock or MONOTONIC)
         return cls(
             name=name,
             options=options,
             is_async=is_async,
-            sync_function=None if is_async else sync_function,
-            async_function=async_function if is_async else None,
+            sync_function=sync_function,
+            async_function=async_function,
             cache=cache,
-            full_cache=None,
+            full_cache=full_cache,
             miss_retry=miss_retry,
             clock=clock or MONOTONIC,
             async_sleep=async_sleep,
