@@ -280,7 +280,7 @@ def test_full_cache_answers_from_its_snapshot(spark: SparkSession) -> None:
         {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"},
     )
     df = orders(spark)
-    for hint in (None, "LOOKUP('table'='Customers', 'async'='true')"):
+    for hint in (None, "LOOKUP('table'='Customers', 'async'='false')"):
         out = lookup_join(df, full, on=[("customer_id", "id")], how="left", hints=hint)
         assert Counter(tuple(r) for r in out.collect()) == expected("left")
     metrics = full.metrics()
@@ -290,6 +290,7 @@ def test_full_cache_answers_from_its_snapshot(spark: SparkSession) -> None:
     assert metrics["missCount"] == 0
     assert metrics["loadCount"] >= 1
     assert metrics["numExternalCalls"] == 0
+    assert metrics["numCompleted"] == len(ORDERS)  # the async run only; the sync one has none
 
 
 def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:
