@@ -16,9 +16,9 @@ hiredis is used by redis-py automatically when installed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -107,14 +107,18 @@ class RedisConnector:
         return redis.Redis.from_pool(pool)
 
     def async_client(self) -> redis.asyncio.Redis:
-        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **self._client_options())
+        # The plain pool is faster than the blocking one; callers bound concurrency themselves
+        # (a semaphore of max_connections) so it never runs out of connections.
+        options = self._client_options()
+        del options["timeout"]
+        pool = redis.asyncio.ConnectionPool.from_url(self.url, **options)
         return redis.asyncio.Redis.from_pool(pool)
 
     def _client_options(self) -> dict[str, Any]:
         # No retries inside redis-py: failures surface as TransientError and go through the
         # lookup layer's `lookup.max-retries`; a broken connection is dropped from the pool.
-        # A blocking pool: more concurrent calls than connections wait (up to pool_timeout)
-        # instead of failing with "Too many connections".
+        # Sync: a blocking pool, so more concurrent calls than connections wait (up to
+        # pool_timeout) instead of failing with "Too many connections".
         return {
             "timeout": self.pool_timeout,
             "decode_responses": True,
@@ -307,10 +311,11 @@ class _AsyncRedisLookup(AsyncLookupFunction):
     def __init__(self, connector: RedisConnector) -> None:
         self.connector = connector
         self.client: redis.asyncio.Redis | None = None
-        self.instance = uuid.uuid4().hex[:8]
+        self.slots: asyncio.Semaphore | None = None
 
     async def open(self) -> None:
         if self.client is None:
+            self.slots = asyncio.Semaphore(self.connector.max_connections)
             self.client = self.connector.async_client()
 
     async def _client(self) -> redis.asyncio.Redis:
@@ -326,9 +331,11 @@ class _AsyncRedisLookup(AsyncLookupFunction):
         client = await self._client()
         c = self.connector
         redis_key = c.redis_key(key)
+        command = client.hgetall if c.value_format == "hash" else client.get
+        assert self.slots is not None
         try:
-            command = client.hgetall if c.value_format == "hash" else client.get
-            raw = await cast(Any, command)(redis_key)
+            async with self.slots:
+                raw = await cast(Any, command)(redis_key)
         except _PERMANENT:
             raise
         except _TRANSIENT as error:
@@ -343,8 +350,10 @@ class _AsyncRedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
         wanted = [k for k in redis_keys if k is not None]
+        assert self.slots is not None
         try:
-            values = await c._fetch_async(client, wanted)
+            async with self.slots:
+                values = await c._fetch_async(client, wanted)
         except _PERMANENT:
             raise
         except _TRANSIENT as error:
