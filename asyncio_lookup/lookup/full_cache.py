@@ -62,7 +62,12 @@ class FullCache:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> concurrent.futures.Future[None]:
-        """Start the load thread; the future completes when the first load has ended."""
+        """Start the load thread; the future completes when the first load has ended.
+
+        Once per cache: its one thread is what keeps loads from overlapping.
+        """
+        if self._thread is not None:
+            raise RuntimeError(f"full cache {self.name or ''!r} already started")
         first: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._run, args=(first,), name=f"full-cache-{self.name}", daemon=True

@@ -253,3 +253,22 @@ def test_timed_local_reload_keeps_its_wall_time_across_a_dst_change() -> None:
     starts = run_schedule(TimedCacheReloadTrigger("10:15"), 1, start, 3)
     local = [datetime.fromtimestamp(start + s) for s in starts[1:]]
     assert [(t.day, t.hour, t.minute) for t in local] == [(28, 10, 15), (29, 10, 15), (30, 10, 15)]
+
+
+def test_a_second_start_never_runs_a_second_load_thread() -> None:
+    gate = threading.Event()
+    scans = [0]
+
+    def scan() -> list[dict[str, Any]]:
+        scans[0] += 1
+        gate.wait(10)
+        return ROWS
+
+    cache = FullCache(scan, ["id"], None, CacheMetricGroup(), clock=ManualClock())
+    first = cache.start()
+    with pytest.raises(RuntimeError, match="already started"):
+        cache.start()
+    gate.set()
+    first.result(timeout=10)
+    assert scans[0] == 1
+    cache.close(timeout=10)
