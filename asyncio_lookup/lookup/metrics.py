@@ -61,6 +61,8 @@ class CacheMetricGroup:
         self._gauges: dict[str, float] = dict.fromkeys(self.GAUGES, 0.0)
         self._gauge_fns: dict[str, Callable[[], float]] = {}
         self._reported: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
+        # one take_delta at a time: its snapshot and its update of _reported go together
+        self._delta_lock = threading.Lock()
 
     def inc(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
@@ -97,8 +99,8 @@ class CacheMetricGroup:
         task's window (the FULL load at open, background reloads) lands in the next delta, and
         the deltas of all tasks always sum to the totals.
         """
-        snapshot = self.snapshot()
-        with self._lock:
+        with self._delta_lock:
+            snapshot = self.snapshot()
             delta: dict[str, float] = {}
             for name, value in snapshot.items():
                 if name in self.GAUGES:

@@ -82,3 +82,33 @@ def test_take_delta_reports_each_count_once() -> None:
     second = metrics.take_delta()
     assert (second["loadCount"], second["hitCount"], second["numCachedRecords"]) == (0, 3, 5)
     assert metrics.take_delta()["hitCount"] == 0
+
+
+def test_concurrent_take_delta_never_reports_a_negative_count() -> None:
+    # Two tasks of one process ending at once: each count must land in exactly one delta,
+    # never as a negative correction in a later one.
+    metrics = CacheMetricGroup()
+    reading, go = threading.Event(), threading.Event()
+
+    def cached_records() -> float:
+        if threading.current_thread().name == "slow":
+            reading.set()
+            go.wait(0.5)
+        return 0.0
+
+    metrics.register_gauge("numCachedRecords", cached_records)
+    metrics.inc("hitCount", 5)
+    deltas: list[dict[str, float]] = []
+    slow = threading.Thread(target=lambda: deltas.append(metrics.take_delta()), name="slow")
+    slow.start()
+    assert reading.wait(10)
+    metrics.inc("hitCount", 2)
+    fast = threading.Thread(target=lambda: deltas.append(metrics.take_delta()))
+    fast.start()
+    fast.join(0.2)
+    go.set()
+    slow.join(10)
+    fast.join(10)
+    deltas.append(metrics.take_delta())
+    assert all(d["hitCount"] >= 0 for d in deltas)
+    assert sum(d["hitCount"] for d in deltas) == 7
