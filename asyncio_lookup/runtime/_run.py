@@ -26,6 +26,7 @@ from collections.abc import (
     Mapping,
 )
 from datetime import timedelta
+from types import GeneratorType
 from typing import Any
 
 from asyncio_lookup.errors import ResultTypeError
@@ -274,17 +275,23 @@ class OperatorRun:
                         await aclose()
             else:
                 iterator: Iterator[Any] = iter(source)
-                while self.failure is None:
-                    if self._occupied >= capacity:  # wait BEFORE reading: no read when full
-                        await self._slot_free()
-                        continue
-                    try:
-                        element = next(iterator)
-                    except StopIteration:
-                        break
-                    admit(element)
-                else:
-                    return  # failed: stop reading
+                try:
+                    while self.failure is None:
+                        if self._occupied >= capacity:  # wait BEFORE reading: no read when full
+                            await self._slot_free()
+                            continue
+                        try:
+                            element = next(iterator)
+                        except StopIteration:
+                            break
+                        admit(element)
+                    else:
+                        return  # failed: stop reading
+                finally:
+                    # like an async source's aclose(): a generator's cleanup (a cursor, a file)
+                    # runs now, not whenever the generator is collected
+                    if isinstance(iterator, GeneratorType):
+                        iterator.close()
         except asyncio.CancelledError:
             raise
         except Exception as error:

@@ -415,3 +415,30 @@ def test_a_failing_close_neither_hides_the_stream_error_nor_passes_silently() ->
     with pytest.raises(OSError, match="pool close failed"):
         run_virtual(collect(AsyncWaitOperator(fn, timeout=None), range(3)))
     assert fn.closed == 1
+
+
+def test_a_generator_source_is_closed_when_the_stream_fails_or_stops_early() -> None:
+    closed: list[str] = []
+
+    def source(tag: str) -> Any:
+        try:
+            yield from range(100)
+        finally:
+            closed.append(tag)  # e.g. a database cursor released
+
+    async def scenario() -> None:
+        fn = Scripted(lambda e, a: (0.1, ValueError() if e == 2 else [e]))
+        with pytest.raises(ValueError):
+            async for _ in AsyncWaitOperator(fn, timeout=None, capacity=3).process(
+                source("failed")
+            ):
+                pass
+            # checked while the error (and its traceback) is still alive:
+        assert closed == ["failed"]
+        gen = AsyncWaitOperator(Scripted(const(0.1)), timeout=None).process(source("stopped"))
+        async for _ in gen:
+            break
+        await gen.aclose()  # type: ignore[attr-defined]
+        assert closed == ["failed", "stopped"]
+
+    run_virtual(scenario())
