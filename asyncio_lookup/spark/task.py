@@ -112,7 +112,7 @@ class LookupJoinTask:
             # (the FULL load at open, reloads); a failed task's share is dropped, as Spark
             # drops a failed task's accumulator updates.
             cache = chain.metrics.take_delta()
-            release_chain(chain_id)
+            release_chain(chain_id, chain)
         if succeeded:
             operator = runner.operator_metrics()
             report(self.accumulator, self.table_id, merge_metrics(cache, operator, GAUGES))
