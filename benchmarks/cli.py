@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=140)
     if "list" in args.scenarios:
         for scenario in SCENARIOS:
             console.print(f"{scenario.name:<20} {scenario.title}")

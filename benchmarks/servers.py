@@ -5,8 +5,10 @@
   that appear late, and call counters. Endpoints:
 
   ``GET  /customers/{id}``             one customer as a JSON object, 404 when there is none
-  ``GET  /customers?ids=1,2,3``        batch: a JSON list of the customers found
-  ``POST /customers:batchGet``         batch: body ``{"ids": [...]}``, a JSON list of customers
+  ``GET  /customers?id=1&id=2``        batch: a JSON list of the customers found
+  ``GET  /customers?ids=1,2,3``        the same
+  ``POST /customers:batchGet``         batch: body ``{"keys": [{"id": 1}, ...]}`` or
+                                       ``{"ids": [1, ...]}``, a JSON list of the customers found
   ``GET  /customers?offset=0&limit=N`` scan page: ``{"rows": [...], "next": url-or-null}``
   ``GET  /stats``, ``POST /reset``     the counters
 
@@ -236,6 +238,8 @@ class LatencyServer:
         return web.json_response(rows)
 
     async def _list(self, request: web.Request) -> web.Response:
+        if "id" in request.query:
+            return await self._batch(request.query.getall("id"))
         if "ids" in request.query:
             raw = request.query["ids"]
             return await self._batch([part for part in raw.split(",") if part])
@@ -257,7 +261,10 @@ class LatencyServer:
 
     async def _batch_post(self, request: web.Request) -> web.Response:
         body = await request.json()
-        ids = body.get("ids", []) if isinstance(body, dict) else body
+        if isinstance(body, dict) and "keys" in body:
+            ids = [key.get("id") if isinstance(key, dict) else key for key in body["keys"]]
+        else:
+            ids = body.get("ids", []) if isinstance(body, dict) else body
         return await self._batch(list(ids))
 
     async def _stats(self, request: web.Request) -> web.Response:

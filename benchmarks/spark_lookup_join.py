@@ -5,7 +5,8 @@ Variants, same input rows, same server, same run, median of the repeats:
 - (a) row-by-row sync calls in ``mapPartitions`` (fewer rows, so it finishes; rates are per row),
 - (t) a thread pool of 100 threads in ``mapPartitions``,
 - (b) hand-rolled ``asyncio`` + ``Semaphore(100)`` in ``mapPartitions``,
-- (c) ``lookup_join`` async, capacity 100, no cache,
+- (c) ``lookup_join`` async, capacity 100, no cache (point lookups, like the baselines),
+- (d) the same with the server's batch endpoint (``lookup.batch.max-size`` default batching),
 
 at 1 ms and 10 ms of server latency. Issue 4's targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a).
 
@@ -50,7 +51,7 @@ def _sizes(ctx: Context, latency: float) -> tuple[int, int]:
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("spark-lookup-join", "Spark lookup join vs mapPartitions baselines")
     server = ctx.server()
-    ctx.begin("spark lookup join", len(LATENCIES) * 4 * ctx.repeats)
+    ctx.begin("spark lookup join", len(LATENCIES) * 5 * ctx.repeats)
     skipped: str | None = None
     rates: dict[str, dict[str, float]] = {}
 
@@ -131,6 +132,11 @@ def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measur
         hint = lookup_hint("Customers", **{"async": "true", "capacity": CAPACITY})
         variant(f"(c) lookup_join async cap {CAPACITY}", orders, n_rows,
                 lambda frame: lookup_join(frame, table, hint=hint))
+        batched = lookup_table(
+            "Customers", http_connector(base_url, batch=True), {"lookup.cache": "NONE"}
+        )
+        variant(f"(d) lookup_join async cap {CAPACITY} + batch endpoint", orders, n_rows,
+                lambda frame: lookup_join(frame, batched, hint=hint))
     except Skipped as reason:
         skipped = str(reason)
         ctx.log(f"  [yellow](c) skipped: {reason}[/]")

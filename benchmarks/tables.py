@@ -26,12 +26,16 @@ def require(module: str, *names: str) -> tuple[Any, ...]:
     return tuple(getattr(loaded, name) for name in names)
 
 
-def lookup_table(name: str, connector: Any, options: Mapping[str, str] | None = None) -> Any:
-    """``LookupTable(name, schema, connector, options)`` over the customers schema."""
+def lookup_table(
+    name: str,
+    connector: Any,
+    options: Mapping[str, str] | None = None,
+    *,
+    schema: str = CUSTOMER_SCHEMA,
+) -> Any:
+    """``LookupTable(name, schema, connector, options)``, by default over the customers schema."""
     (table_cls,) = require("asyncio_lookup.spark", "LookupTable")
-    return table_cls(
-        name=name, schema=CUSTOMER_SCHEMA, connector=connector, options=dict(options or {})
-    )
+    return table_cls(name=name, schema=schema, connector=connector, options=dict(options or {}))
 
 
 def lookup_join(
@@ -54,22 +58,34 @@ def lookup_hint(table: str, **options: object) -> str:
     return "LOOKUP(" + ", ".join(f"'{k}'='{v}'" for k, v in pairs) + ")"
 
 
-def http_connector(base_url: str, *, batch: bool = False, scan: bool = False) -> Any:
-    """The library's ``HttpConnector`` in front of :class:`benchmarks.servers.LatencyServer`."""
+def http_connector(
+    base_url: str, *, batch: bool = False, scan: bool = False, connections: int = 100
+) -> Any:
+    """The library's ``HttpConnector`` in front of :class:`benchmarks.servers.LatencyServer`.
+
+    ``connections`` is the connection-pool size per worker (100, like the baselines' limit).
+    """
     (connector_cls,) = require("asyncio_lookup.connectors", "HttpConnector")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"max_connections": connections}
     if batch:
-        kwargs["batch_url"] = f"{base_url}/customers:batchGet"
+        kwargs.update(batch_url=f"{base_url}/customers:batchGet", batch_mode="post_json")
     if scan:
-        kwargs["scan_url"] = f"{base_url}/customers?offset=0&limit=5000"
-    return connector_cls(f"{base_url}/customers/{{id}}", **kwargs)
+        kwargs.update(
+            scan_url=f"{base_url}/customers?offset=0&limit=5000",
+            scan_rows_field="rows",
+            next_field="next",
+        )
+    return connector_cls(f"{base_url}/customers/{{id}}", ["id"], **kwargs)
 
 
-def redis_connector(url: str, key_template: str) -> Any:
+def redis_connector(url: str, key_template: str, connections: int = 100) -> Any:
+    """``RedisConnector`` over JSON strings; ``connections`` per worker (>= the capacity)."""
     (connector_cls,) = require("asyncio_lookup.connectors", "RedisConnector")
-    return connector_cls(url, key_template, ["id"], key_types={"id": int})
+    return connector_cls(url, key_template, ["id"], key_types={"id": int},
+                         max_connections=connections)
 
 
-def postgres_connector(dsn: str, table: str) -> Any:
+def postgres_connector(dsn: str, table: str, connections: int = 16) -> Any:
+    """``PostgresConnector`` on ``table``; ``connections`` in each worker's asyncpg pool."""
     (connector_cls,) = require("asyncio_lookup.connectors", "PostgresConnector")
-    return connector_cls(dsn, table, ["id"])
+    return connector_cls(dsn, table, ["id"], pool_size=connections)

@@ -1,0 +1,109 @@
+"""Throughput of ``lookup_join`` vs capacity, against Little's law and the measured CPU ceiling.
+
+The latency server answers after a fixed latency L. With P partitions each keeping ``capacity``
+lookups in flight, Little's law bounds throughput at P x capacity / L; the CPU bounds it at the
+rate the whole pipeline (Spark, the Python workers, the server) reaches when L = 0, measured in the
+same run. Target: at capacity 100, throughput >= 80% of min(Little, CPU ceiling).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import plots
+from benchmarks.data import uniform_keys
+from benchmarks.harness import Context, Measurement, ScenarioResult, Target
+from benchmarks.servers import Profile
+from benchmarks.spark_env import PARTITIONS, orders_frame, run_to_noop
+from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
+
+LATENCY = 0.010
+N_CUSTOMERS = 100_000
+TARGET_CAPACITY = 100
+
+
+def _plan(ctx: Context) -> tuple[list[int], int]:
+    """(capacities, rows for the CPU-ceiling runs)."""
+    if ctx.quick:
+        return [1, 10, 100], 3_000
+    return [1, 2, 5, 10, 20, 50, 100, 200], 15_000
+
+
+def run(ctx: Context) -> ScenarioResult:
+    result = ScenarioResult("capacity-sweep", "Capacity sweep vs Little's law and the CPU ceiling")
+    capacities, ceiling_rows = _plan(ctx)
+    ctx.begin("capacity sweep", (len(capacities) + 2) * ctx.repeats)
+    # Rows per point scale with min(Little, CPU) so each point runs about as long as a
+    # CPU-ceiling run: Spark's fixed per-job cost weighs the same on every point.
+    spark, server = ctx.spark(), ctx.server()
+    keys = uniform_keys(ceiling_rows, N_CUSTOMERS, seed=23)
+    warm = orders_frame(spark, keys[:200])
+    table = lookup_table("Customers", http_connector(server.base_url, connections=200),
+                         {"lookup.cache": "NONE"})
+
+    def measure(label: str, capacity: int, rows: int) -> Measurement:
+        frame = orders_frame(spark, keys[:rows])
+        hint = lookup_hint("Customers", **{"async": "true", "capacity": capacity})
+
+        def once() -> dict[str, Any]:
+            server.reset()
+            run_to_noop(lookup_join(frame, table, hint=hint))
+            return {"max_in_flight": server.stats().get("max_in_flight", 0),
+                    "server_calls": server.stats().get("point_calls", 0)}
+
+        measured = ctx.measure(label, rows, once,
+                               warmup=lambda: run_to_noop(lookup_join(warm, table, hint=hint)))
+        frame.unpersist()
+        return measured
+
+    # The CPU ceiling: no latency, enough capacity that concurrency is never the limit.
+    server.configure(Profile(latency=0.0))
+    ceilings = [measure(f"CPU ceiling (latency 0, capacity {c})", c, ceiling_rows)
+                for c in sorted({TARGET_CAPACITY, max(capacities)})]
+    cpu_ceiling = max(m.rate for m in ceilings)
+    result.measurements += ceilings
+
+    server.configure(Profile(latency=LATENCY))
+    throughput: list[float] = []
+    little: list[float] = []
+    for capacity in capacities:
+        bound = PARTITIONS * capacity / LATENCY
+        rows = int(max(ceiling_rows * min(1.0, bound / cpu_ceiling), 400))
+        m = measure(f"capacity {capacity} @ {LATENCY * 1000:g} ms", capacity, rows)
+        result.measurements.append(m)
+        throughput.append(m.rate)
+        little.append(bound)
+        expected = min(bound, cpu_ceiling)
+        result.add_row(
+            capacity=capacity, rows=rows, median_s=m.median_s, rows_per_s=m.rate,
+            little_rows_per_s=bound, cpu_ceiling_rows_per_s=cpu_ceiling,
+            of_min_little_cpu=m.rate / expected,
+            max_in_flight_at_server=m.extra.get("max_in_flight", 0),
+        )
+        if capacity == TARGET_CAPACITY:
+            result.targets.append(Target(
+                f"throughput / min(Little, CPU) at capacity {capacity}", m.rate / expected,
+                minimum=0.8,
+                detail=f"{m.rate:,.0f} rows/s vs min({bound:,.0f}, {cpu_ceiling:,.0f})",
+            ))
+    warm.unpersist()
+    effective = PARTITIONS / throughput[0] if capacities[0] == 1 else None
+    result.data.update(latency_s=LATENCY, partitions=PARTITIONS, cpu_ceiling=cpu_ceiling,
+                       effective_latency_s_at_capacity_1=effective)
+    result.notes.append(
+        f"local[{PARTITIONS}], {PARTITIONS} partitions, server latency {LATENCY * 1000:g} ms, "
+        "point lookups (no batch endpoint), no cache; the HTTP pool has 200 connections per "
+        "worker so the pool never caps concurrency below the capacity."
+    )
+    if effective:
+        result.notes.append(
+            f"Effective per-lookup time at capacity 1: {effective * 1000:.1f} ms (the nominal "
+            f"{LATENCY * 1000:g} ms plus the event loop's timer granularity and the call itself)."
+        )
+    result.plots.append(plots.capacity_sweep(
+        ctx.out_dir / "capacity_sweep.png",
+        f"lookup_join throughput vs capacity ({LATENCY * 1000:g} ms latency, "
+        f"{PARTITIONS} partitions)",
+        capacities, throughput, little, cpu_ceiling,
+    ))
+    return result
