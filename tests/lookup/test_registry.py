@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -91,7 +91,8 @@ async def test_failed_open_is_not_kept_and_next_acquire_starts_afresh() -> None:
     release_chain("F")
 
 
-async def test_chain_whose_reload_failed_is_replaced_for_the_next_task() -> None:
+def second_load_fails() -> Callable[[], LookupChain]:
+    """A factory of FULL-cache chains over one scan whose second load (of any chain) fails."""
     loads = [0]
 
     def scan() -> list[dict[str, Any]]:
@@ -104,6 +105,11 @@ async def test_chain_whose_reload_failed_is_replaced_for_the_next_task() -> None
         provider = FullCachingLookupProvider.of(scan, None)
         return LookupChain.create(provider, LookupOptions(), prefer_async=True, key_columns=["k"])
 
+    return make
+
+
+async def test_chain_whose_reload_failed_is_replaced_for_the_next_task() -> None:
+    make = second_load_fails()
     first = await acquire_chain("F", make)
     assert first.full_cache is not None
     # simulate a failed scheduled reload of this chain's snapshot
@@ -154,18 +160,7 @@ def test_a_chain_of_another_loop_is_replaced() -> None:
 
 
 async def test_release_of_a_replaced_chain_leaves_its_successor_in_use() -> None:
-    loads = [0]
-
-    def scan() -> list[dict[str, Any]]:
-        loads[0] += 1
-        if loads[0] == 2:
-            raise TimeoutError("reload failed")
-        return [{"k": 1, "load": loads[0]}]
-
-    def make() -> LookupChain:
-        provider = FullCachingLookupProvider.of(scan, None)
-        return LookupChain.create(provider, LookupOptions(), prefer_async=True, key_columns=["k"])
-
+    make = second_load_fails()
     registry.set_idle_timeout(0.0)
     first = await acquire_chain("F", make)
     assert first.full_cache is not None
