@@ -25,12 +25,12 @@ from benchmarks.tables import (
 )
 
 N_CUSTOMERS = 100_000
-BATCH_SIZES = (1, 16, 64, 256)
+BATCH_SIZES = (1, 16, 128)
 
 
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("batching", "Batched lookups in lookup_join (Redis, PostgreSQL)")
-    n_rows = 5_000 if ctx.quick else 50_000
+    n_rows = 5_000 if ctx.quick else 30_000
     n_customers = 10_000 if ctx.quick else N_CUSTOMERS
     sizes = (1, 64) if ctx.quick else BATCH_SIZES
     ctx.begin("batching", 2 * len(sizes) * ctx.repeats)

@@ -34,7 +34,7 @@ MODES: dict[str, dict[str, str]] = {
 
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("cache-modes", "Cache modes on a Zipf key stream")
-    n_rows = 3_000 if ctx.quick else 30_000
+    n_rows = 3_000 if ctx.quick else 20_000
     variants = [("none", False, False), ("partial", False, False), ("partial", True, False),
                 ("partial", False, True), ("full", False, False), ("full", True, False)]
     ctx.begin("cache modes", len(variants) * ctx.repeats)

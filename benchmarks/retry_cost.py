@@ -30,7 +30,7 @@ N_CUSTOMERS = 100_000
 
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("retry-on-miss", "Retry-on-miss cost")
-    n_rows = 3_000 if ctx.quick else 30_000
+    n_rows = 3_000 if ctx.quick else 20_000
     ctx.begin("retry on miss", 4 * ctx.repeats)
     spark, server = ctx.spark(), ctx.server()
     # Distinct keys: every late customer misses exactly once per run.
