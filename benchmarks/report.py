@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ScenarioResult
+from benchmarks.scenarios import SCENARIOS
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -29,6 +30,10 @@ def save(out_dir: Path, meta: dict[str, Any], results: list[ScenarioResult]) -> 
     document["meta"] = meta
     for result in results:
         document["scenarios"][result.name] = result.to_json()
+    order = {s.name: i for i, s in enumerate(SCENARIOS)}
+    document["scenarios"] = dict(
+        sorted(document["scenarios"].items(), key=lambda item: order.get(item[0], len(order)))
+    )
     path.write_text(json.dumps(document, indent=2, default=_jsonable) + "\n")
     (out_dir / "latest.md").write_text(render_markdown(document))
     return path
