@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from asyncio_lookup.lookup.hints import (
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.spark.metrics import metrics_accumulator
 from asyncio_lookup.spark.schema import arrow_type, check_literal, key_types_compatible
+from asyncio_lookup.spark.shuffle import PARTITION_COLUMN, SkewOptions, plan_shuffle
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
 
@@ -269,6 +271,8 @@ def lookup_join(
     condition: Callable[[Row, Row], bool] | None = None,
     left_condition: Callable[[Row], bool] | None = None,
     alias: str | None = None,
+    shuffle_partitions: int | None = None,
+    skew: SkewOptions | bool | Mapping[str, Any] | None = None,
 ) -> DataFrame:
     """Join each row of ``df`` with the rows ``table`` returns for its key (SEMANTICS §2.1).
 
@@ -280,6 +284,15 @@ def lookup_join(
     with a left column is an error). ``dim_filter(dim_row)`` and ``condition(left_row,
     dim_row)`` filter the looked-up rows; ``left_condition(left_row)`` decides whether a row is
     looked up at all. Every error is raised here, before any Spark job runs.
+
+    Hash lookup join (``SHUFFLE_HASH('T')`` or ``'shuffle'='true'``): the rows are first
+    exchanged so that each key is looked up in one partition (its cache sees every repeat of
+    it). ``shuffle_partitions`` sets the number of partitions (default: the input's; for a
+    streaming input ``spark.sql.shuffle.partitions``). A connector's ``partitioner(key_columns)``
+    replaces the plain hash. ``skew`` (:class:`SkewOptions`, a dict of its fields, ``True`` or
+    ``False``; on by default) samples the input once on the driver -- a Spark job run by this
+    call -- and spreads hot keys over several partitions. With ``lookup.cache`` = FULL each task
+    then loads only the rows its partition can be asked for.
     """
     task, output = plan_lookup_join(
         df,
@@ -296,19 +309,44 @@ def lookup_join(
         left_condition=left_condition,
         alias=alias,
     )
+    skew_options = SkewOptions.of(skew)
+    if shuffle_partitions is not None and (
+        isinstance(shuffle_partitions, bool)
+        or not isinstance(shuffle_partitions, int)
+        or shuffle_partitions < 1
+    ):
+        raise ConfigurationError(
+            "shuffle_partitions",
+            shuffle_partitions,
+            "an int >= 1, or None for the input's number of partitions",
+        )
     if task.settings.shuffle:
-        df = hash_partition(df, task)
+        df, task = hash_partition(df, task, table, shuffle_partitions, skew_options)
     return df.mapInArrow(task, output)
 
 
-def hash_partition(df: DataFrame, task: LookupJoinTask) -> DataFrame:
-    """SHUFFLE_HASH / 'shuffle'='true' (SEMANTICS §2.7): hash-partition the probe side by the
-    left columns bound to the key, so each key's lookups land on one task and its cache."""
-    left_columns = task.spec.left_key_columns
-    if not left_columns:
+def hash_partition(
+    df: DataFrame,
+    task: LookupJoinTask,
+    table: LookupTable,
+    partitions: int | None = None,
+    skew: SkewOptions | None = None,
+) -> tuple[DataFrame, LookupJoinTask]:
+    """SHUFFLE_HASH / 'shuffle'='true' (SEMANTICS §2.7): exchange the probe side by the key's
+    left columns (or the connector's partitioner), so each key's lookups land on one task and
+    its cache; hot keys are salted. Returns the exchanged input and the task routed with it."""
+    if not task.spec.left_key_columns:
         warnings.warn(
             f"SHUFFLE_HASH for {task.table_name!r} ignored: the lookup key binds no left column",
             stacklevel=3,
         )
-        return df
-    return df.repartition(*left_columns)
+        return df, task
+    if PARTITION_COLUMN in df.columns:
+        raise ConfigurationError(
+            "df", PARTITION_COLUMN, "a DataFrame without this reserved column name"
+        )
+    plan = plan_shuffle(
+        df, task.spec, table.schema, table.connector, partitions=partitions, skew=skew
+    )
+    routed = dataclasses.replace(task, routing=plan.routing, partition_column=PARTITION_COLUMN)
+    return plan.df, routed

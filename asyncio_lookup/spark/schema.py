@@ -82,6 +82,11 @@ def _family(data_type: DataType) -> str:
     return data_type.simpleString()
 
 
+def key_family(data_type: DataType) -> str:
+    """The family key values of this type compare within (``'integral'``, ``'string'``...)."""
+    return _family(data_type)
+
+
 def key_types_compatible(left: DataType, dim: DataType) -> bool:
     """Whether equal values of the two types compare equal as Python key values."""
     return _family(left) == _family(dim)

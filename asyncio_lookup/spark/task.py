@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
-from asyncio_lookup.lookup.options import LookupOptions
+from asyncio_lookup.lookup.options import CacheType, LookupOptions
+from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_source
+from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.metrics import GAUGES, report
@@ -40,10 +44,24 @@ class LookupJoinTask:
     spec: JoinSpec
     dim_columns: tuple[DimColumn, ...]
     accumulator: Any
+    routing: PartitionRouting | None = None
+    partition_column: str | None = None
 
-    def new_chain(self) -> LookupChain:
+    @property
+    def partitioned_full_cache(self) -> bool:
+        """A shuffled join with a FULL cache whose rows the dim side can route: each task
+        loads only the rows its partition can be asked for (SEMANTICS §2.7)."""
+        full = self.options.cache is CacheType.FULL or isinstance(
+            self.connector, FullCachingLookupProvider
+        )
+        return full and self.routing is not None and self.routing.can_filter
+
+    def new_chain(self, partition: int | None = None) -> LookupChain:
+        source = self.connector
+        if partition is not None and self.routing is not None:
+            source = partitioned_source(source, self.routing, self.spec.key_columns, partition)
         return LookupChain.create(
-            self.connector,
+            source,
             self.options,
             prefer_async=self.settings.prefer_async,
             miss_retry=self.settings.miss_retry(),
@@ -51,15 +69,50 @@ class LookupJoinTask:
             key_columns=self.spec.key_columns,
         )
 
-    def chain_id(self) -> str:
+    def chain_id(self, partition: int | None = None) -> str:
         """Registry key: one chain (and cache) per table in a process. Joins of one table that
-        differ in key columns, mode or lookup-miss retry need chains of their own."""
+        differ in key columns, mode or lookup-miss retry need chains of their own, and so does
+        each partition of a partitioned FULL cache (its snapshot holds that partition's rows)."""
         settings = self.settings
-        return (
+        base = (
             f"{self.table_id}:{','.join(self.spec.key_columns)}:"
             f"{'async' if settings.prefer_async else 'sync'}:"
             f"{settings.retry_delay}:{settings.retry_max_attempts}"
         )
+        if partition is None or self.routing is None:
+            return base
+        return f"{base}:partition={partition}/{self.routing.fingerprint()}"
+
+    def _partition_of(
+        self, batches: Iterator[pa.RecordBatch]
+    ) -> tuple[Iterator[pa.RecordBatch], int | None]:
+        """The partition this task's rows were routed to (read from the first batch), and
+        the batches, checked to stay in it (a partitioned snapshot holds only its rows)."""
+        column = self.partition_column
+        if column is None or not self.partitioned_full_cache:
+            return batches, None
+        first = next(batches, None)
+        if first is None:
+            return iter(()), None
+        values = first.column(column)
+        partition = values[0].as_py() if len(values) else None
+        if partition is None:
+            return itertools.chain([first], batches), None
+
+        def checked() -> Iterator[pa.RecordBatch]:
+            for batch in itertools.chain([first], batches):
+                bounds = pc.min_max(batch.column(column))
+                if batch.num_rows and not (
+                    bounds["min"].as_py() == partition == bounds["max"].as_py()
+                ):
+                    raise AsyncLookupError(
+                        f"lookup join {self.table_name!r}: a task of partition {partition} "
+                        f"received rows routed to partitions {bounds['min']}..{bounds['max']}; "
+                        "were shuffle partitions coalesced?"
+                    )
+                yield batch
+
+        return checked(), int(partition)
 
     def probe(self, batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
         """Keys of one input batch, read column-wise (only the key columns become Python)."""
@@ -71,6 +124,8 @@ class LookupJoinTask:
     def output(self, joined: JoinedBatch[pa.RecordBatch]) -> pa.RecordBatch:
         """Left columns gathered with ``take``, dim columns built from the rows' values."""
         batch = joined.payload
+        if self.partition_column is not None:
+            batch = batch.drop_columns([self.partition_column])
         gathered = batch.take(pa.array(joined.indices, type=pa.int64()))
         arrays = list(gathered.columns)
         names = list(batch.schema.names)
@@ -90,8 +145,9 @@ class LookupJoinTask:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        chain_id = self.chain_id()
-        chain = bridge.run(acquire_chain(chain_id, self.new_chain))
+        batches, partition = self._partition_of(batches)
+        chain_id = self.chain_id(partition)
+        chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
         succeeded = False
         try:
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(

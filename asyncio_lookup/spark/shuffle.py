@@ -1,0 +1,255 @@
+"""Hash lookup join on Spark (FLIP-204, SEMANTICS §2.7): route each key's rows to one task.
+
+The probe side gets a partition-id column computed by Spark expressions (no Python per row):
+``pmod(xxhash64(key columns cast to a canonical type), n)``, or the connector's partitioner,
+plus a salt for hot keys; ``repartitionById`` then sends each row to exactly that partition.
+The same routing (:class:`PartitionRouting`) ships to the tasks, so a FULL cache can load only
+the rows its partition can receive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, IntegerType, StructType
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.join import JoinSpec
+from asyncio_lookup.lookup.partitioning import (
+    HashKind,
+    HashPartitioner,
+    KeyPartitioner,
+    PartitionRouting,
+    partitioner_of,
+    salt_count,
+)
+from asyncio_lookup.spark.schema import key_family
+
+log = logging.getLogger(__name__)
+
+#: The probe side's partition-id column (added before the exchange, dropped by the join).
+PARTITION_COLUMN = "__asyncio_lookup_partition"
+
+_KINDS: dict[str, HashKind] = {
+    "integral": "long",
+    "fractional": "double",
+    "string": "string",
+    "binary": "binary",
+}
+_CASTS = {"long": "bigint", "double": "double", "string": "string", "binary": "binary"}
+
+
+@dataclass(frozen=True)
+class SkewOptions:
+    """Hot-key handling of a shuffled lookup join (on by default).
+
+    Before the join, the driver samples ``sample_fraction`` of the input (one Spark job over the
+    input, counting at most ``max_hot_keys`` + 1 groups back) and treats a key holding at least
+    ``threshold`` of the sampled rows (default ``1 / (2 n)`` for ``n`` partitions) as hot.
+    A hot key with share ``s`` is spread over ``ceil(2 s n)`` consecutive partitions (at most
+    ``n``); each of them looks it up once, so it costs a few external calls instead of one but
+    no task gets much more than its share of the rows. Streaming inputs are not sampled.
+    ``min_sampled_rows``: a key seen fewer times in the sample is never hot (noise on small
+    inputs).
+    """
+
+    enabled: bool = True
+    threshold: float | None = None
+    sample_fraction: float = 0.1
+    max_hot_keys: int = 32
+    min_sampled_rows: int = 5
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigurationError("skew.enabled", self.enabled, "True or False")
+        if self.threshold is not None and not (
+            isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1
+        ):
+            raise ConfigurationError("skew.threshold", self.threshold, "a share in (0, 1] or None")
+        if not (isinstance(self.sample_fraction, (int, float)) and 0 < self.sample_fraction <= 1):
+            raise ConfigurationError(
+                "skew.sample_fraction", self.sample_fraction, "a number in (0, 1]"
+            )
+        for name in ("max_hot_keys", "min_sampled_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"skew.{name}", value, "an int >= 1")
+
+    @classmethod
+    def of(cls, value: SkewOptions | bool | Mapping[str, Any] | None) -> SkewOptions:
+        """``True``/``None``: defaults; ``False``: off; a mapping of field names; an instance."""
+        if isinstance(value, SkewOptions):
+            return value
+        if value is None or value is True:
+            return cls()
+        if value is False:
+            return cls(enabled=False)
+        if isinstance(value, Mapping):
+            allowed = [f.name for f in fields(cls)]
+            for name in value:
+                if name not in allowed:
+                    raise ConfigurationError(
+                        "skew", name, f"one of {allowed}", reason="unknown skew option"
+                    )
+            return cls(**dict(value))
+        raise ConfigurationError(
+            "skew", value, "True, False, a dict of SkewOptions fields or SkewOptions"
+        )
+
+
+def _kind(left: DataType, dim: DataType) -> HashKind:
+    return (
+        _KINDS.get(key_family(left), "native") if key_family(left) == key_family(dim) else "native"
+    )
+
+
+def _canonical(column: Column, kind: str) -> Column:
+    if kind == "double":
+        value = column.cast("double")
+        return F.when(value == 0.0, F.lit(0.0)).otherwise(value)  # -0.0 hashes as 0.0
+    if kind in _CASTS:
+        return column.cast(_CASTS[kind])
+    return column
+
+
+def _num_partitions(df: DataFrame, override: int | None) -> int:
+    if override is not None:
+        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
+            raise ConfigurationError(
+                "shuffle_partitions", override, "an int >= 1, or None for the input's partitions"
+            )
+        return override
+    if df.isStreaming:
+        return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+    return max(1, df.rdd.getNumPartitions())
+
+
+def _udf_partition(partitioner: KeyPartitioner, n: int) -> Any:
+    def partition(*values: Any) -> int | None:
+        if any(v is None for v in values):
+            return None
+        return int(partitioner.partition(tuple(values), n)) % n
+
+    return F.udf(partition, IntegerType(), useArrow=True)
+
+
+@dataclass(frozen=True)
+class ShufflePlan:
+    """The repartitioned probe side and the routing its tasks were given."""
+
+    df: DataFrame
+    routing: PartitionRouting
+
+
+def plan_shuffle(
+    df: DataFrame,
+    spec: JoinSpec,
+    dim_schema: StructType,
+    source: Any,
+    *,
+    partitions: int | None = None,
+    skew: SkewOptions | None = None,
+) -> ShufflePlan:
+    """Add :data:`PARTITION_COLUMN` and exchange ``df`` by it (the spec binds a left column)."""
+    skew = skew or SkewOptions()
+    n = _num_partitions(df, partitions)
+    left_types = {f.name: f.dataType for f in df.schema.fields}
+    dim_types = {f.name: f.dataType for f in dim_schema.fields}
+    positions: list[int] = []
+    kinds: list[HashKind] = []
+    hashed: list[Column] = []
+    key_columns: list[Column] = []
+    for position, binding in enumerate(spec.keys):
+        if binding.left_column is None:
+            key_columns.append(F.lit(binding.literal))
+            continue
+        kind = _kind(left_types[binding.left_column], dim_types[binding.dim_column])
+        positions.append(position)
+        kinds.append(kind)
+        column = F.col(binding.left_column)
+        key_columns.append(column)
+        hashed.append(_canonical(column, kind))
+    hasher = HashPartitioner(tuple(positions), tuple(kinds))
+    key_hash = F.xxhash64(*hashed)
+    custom = partitioner_of(source, spec.key_columns)
+    partitioner: KeyPartitioner = custom if custom is not None else hasher
+    if custom is None:
+        base = F.pmod(key_hash, F.lit(n))
+    else:
+        spark_column = getattr(custom, "spark_column", None)
+        expression = spark_column(key_columns, n) if callable(spark_column) else None
+        base = expression if expression is not None else _udf_partition(custom, n)(*key_columns)
+        base = F.pmod(base.cast("int"), F.lit(n))
+    hot = detect_hot_keys(df, spec, key_hash, n, skew) if skew.enabled and n > 1 else {}
+    if hot:
+        salt = F.lit(1)
+        cases = None
+        for value, count in hot.items():
+            cases = (F if cases is None else cases).when(key_hash == F.lit(value), F.lit(count))
+        salt = cases.otherwise(F.lit(1)) if cases is not None else salt
+        spread = F.pmod(F.xxhash64(F.monotonically_increasing_id()), salt)
+        partition = F.pmod(base + spread, F.lit(n))
+    else:
+        partition = base
+    routing = PartitionRouting(
+        num_partitions=n,
+        partitioner=partitioner,
+        hasher=hasher,
+        literals=tuple((p, b.literal) for p, b in enumerate(spec.keys) if b.left_column is None),
+        hot=hot,
+    )
+    shuffled = df.withColumn(PARTITION_COLUMN, partition.cast("int")).repartitionById(
+        n, PARTITION_COLUMN
+    )
+    return ShufflePlan(shuffled, routing)
+
+
+def detect_hot_keys(
+    df: DataFrame, spec: JoinSpec, key_hash: Column, n: int, skew: SkewOptions
+) -> dict[int, int]:
+    """Sample the probe side on the driver; hot keys' hashes -> how many partitions to spread
+    each over. One Spark job: a rollup counts every sampled key plus the total, and only the
+    ``max_hot_keys`` largest groups come back."""
+    if df.isStreaming:
+        return {}
+    threshold = skew.threshold if skew.threshold is not None else 1.0 / (2 * n)
+    not_null = [F.col(c).isNotNull() for c in spec.left_key_columns]
+    condition = not_null[0]
+    for extra in not_null[1:]:
+        condition = condition & extra
+    sampled = df.filter(condition).select(key_hash.alias("h"))
+    if skew.sample_fraction < 1:
+        sampled = sampled.sample(fraction=skew.sample_fraction, seed=skew.seed)
+    top = (
+        sampled.rollup("h")
+        .agg(F.count(F.lit(1)).alias("c"), F.grouping("h").alias("g"))
+        .orderBy(F.desc("c"))
+        .limit(skew.max_hot_keys + 1)
+        .collect()
+    )
+    total = next((row["c"] for row in top if row["g"] == 1), 0)
+    hot: dict[int, int] = {}
+    for row in top:
+        if row["g"] == 1 or row["c"] < skew.min_sampled_rows or total == 0:
+            continue
+        share = row["c"] / total
+        count = salt_count(share, n)
+        if share >= threshold and count > 1:
+            hot[int(row["h"])] = count
+    if hot:
+        log.info(
+            "lookup join: %d hot key(s) spread over up to %d of %d partitions",
+            len(hot),
+            max(hot.values()),
+            n,
+        )
+    return hot
+
+
+__all__ = ["PARTITION_COLUMN", "ShufflePlan", "SkewOptions", "detect_hot_keys", "plan_shuffle"]
