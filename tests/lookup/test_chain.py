@@ -277,6 +277,21 @@ async def test_a_call_that_succeeds_at_once_never_builds_tenacity_machinery(
     await chain.close()
 
 
+async def test_async_exhausted_retries_raise_lookup_failed_naming_key_with_last_cause() -> None:
+    table, clock = Table({(4,): [ALICE]}), ManualClock()
+    table.errors[(4,)] = [TransientError(f"busy {n}", retry_after=1.5) for n in range(5)]
+    chain, sleeps = await async_chain(table, options({"lookup.max-retries": "2"}), clock)
+    with pytest.raises(LookupFailedError, match=r"\(4,\).*3 attempt") as raised:
+        await chain.async_lookup((4,))
+    assert str(raised.value.__cause__) == "busy 2"
+    assert len(table.calls) == 3 and len(sleeps.calls) == 2
+    assert all(s >= 1.5 for s in sleeps.calls)
+    snap = chain.metrics.snapshot()
+    assert (snap["missCount"], snap["loadCount"], snap["numLoadFailures"]) == (1, 0, 1)
+    assert snap["numFailureRetries"] == 2
+    await chain.close()
+
+
 async def test_metric_invariant_miss_equals_loads_plus_failures() -> None:
     table, clock = Table({(k,): [ALICE] for k in range(0, 20, 2)}), ManualClock()
     for k in range(0, 20, 5):
