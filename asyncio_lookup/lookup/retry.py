@@ -142,7 +142,9 @@ class MissRetry:
     max_attempts: int
 
     def __post_init__(self) -> None:
-        if not self.delay > 0:
-            raise ConfigurationError("fixed-delay", self.delay, "a duration > 0")
-        if isinstance(self.max_attempts, bool) or self.max_attempts < 1:
+        delay: object = self.delay
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay > 0:
+            raise ConfigurationError("fixed-delay", self.delay, "a duration > 0, in seconds")
+        attempts: object = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ConfigurationError("max-attempts", self.max_attempts, "an integer > 0")

@@ -453,3 +453,23 @@ async def test_in_memory_connector_both_modes() -> None:
             got = [chain.lookup((k,)) for k in (1, 2, 3)]
         assert got == [[ALICE], [{"id": 2, "name": "bob"}], []]
         await chain.close()
+
+
+@pytest.mark.parametrize(
+    ("delay", "max_attempts", "named"),
+    [
+        (0.0, 3, "fixed-delay"),
+        ("10s", 3, "fixed-delay"),
+        (True, 3, "fixed-delay"),
+        (1.0, 0, "max-attempts"),
+        (1.0, 1.5, "max-attempts"),
+        (1.0, "3", "max-attempts"),
+        (1.0, True, "max-attempts"),
+    ],
+)
+def test_miss_retry_rejects_bad_settings_naming_the_hint_option(
+    delay: Any, max_attempts: Any, named: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        MissRetry(delay=delay, max_attempts=max_attempts)
+    assert raised.value.option == named and "allowed" in str(raised.value)
