@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks import plots
 from benchmarks.data import uniform_keys
-from benchmarks.harness import Context, ScenarioResult, Skipped
+from benchmarks.harness import Context, ScenarioResult, Skipped, Variant
 from benchmarks.servers import PostgresDataset, RedisDataset
 from benchmarks.spark_env import orders_frame, run_to_noop
 from benchmarks.tables import (
@@ -52,16 +52,18 @@ def run(ctx: Context) -> ScenarioResult:
         try:
             with dataset() as loaded:
                 source = connector(loaded)
-                per_key = None
+                variants = []
                 for size in sizes:
                     table = lookup_table("Customers", source, {
                         "lookup.cache": "NONE", "lookup.batch.max-size": str(size)})
-                    m = ctx.measure(
+                    variants.append(Variant(
                         f"{store} batch.max-size={size}", n_rows,
                         lambda t=table: run_to_noop(lookup_join(orders, t, hint=hint)),
                         warmup=lambda t=table: run_to_noop(lookup_join(warm, t, hint=hint)),
-                    )
-                    per_key = per_key or m
+                    ))
+                measured = ctx.measure_all(variants)
+                per_key = measured[0]
+                for size, m in zip(sizes, measured, strict=True):
                     result.measurements.append(m)
                     rates.setdefault(store, {})[f"max-size {size}"] = m.rate
                     result.add_row(store=store, batch_max_size=size, rows=n_rows,

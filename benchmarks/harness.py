@@ -137,6 +137,18 @@ class ScenarioResult:
         }
 
 
+@dataclasses.dataclass
+class Variant:
+    """One thing to time: ``run()`` processes ``rows`` rows (``setup()`` before each run and
+    ``warmup()`` once, both untimed)."""
+
+    label: str
+    rows: int
+    run: Callable[[], dict[str, Any] | None]
+    warmup: Callable[[], object] | None = None
+    setup: Callable[[], object] | None = None
+
+
 class Context:
     """What a scenario gets: settings, shared services (started lazily) and the progress bar."""
 
@@ -191,22 +203,37 @@ class Context:
 
         ``run`` may return a dict of extra figures (e.g. call counts); the last one is kept.
         """
-        if warmup is not None:
-            warmup()
-        runs: list[float] = []
-        extra: dict[str, Any] = {}
-        for i in range(repeats or self.repeats):
-            start = time.perf_counter()
-            returned = run()
-            runs.append(time.perf_counter() - start)
-            extra = dict(returned or {})
-            self.advance(f"{label} [{i + 1}]")
-        measurement = Measurement(label, rows, runs, extra)
-        self.log(
-            f"  {label:<48} {rows:>9,} rows  median {measurement.median_s:8.3f} s  "
-            f"{measurement.rate:>12,.0f} rows/s"
-        )
+        (measurement,) = self.measure_all([Variant(label, rows, run, warmup)], repeats=repeats)
         return measurement
+
+    def measure_all(
+        self, variants: list[Variant], *, repeats: int | None = None
+    ) -> list[Measurement]:
+        """Time every variant ``repeats`` times, interleaved (v1, v2, ..., v1, v2, ...), so a
+        change in the machine's load hits all variants alike. Warm-ups run first, untimed."""
+        for variant in variants:
+            if variant.warmup is not None:
+                variant.warmup()
+        runs: list[list[float]] = [[] for _ in variants]
+        extras: list[dict[str, Any]] = [{} for _ in variants]
+        for i in range(repeats or self.repeats):
+            for index, variant in enumerate(variants):
+                if variant.setup is not None:
+                    variant.setup()
+                start = time.perf_counter()
+                returned = variant.run()
+                runs[index].append(time.perf_counter() - start)
+                extras[index] = dict(returned or {})
+                self.advance(f"{variant.label} [{i + 1}]")
+        measurements = []
+        for index, variant in enumerate(variants):
+            m = Measurement(variant.label, variant.rows, runs[index], extras[index])
+            self.log(
+                f"  {m.label:<52} {m.rows:>9,} rows  median {m.median_s:8.3f} s  "
+                f"{m.rate:>12,.0f} rows/s"
+            )
+            measurements.append(m)
+        return measurements
 
     # -- shared services -----------------------------------------------------------------------
 

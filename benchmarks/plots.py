@@ -24,7 +24,7 @@ def grouped_bars(
     variants: list[str] = []
     for values in groups.values():
         variants += [v for v in values if v not in variants]
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 5.4))
     width = 0.8 / max(len(variants), 1)
     for i, variant in enumerate(variants):
         xs = [g + (i - (len(variants) - 1) / 2) * width for g in range(len(groups))]
@@ -35,9 +35,14 @@ def grouped_bars(
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_ylabel(ylabel)
     ax.set_title(title)
+    top = max((v for values in groups.values() for v in values.values()), default=1.0)
     if log:
         ax.set_yscale("log")
-    ax.legend(fontsize=8)
+        ax.set_ylim(top=top * 2.5)
+    else:
+        ax.set_ylim(top=top * 1.15)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1),
+              ncol=min(len(variants), 3), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

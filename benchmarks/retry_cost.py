@@ -17,7 +17,7 @@ import numpy as np
 
 from benchmarks import plots
 from benchmarks.data import uniform_keys
-from benchmarks.harness import Context, ScenarioResult
+from benchmarks.harness import Context, ScenarioResult, Variant
 from benchmarks.servers import Profile
 from benchmarks.spark_env import orders_frame, run_to_noop
 from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
@@ -45,29 +45,33 @@ def run(ctx: Context) -> ScenarioResult:
         "async": "true", "capacity": 100, "retry-predicate": "lookup_miss",
         "retry-strategy": "fixed_delay", "fixed-delay": FIXED_DELAY, "max-attempts": 3,
     })
-    rates: dict[str, float] = {}
-    baseline = None
-    for late, hint, label in [
+    cases = [
         (0.0, plain, "no retry, 0% late"),
         (0.0, retry, "retry, 0% late"),
         (LATE_FRACTION, plain, f"no retry, {LATE_FRACTION:.0%} late"),
         (LATE_FRACTION, retry, f"retry, {LATE_FRACTION:.0%} late"),
-    ]:
-        server.configure(Profile(latency=LATENCY, late_fraction=late, late_misses=1))
+    ]
 
-        def once(hint: str = hint) -> dict[str, Any]:
-            server.reset()
-            run_to_noop(lookup_join(orders, table, hint=hint))
-            stats = server.stats()
-            return {"calls": stats.get("point_calls", 0), "found": stats.get("found", 0)}
+    def once(hint: str) -> dict[str, Any]:
+        run_to_noop(lookup_join(orders, table, hint=hint))
+        stats = server.stats()
+        return {"calls": stats.get("point_calls", 0), "found": stats.get("found", 0)}
 
-        m = ctx.measure(label, n_rows, once,
-                        warmup=lambda h=hint: run_to_noop(lookup_join(warm, table, hint=h)))
-        baseline = baseline or m
+    measured = ctx.measure_all([
+        Variant(label, n_rows, lambda h=hint: once(h),
+                warmup=lambda h=hint: run_to_noop(lookup_join(warm, table, hint=h)),
+                # a fresh profile per run: counters and the late customers' state reset
+                setup=lambda late=late: server.configure(
+                    Profile(latency=LATENCY, late_fraction=late, late_misses=1)))
+        for late, hint, label in cases
+    ])
+    rates: dict[str, float] = {}
+    baseline = measured[0]
+    for m in measured:
         result.measurements.append(m)
-        rates[label] = m.rate
+        rates[m.label] = m.rate
         result.add_row(
-            variant=label, rows=n_rows, median_s=m.median_s, rows_per_s=m.rate,
+            variant=m.label, rows=n_rows, median_s=m.median_s, rows_per_s=m.rate,
             vs_no_retry=m.rate / baseline.rate, calls_per_row=m.extra["calls"] / n_rows,
             rows_found=m.extra["found"] / n_rows,
         )

@@ -1,6 +1,7 @@
 """Spark lookup join vs what users write today, against the local latency server.
 
-Variants, same input rows, same server, same run, median of the repeats:
+Variants, same input rows, same server, same run, median of the repeats (timed interleaved:
+a, t, b, c, d, a, t, ... so a change in the shared machine's load hits all alike):
 
 - (a) row-by-row sync calls in ``mapPartitions`` (fewer rows, so it finishes; rates are per row),
 - (t) a thread pool of 100 threads in ``mapPartitions``,
@@ -31,7 +32,7 @@ from benchmarks.baselines import (
     thread_pool,
 )
 from benchmarks.data import uniform_keys
-from benchmarks.harness import Context, Measurement, ScenarioResult, Skipped, Target
+from benchmarks.harness import Context, Measurement, ScenarioResult, Skipped, Target, Variant
 from benchmarks.servers import Profile
 from benchmarks.spark_env import orders_frame, run_to_noop
 from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
@@ -111,11 +112,11 @@ def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measur
     orders = orders_frame(spark, keys)
     orders_sync = orders_frame(spark, keys[:n_sync])
     warm = orders_frame(spark, keys[:200])
-    measured: list[Measurement] = []
+    variants: list[Variant] = []
     skipped: str | None = None
 
     def variant(label: str, frame: Any, rows: int, build: Callable[[Any], Any]) -> None:
-        measured.append(ctx.measure(
+        variants.append(Variant(
             f"{label} @ {ms}", rows, _counted(ctx, lambda: run_to_noop(build(frame))),
             warmup=lambda: run_to_noop(build(warm)),
         ))
@@ -140,6 +141,7 @@ def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measur
     except Skipped as reason:
         skipped = str(reason)
         ctx.log(f"  [yellow](c) skipped: {reason}[/]")
+    measured = ctx.measure_all(variants)
     for frame in (orders, orders_sync, warm):
         frame.unpersist()
     return measured, skipped
