@@ -193,3 +193,65 @@ class FlakyDouble(AsyncFunction[dict[str, Any], dict[str, Any]]):
         if self.attempts[n] == 1:
             raise FlakyError(f"first attempt for row {n} failed")
         return [{"n": n, "double": 2 * n, "attempts": self.attempts[n]}]
+
+
+class PartitionRecorder:
+    """Looks ids up in ``rows`` and adds ``pid``: the Spark partition the lookup ran in (the
+    task side's view of where a key was routed). Optionally brings its own ``partitioner``."""
+
+    def __init__(self, rows: list[Row], partitioner: Any = None) -> None:
+        self.rows = rows
+        self.key_columns = ("id",)
+        self._partitioner = partitioner
+
+    def partitioner(self, key_columns: tuple[str, ...]) -> Any:
+        return self._partitioner
+
+    def lookup_function(self) -> None:
+        return None
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _RecordingLookup(self.rows)
+
+    def scan(self) -> list[Row]:
+        return [dict(r) for r in self.rows]
+
+
+class _RecordingLookup(AsyncLookupFunction):
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self.index: dict[Any, list[Row]] = {}
+
+    async def open(self) -> None:
+        for row in self.rows:
+            self.index.setdefault(row["id"], []).append(row)
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        pid = context.partitionId() if context is not None else -1
+        return [{**r, "pid": pid} for r in self.index.get(key[0], ())]
+
+
+class ReversedModPartitioner:
+    """A connector-supplied partitioner: id ``k`` goes to partition ``n - 1 - k mod n``.
+
+    With ``with_column`` it also gives the probe side a Spark expression for it; without, the
+    probe side calls :meth:`partition` in a UDF."""
+
+    def __init__(self, with_column: bool) -> None:
+        self.with_column = with_column
+
+    def __repr__(self) -> str:
+        return f"ReversedModPartitioner({self.with_column})"
+
+    def partition(self, key: Key, num_partitions: int) -> int:
+        return num_partitions - 1 - key[0] % num_partitions
+
+    def spark_column(self, columns: list[Any], num_partitions: int) -> Any:
+        if not self.with_column:
+            return None
+        from pyspark.sql import functions as F
+
+        return F.lit(num_partitions - 1) - F.pmod(columns[0], F.lit(num_partitions))

@@ -298,7 +298,8 @@ def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:
     df = orders(spark)
     out = lookup_join(df, dim, on=[("customer_id", "id")], hints="SHUFFLE_HASH('Customers')")
     plan = out._jdf.queryExecution().executedPlan().toString()
-    assert "hashpartitioning(customer_id" in plan
+    assert "Exchange shufflepartitionidpassthrough" in plan
+    assert "xxhash64(cast(customer_id" in plan
     assert Counter(tuple(r) for r in out.collect()) == expected("inner")
 
 

@@ -1,0 +1,247 @@
+"""Hash lookup join (SEMANTICS §2.7, issue 6): routing, connector partitioners, salting, and
+the partitioned FULL cache, checked from the task side."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.partitioning import HashPartitioner, key_hash
+from asyncio_lookup.spark import LookupTable, lookup_join
+from tests.spark.conftest import no_spark_job
+from tests.spark.helpers import PartitionRecorder, ReversedModPartitioner
+
+SCHEMA = "id INT, name STRING, pid INT"
+DIM = [{"id": i, "name": f"c{i}"} for i in range(200)]
+FULL = {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+NO_SKEW = {"enabled": False}
+
+
+def probe(spark: SparkSession, hot: int | None = None) -> DataFrame:
+    """600 orders over 4 input partitions; keys 0..249 (some miss), ``hot`` in a third of them."""
+    rows = [(n, hot if hot is not None and n % 3 == 0 else (n * 7) % 250) for n in range(600)]
+    return spark.createDataFrame(rows, "order_id INT, customer_id INT").repartition(4)
+
+
+def key_partitions(rows: list[Any]) -> dict[int, set[int]]:
+    seen: dict[int, set[int]] = defaultdict(set)
+    for row in rows:
+        seen[row["customer_id"]].add(row["pid"])
+    return seen
+
+
+def without_pid(rows: list[Any]) -> Counter[tuple[Any, ...]]:
+    return Counter((r["order_id"], r["customer_id"], r["id"], r["name"]) for r in rows)
+
+
+def test_spark_xxhash64_and_key_hash_agree(spark: SparkSession) -> None:
+    longs = [0, 1, -1, 7, 2**31 - 1, -(2**31), 2**62, -(2**63)]
+    strings = ["", "a", "héllo", "日本語", "x" * 40]
+    doubles = [0.0, -0.0, 1.5, -2.25, 1e300]
+    df = spark.createDataFrame(
+        [
+            (v, s, d, bytearray(s.encode()))
+            for v, s, d in zip(longs, strings * 2, doubles * 2, strict=False)
+        ],
+        "l BIGINT, s STRING, d DOUBLE, b BINARY",
+    )
+    d = F.col("d")
+    rows = df.select(
+        "l",
+        "s",
+        "d",
+        "b",
+        F.xxhash64("l").alias("hl"),
+        F.xxhash64("s").alias("hs"),
+        F.xxhash64(F.when(d == 0.0, F.lit(0.0)).otherwise(d)).alias("hd"),
+        F.xxhash64("b").alias("hb"),
+        F.xxhash64("l", "s", "d").alias("hmulti"),
+    ).collect()
+    for row in rows:
+        assert row["hl"] == key_hash([row["l"]], ["long"])
+        assert row["hs"] == key_hash([row["s"]], ["string"])
+        assert row["hd"] == key_hash([row["d"]], ["double"])
+        assert row["hb"] == key_hash([bytes(row["b"])], ["binary"])
+        assert row["hmulti"] == key_hash(
+            [row["l"], row["s"], row["d"]], ["long", "string", "double"]
+        )
+    # Spark hashes an INT as 4 bytes: why the probe side casts integral keys to BIGINT first.
+    as_int, as_long = spark.sql("SELECT xxhash64(7), xxhash64(CAST(7 AS BIGINT))").first()
+    assert as_int != as_long == key_hash([7], ["long"])
+
+
+def test_every_key_is_looked_up_in_one_partition_and_results_match(spark: SparkSession) -> None:
+    df = probe(spark)
+    shuffled = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    out = lookup_join(
+        df,
+        shuffled,
+        on=[("customer_id", "id")],
+        how="left",
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=3,
+        skew=NO_SKEW,
+    )
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" in plan and "direct_shuffle_partition_id" in plan
+    assert "__asyncio_lookup_partition" not in out.columns
+    rows = out.collect()
+    hasher = HashPartitioner((0,), ("long",))
+    found = [r for r in rows if r["pid"] is not None]
+    assert found
+    for key, pids in key_partitions(found).items():
+        assert pids == {hasher.partition((key,), 3)}, key
+    plain = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    expected = lookup_join(df, plain, on=[("customer_id", "id")], how="left").collect()
+    assert without_pid(rows) == without_pid(expected)
+    assert len({r["pid"] for r in expected if r["pid"] is not None}) == 4  # input partitions
+
+
+@pytest.mark.parametrize("with_column", [True, False], ids=["spark-column", "python-udf"])
+def test_a_connector_partitioner_replaces_the_hash(spark: SparkSession, with_column: bool) -> None:
+    partitioner = ReversedModPartitioner(with_column)
+    table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM, partitioner))
+    out = lookup_join(
+        probe(spark),
+        table,
+        on=[("customer_id", "id")],
+        hints="LOOKUP('table'='Customers', 'shuffle'='true')",
+        shuffle_partitions=4,
+        skew=NO_SKEW,
+    )
+    rows = out.collect()
+    assert len(rows) == sum(1 for n in range(600) if (n * 7) % 250 < 200)
+    for key, pids in key_partitions(rows).items():
+        assert pids == {3 - key % 4}, key
+
+
+def test_a_hot_key_is_salted_over_several_partitions_and_results_stay_right(
+    spark: SparkSession,
+) -> None:
+    df = probe(spark, hot=5)
+    table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    out = lookup_join(
+        df,
+        table,
+        on=[("customer_id", "id")],
+        how="left",
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=4,
+        skew={"sample_fraction": 1.0},
+    )
+    assert "CASE WHEN" in out._jdf.queryExecution().executedPlan().toString()
+    rows = out.collect()
+    seen = key_partitions([r for r in rows if r["pid"] is not None])
+    assert len(seen.pop(5)) >= 2  # a third of the rows: spread
+    hasher = HashPartitioner((0,), ("long",))
+    for key, pids in seen.items():
+        assert pids == {hasher.partition((key,), 4)}, key  # the others are not salted
+    plain = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    expected = lookup_join(df, plain, on=[("customer_id", "id")], how="left").collect()
+    assert without_pid(rows) == without_pid(expected)
+    unsalted = lookup_join(
+        df,
+        LookupTable("Customers", SCHEMA, PartitionRecorder(DIM)),
+        on=[("customer_id", "id")],
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=4,
+        skew=False,
+    ).collect()
+    assert len(key_partitions(unsalted)[5]) == 1
+
+
+@pytest.mark.parametrize("hot", [None, 5], ids=["uniform", "salted"])
+def test_partitioned_full_cache_holds_its_share_and_joins_the_same(
+    spark: SparkSession, hot: int | None
+) -> None:
+    dim = [{"id": i, "name": f"c{i}", "pid": None} for i in range(200)]
+    df = probe(spark, hot=hot)
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector(dim, ["id"]), FULL)
+    out = lookup_join(
+        df,
+        table,
+        on=[("customer_id", "id")],
+        how="left",
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=4,
+        skew={"sample_fraction": 1.0},
+    )
+    rows = out.collect()
+    whole = LookupTable("Customers", SCHEMA, InMemoryConnector(dim, ["id"]), FULL)
+    expected = lookup_join(df, whole, on=[("customer_id", "id")], how="left").collect()
+    assert Counter(map(tuple, rows)) == Counter(map(tuple, expected))
+    metrics = table.metrics()
+    assert metrics["loadCount"] == 4  # one snapshot per partition
+    assert metrics["numCachedRecords"] <= 200 / 4 * 1.5  # the largest snapshot: about 1/4
+    assert whole.metrics()["numCachedRecords"] == 200
+
+
+def test_literal_bound_key_parts_are_kept_out_of_the_hash_and_filter_the_snapshot(
+    spark: SparkSession,
+) -> None:
+    dim = [{"id": i, "region": r, "name": f"{r}{i}"} for i in range(100) for r in ("EU", "US")]
+    df = spark.createDataFrame([(n, n % 120) for n in range(300)], "order_id INT, cid INT")
+    table = LookupTable(
+        "Customers",
+        "id INT, region STRING, name STRING",
+        InMemoryConnector(dim, ["id", "region"]),
+        FULL,
+    )
+    out = lookup_join(
+        df,
+        table,
+        on=[("cid", "id")],
+        literals={"region": "EU"},
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=2,
+        skew=False,
+    )
+    rows = out.collect()
+    assert Counter((r["order_id"], r["name"]) for r in rows) == Counter(
+        (n, f"EU{n % 120}") for n in range(300) if n % 120 < 100
+    )
+    assert table.metrics()["numCachedRecords"] <= 100 / 2 * 1.5  # EU rows only, half of them
+
+
+def test_shuffle_partitions_default_to_the_input_and_can_be_overridden(
+    spark: SparkSession,
+) -> None:
+    df = probe(spark)
+    table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    hint = "SHUFFLE_HASH('Customers')"
+    default = lookup_join(df, table, on=[("customer_id", "id")], hints=hint, skew=False)
+    assert default.rdd.getNumPartitions() == 4
+    wider = lookup_join(
+        df, table, on=[("customer_id", "id")], hints=hint, skew=False, shuffle_partitions=7
+    )
+    assert wider.rdd.getNumPartitions() == 7
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"shuffle_partitions": 0}, "shuffle_partitions"),
+        ({"shuffle_partitions": "8"}, "shuffle_partitions"),
+        ({"skew": {"treshold": 0.1}}, "skew"),
+        ({"skew": {"threshold": 2}}, "skew.threshold"),
+        ({"skew": {"sample_fraction": 0}}, "skew.sample_fraction"),
+        ({"skew": "yes"}, "skew"),
+    ],
+)
+def test_invalid_shuffle_settings(spark: SparkSession, kwargs: dict[str, Any], option: str) -> None:
+    table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(
+            probe(spark),
+            table,
+            on=[("customer_id", "id")],
+            hints="SHUFFLE_HASH('Customers')",
+            **kwargs,
+        )
+    assert error.value.option == option
