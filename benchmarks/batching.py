@@ -30,7 +30,7 @@ BATCH_SIZES = (1, 16, 128)
 
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("batching", "Batched lookups in lookup_join (Redis, PostgreSQL)")
-    n_rows = 5_000 if ctx.quick else 30_000
+    n_rows = 5_000 if ctx.quick else 20_000
     n_customers = 10_000 if ctx.quick else N_CUSTOMERS
     sizes = (1, 64) if ctx.quick else BATCH_SIZES
     ctx.begin("batching", 2 * len(sizes) * ctx.repeats)

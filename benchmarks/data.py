@@ -43,3 +43,8 @@ def zipf_keys(n_rows: int, n_customers: int, exponent: float = 1.1, seed: int = 
     weights /= weights.sum()
     ranks = rng.choice(n_customers, size=n_rows, p=weights)
     return rng.permutation(n_customers)[ranks].astype(np.int64)
+
+
+def distinct_keys(n_rows: int, n_customers: int, seed: int = 7) -> np.ndarray:
+    """``n_rows`` different customer ids (so each row is exactly one lookup, none coalesced)."""
+    return np.random.default_rng(seed).choice(n_customers, size=n_rows, replace=False)

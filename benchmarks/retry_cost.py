@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from benchmarks import plots
-from benchmarks.data import uniform_keys
+from benchmarks.data import distinct_keys
 from benchmarks.harness import Context, ScenarioResult, Variant
 from benchmarks.servers import Profile
 from benchmarks.spark_env import orders_frame, run_to_noop
@@ -30,13 +28,11 @@ N_CUSTOMERS = 100_000
 
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("retry-on-miss", "Retry-on-miss cost")
-    n_rows = 3_000 if ctx.quick else 20_000
+    n_rows = 3_000 if ctx.quick else 15_000
     ctx.begin("retry on miss", 4 * ctx.repeats)
     spark, server = ctx.spark(), ctx.server()
     # Distinct keys: every late customer misses exactly once per run.
-    keys = uniform_keys(n_rows * 3, N_CUSTOMERS, seed=41)
-    _, first = np.unique(keys, return_index=True)
-    keys = keys[sorted(first)][:n_rows]
+    keys = distinct_keys(n_rows, N_CUSTOMERS, seed=41)
     orders = orders_frame(spark, keys)
     warm = orders_frame(spark, keys[:200])
     table = lookup_table("Customers", http_connector(server.base_url), {"lookup.cache": "NONE"})

@@ -37,6 +37,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("batching", "Batched lookups in lookup_join (Redis, PostgreSQL)",
              "benchmarks.batching:run"),
     Scenario("retry-on-miss", "Retry-on-miss cost", "benchmarks.retry_cost:run"),
+    Scenario("faults", "Long-tail latency and transient failures", "benchmarks.faults:run"),
     Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),
 )
 

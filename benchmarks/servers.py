@@ -45,7 +45,7 @@ class Profile:
 
     ``late_fraction`` of the customers are "late": their first ``late_misses`` point lookups
     answer 404, later ones find the row (a dim row arriving after the fact row).
-    429 answers carry ``Retry-After: retry_after``.
+    429 answers carry ``Retry-After: retry_after``; errors answer ``error_status`` (503).
     """
 
     latency: float = 0.0
@@ -54,6 +54,7 @@ class Profile:
     error_rate: float = 0.0
     throttle_rate: float = 0.0
     retry_after: int = 0
+    error_status: int = 503
     late_fraction: float = 0.0
     late_misses: int = 1
     seed: int = 1
@@ -190,7 +191,7 @@ class LatencyServer:
             )
         if roll < profile.throttle_rate + profile.error_rate:
             self.counters["errors"] += 1
-            return web.json_response({"error": "injected failure"}, status=500)
+            return web.json_response({"error": "injected failure"}, status=profile.error_status)
         return None
 
     def _find(self, raw: str, point: bool) -> dict[str, Any] | None:
