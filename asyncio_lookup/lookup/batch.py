@@ -22,12 +22,6 @@ from asyncio_lookup.lookup.metrics import (
 from asyncio_lookup.lookup.results import as_rows
 
 
-def _consume(future: asyncio.Future[list[Row]]) -> None:
-    # Every caller may have been cancelled (operator timeout): retrieve the error anyway.
-    if not future.cancelled():
-        future.exception()
-
-
 class KeyBatcher:
     """Sends the keys of concurrent lookups to one async function; one per chain and loop."""
 
@@ -44,34 +38,37 @@ class KeyBatcher:
         self.max_size = max_size
         self.max_wait = max_wait
         self.batching = max_size > 1 and function.supports_batch
-        self._in_flight: dict[Key, asyncio.Future[list[Row]]] = {}
+        # a key queued or in a call -> the futures of its callers (the first gets the rows
+        # the call returned, later ones copies)
+        self._in_flight: dict[Key, list[asyncio.Future[list[Row]]]] = {}
         self._queue: list[Key] = []
         self._flush_handle: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def load(self, key: Key) -> list[Row]:
-        """The rows for ``key`` from one (possibly shared, possibly batched) connector call."""
-        future = self._in_flight.get(key)
-        if future is not None:
+    def load(self, key: Key) -> asyncio.Future[list[Row]]:
+        """A future of the rows for ``key`` from one (possibly shared, possibly batched)
+        connector call; await it. Each caller has its own future (and its own list of rows), so
+        cancelling one caller cancels neither the call nor the other callers of the key."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Row]] = loop.create_future()
+        waiters = self._in_flight.get(key)
+        if waiters is not None:
             self.metrics.inc(NUM_COALESCED)
+            waiters.append(future)
+            return future
+        self._in_flight[key] = [future]
+        if self.batching:
+            self._queue.append(key)
+            if len(self._queue) >= self.max_size:
+                self._flush()
+            elif self._flush_handle is None:
+                if self.max_wait > 0:
+                    self._flush_handle = loop.call_later(self.max_wait, self._flush)
+                else:
+                    self._flush_handle = loop.call_soon(self._flush)
         else:
-            loop = asyncio.get_running_loop()
-            future = loop.create_future()
-            future.add_done_callback(_consume)
-            self._in_flight[key] = future
-            if self.batching:
-                self._queue.append(key)
-                if len(self._queue) >= self.max_size:
-                    self._flush()
-                elif self._flush_handle is None:
-                    if self.max_wait > 0:
-                        self._flush_handle = loop.call_later(self.max_wait, self._flush)
-                    else:
-                        self._flush_handle = loop.call_soon(self._flush)
-            else:
-                self._start([key])
-        # shield: a cancelled caller must not cancel the call other callers share
-        return list(await asyncio.shield(future))
+            self._start([key])
+        return future
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
@@ -118,15 +115,22 @@ class KeyBatcher:
                     self._settle(key, None, error)
 
     def _settle(self, key: Key, rows: list[Row] | None, error: BaseException | None) -> None:
-        future = self._in_flight.pop(key, None)
-        if future is None or future.done():
+        waiters = self._in_flight.pop(key, None)
+        if waiters is None:
             return
-        if isinstance(error, asyncio.CancelledError):
-            future.cancel()
-        elif error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(rows if rows is not None else [])
+        first = True
+        for future in waiters:
+            if future.done():  # its caller was cancelled
+                continue
+            if isinstance(error, asyncio.CancelledError):
+                future.cancel()
+            elif error is not None:
+                future.set_exception(error)
+            elif rows is None:
+                future.set_result([])
+            else:
+                future.set_result(rows if first else list(rows))
+                first = False
 
     async def aclose(self) -> None:
         """Cancel queued and in-flight calls."""

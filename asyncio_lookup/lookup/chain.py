@@ -42,7 +42,7 @@ from asyncio_lookup.lookup.providers import (
 )
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
-from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
+from asyncio_lookup.lookup.retry import FailureRetry, MissRetry, is_transient
 
 
 class LookupChain:
@@ -253,12 +253,19 @@ class LookupChain:
             raise RuntimeError(f"{self!r} is not open in sync mode; use async_lookup()")
         attempts = 0
         while True:
-            rows = self._retry.call(
-                key,
-                lambda: self._call_sync(function, key),
-                sleep=self._clock.sleep,
-                on_retry=self._count_failure_retry,
-            )
+            # the first attempt inline: the failure retry is built only once a call has failed
+            try:
+                rows = self._call_sync(function, key)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                rows = self._retry.retry(
+                    key,
+                    error,
+                    lambda: self._call_sync(function, key),
+                    sleep=self._clock.sleep,
+                    on_retry=self._count_failure_retry,
+                )
             if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
                 return rows
             attempts += 1
@@ -266,8 +273,7 @@ class LookupChain:
             self._clock.sleep(self.miss_retry.delay)
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
-        self.metrics.inc(NUM_EXTERNAL_CALLS)
-        self.metrics.inc(NUM_EXTERNAL_KEYS)
+        self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
         return as_rows(function.lookup(key), key, function)
 
     # -- async mode ------------------------------------------------------------------------
@@ -300,12 +306,18 @@ class LookupChain:
             raise RuntimeError(f"{self!r} is not open; call open() first")
         attempts = 0
         while True:
-            rows = await self._retry.call_async(
-                key,
-                lambda: batcher.load(key),
-                sleep=self._async_sleep,
-                on_retry=self._count_failure_retry,
-            )
+            try:
+                rows = await batcher.load(key)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                rows = await self._retry.retry_async(
+                    key,
+                    error,
+                    lambda: batcher.load(key),
+                    sleep=self._async_sleep,
+                    on_retry=self._count_failure_retry,
+                )
             if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
                 return rows
             attempts += 1

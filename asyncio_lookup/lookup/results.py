@@ -11,6 +11,9 @@ from asyncio_lookup.lookup.functions import Key, Row
 
 def as_rows(result: Any, key: Key, function: object) -> list[Row]:
     """``result`` as a list of rows, or :class:`ResultTypeError` naming the function and key."""
+    kind = type(result)
+    if kind is list or kind is tuple:  # the common case, without the ABC checks below
+        return list(result)
     if (
         result is None
         or isinstance(result, (str, bytes, Mapping))

@@ -90,6 +90,19 @@ class FailureRetry:
             if not is_transient(error):
                 raise
             failed: Exception = error
+        return self.retry(key, failed, attempt, sleep=sleep, on_retry=on_retry)
+
+    def retry(
+        self,
+        key: Key,
+        failed: Exception,
+        attempt: Callable[[], T],
+        *,
+        sleep: Callable[[float], None],
+        on_retry: Callable[[], None] = lambda: None,
+    ) -> T:
+        """Continue after a first attempt, made by the caller, raised the transient ``failed``
+        (callers on a hot path make the first attempt inline and call this only on failure)."""
         retrying = tenacity.Retrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
         try:
             return retrying(_replay_first(failed, attempt))
@@ -111,6 +124,18 @@ class FailureRetry:
             if not is_transient(error):
                 raise
             failed: Exception = error
+        return await self.retry_async(key, failed, attempt, sleep=sleep, on_retry=on_retry)
+
+    async def retry_async(
+        self,
+        key: Key,
+        failed: Exception,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        sleep: Callable[[float], Awaitable[None]],
+        on_retry: Callable[[], None] = lambda: None,
+    ) -> T:
+        """:meth:`retry` for async attempts."""
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
         replay = [failed]
 

@@ -112,3 +112,34 @@ def test_concurrent_take_delta_never_reports_a_negative_count() -> None:
     deltas.append(metrics.take_delta())
     assert all(d["hitCount"] >= 0 for d in deltas)
     assert sum(d["hitCount"] for d in deltas) == 7
+
+
+def test_deltas_taken_while_threads_count_sum_to_the_total() -> None:
+    # Counters take no lock: each thread counts in its own table and take_delta sums them.
+    metrics = CacheMetricGroup()
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(20000):
+            metrics.inc("hitCount")
+            metrics.inc2("numExternalCalls", "numExternalKeys")
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    deltas: list[dict[str, float]] = []
+
+    def report() -> None:
+        while not done.is_set():
+            deltas.append(metrics.take_delta())
+
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reporter.join()
+    deltas.append(metrics.take_delta())
+    for name in ("hitCount", "numExternalCalls", "numExternalKeys"):
+        assert all(d[name] >= 0 for d in deltas)
+        assert sum(d[name] for d in deltas) == 60000
