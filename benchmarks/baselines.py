@@ -35,9 +35,10 @@ def _joined(row: Any, customer: dict[str, Any]) -> Joined:
 def row_by_row_sync(base_url: str) -> Callable[[Iterable[Any]], Iterator[Joined]]:
     """(a) A blocking GET per row (http.client, one persistent connection per partition)."""
     parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
 
     def partition(rows: Iterable[Any]) -> Iterator[Joined]:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        conn = http.client.HTTPConnection(host, parts.port, timeout=60)
         try:
             for row in rows:
                 conn.request("GET", f"/customers/{row.customer_id}")
@@ -88,6 +89,7 @@ def hand_rolled_asyncio(
 def thread_pool(base_url: str, threads: int = 100) -> Callable[[Iterable[Any]], list[Joined]]:
     """(t) ``ThreadPoolExecutor(threads).map`` of blocking GETs, one connection per thread."""
     parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
 
     def partition(rows: Iterable[Any]) -> list[Joined]:
         import threading
@@ -99,7 +101,7 @@ def thread_pool(base_url: str, threads: int = 100) -> Callable[[Iterable[Any]], 
         def one(row: Any) -> Joined | None:
             conn = getattr(local, "conn", None)
             if conn is None:
-                conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+                conn = http.client.HTTPConnection(host, parts.port, timeout=60)
                 local.conn = conn
                 opened.append(conn)
             conn.request("GET", f"/customers/{row.customer_id}")

@@ -9,6 +9,7 @@ run, no cache; the ratio batched / per-key is the figure.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from benchmarks import plots
@@ -26,6 +27,10 @@ from benchmarks.tables import (
 
 N_CUSTOMERS = 100_000
 BATCH_SIZES = (1, 16, 128)
+
+
+def _join(frame: Any, table: Any, hint: str) -> None:
+    run_to_noop(lookup_join(frame, table, hint=hint))
 
 
 def run(ctx: Context) -> ScenarioResult:
@@ -58,8 +63,8 @@ def run(ctx: Context) -> ScenarioResult:
                         "lookup.cache": "NONE", "lookup.batch.max-size": str(size)})
                     variants.append(Variant(
                         f"{store} batch.max-size={size}", n_rows,
-                        lambda t=table: run_to_noop(lookup_join(orders, t, hint=hint)),
-                        warmup=lambda t=table: run_to_noop(lookup_join(warm, t, hint=hint)),
+                        partial(_join, orders, table, hint),
+                        warmup=partial(_join, warm, table, hint),
                     ))
                 measured = ctx.measure_all(variants)
                 per_key = measured[0]

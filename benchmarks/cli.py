@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks import report
 from benchmarks.harness import RESULTS_DIR, Context, ScenarioResult, Skipped, machine_info
-from benchmarks.scenarios import BY_NAME, SCENARIOS
+from benchmarks.scenarios import BY_NAME, SCENARIOS, Scenario
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,10 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(r.status.startswith("failed") for r in results) else 0
 
 
-def _run_one(ctx: Context, scenario: object) -> ScenarioResult:
-    from benchmarks.scenarios import Scenario
-
-    assert isinstance(scenario, Scenario)
+def _run_one(ctx: Context, scenario: Scenario) -> ScenarioResult:
     begin = time.perf_counter()
     when = time.strftime("%Y-%m-%dT%H:%M:%S")
     try:

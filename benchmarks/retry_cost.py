@@ -11,6 +11,7 @@ Against the latency server (1 ms), same rows, same run:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from benchmarks import plots
@@ -53,12 +54,14 @@ def run(ctx: Context) -> ScenarioResult:
         stats = server.stats()
         return {"calls": stats.get("point_calls", 0), "found": stats.get("found", 0)}
 
+    def warmup(hint: str) -> None:
+        run_to_noop(lookup_join(warm, table, hint=hint))
+
     measured = ctx.measure_all([
-        Variant(label, n_rows, lambda h=hint: once(h),
-                warmup=lambda h=hint: run_to_noop(lookup_join(warm, table, hint=h)),
+        Variant(label, n_rows, partial(once, hint), warmup=partial(warmup, hint),
                 # a fresh profile per run: counters and the late customers' state reset
-                setup=lambda late=late: server.configure(
-                    Profile(latency=LATENCY, late_fraction=late, late_misses=1)))
+                setup=partial(server.configure,
+                              Profile(latency=LATENCY, late_fraction=late, late_misses=1)))
         for late, hint, label in cases
     ])
     rates: dict[str, float] = {}
