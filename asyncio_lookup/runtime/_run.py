@@ -1,6 +1,7 @@
 """One run of the async wait operator over one input: admission, timers, retries and emission.
 
 Cost model (the operator must stay within 1.5x of a hand-rolled task-per-element pipeline):
+no Task when the function's ``invoke_now`` has the result at admission (a cache hit), else
 one Task per attempt, whose coroutine awaits the function and handles the outcome inline (a
 done callback would cost one more loop callback per element; no ``asyncio.wait`` or
 ``asyncio.timeout`` per element). Deadlines are monotone (same timeout, admissions in time
@@ -118,9 +119,11 @@ class OperatorRun:
         timeout_hook: bool,
         metrics: OperatorMetrics,
         manage_lifecycle: bool,
+        invoke_now: Callable[[Any], Collection[Any] | None] | None = None,
     ) -> None:
         self._fn = fn
         self._invoke = invoke
+        self._invoke_now = invoke_now
         self._timeout = timeout
         self._capacity = capacity
         self._ordered = ordered
@@ -336,6 +339,16 @@ class OperatorRun:
             if self._timer is None:
                 self._timer = self._loop.call_at(entry.deadline, self._on_timer)
         entry.attempts = 1
+        invoke_now = self._invoke_now
+        if invoke_now is not None:  # the function's fast path: no task when it has the result
+            try:
+                result = invoke_now(element)
+            except Exception as error:
+                self._attempt_failed(entry, error)
+                return
+            if result is not None:
+                self._outcome(entry, result)
+                return
         entry.task = self._loop.create_task(self._attempt(entry, 1))
 
     def _admit_watermark(self, watermark: Watermark) -> None:
@@ -371,6 +384,26 @@ class OperatorRun:
             return
         if entry.attempts != attempt or entry.state != _PENDING or self._closed:
             return  # the record's outcome is already fixed: a late result is ignored
+        # self._outcome(entry, result), inlined: this runs once per record
+        kind = type(result)
+        if kind is not list and kind is not tuple:
+            type_error = result_type_error(entry.element, result)
+            if type_error is not None:
+                self._finish_error(entry, type_error)
+                return
+        predicate = self._result_predicate
+        if predicate is not None:
+            try:
+                retryable = predicate(result)
+            except Exception as predicate_error:
+                self._finish_error(entry, predicate_error)
+                return
+            if retryable and self._schedule_retry(entry):
+                return
+        self._finish_result(entry, result)
+
+    def _outcome(self, entry: Entry, result: Any) -> None:
+        """The current attempt returned ``result``: check it, maybe retry, else finish."""
         kind = type(result)
         if kind is not list and kind is not tuple:
             type_error = result_type_error(entry.element, result)

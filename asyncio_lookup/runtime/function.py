@@ -34,6 +34,16 @@ class AsyncFunction(ABC, Generic[IN, OUT]):
         """Called when ``element``'s timeout expires. The default fails the stream."""
         raise TimeoutError(TIMEOUT_MESSAGE)
 
+    def invoke_now(self, element: IN) -> Collection[OUT] | None:
+        """Optional fast path, a plain (not ``async``) method that must not block: the outputs
+        for ``element`` when they are at hand without waiting (a cache hit, say), else None.
+
+        The operator calls it once per record at admission, before any task exists; a
+        collection is that record's first attempt's result (predicates and retries apply as
+        usual), an exception its first attempt's error, and None runs ``async_invoke``.
+        """
+        return None
+
     async def close(self) -> None:
         """Release resources; called on every exit path."""
 
@@ -70,6 +80,13 @@ def as_async_function(fn: Any, option: str = "fn") -> AsyncFunction[Any, Any]:
                 raise ConfigurationError(
                     option, fn, _ALLOWED, reason=f"{type(fn).__name__}.{hook} is not `async def`"
                 )
+        if inspect.iscoroutinefunction(fn.invoke_now):
+            raise ConfigurationError(
+                option,
+                fn,
+                _ALLOWED,
+                reason=f"{type(fn).__name__}.invoke_now must be a plain method, not `async def`",
+            )
         return fn
     if isinstance(fn, type) or not callable(fn) or not _is_async_callable(fn):
         raise ConfigurationError(option, fn, _ALLOWED, reason="not an async function")
@@ -81,6 +98,13 @@ def invoker(fn: AsyncFunction[IN, OUT]) -> Callable[[IN], Awaitable[Collection[O
     if isinstance(fn, _CallableFunction):
         return fn.func
     return fn.async_invoke
+
+
+def now_invoker(fn: AsyncFunction[IN, OUT]) -> Callable[[IN], Collection[OUT] | None] | None:
+    """``fn.invoke_now`` when ``fn`` overrides it, else None (nothing to call per record)."""
+    if type(fn).invoke_now is AsyncFunction.invoke_now:
+        return None
+    return fn.invoke_now
 
 
 def has_timeout_hook(fn: AsyncFunction[Any, Any]) -> bool:

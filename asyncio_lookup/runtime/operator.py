@@ -17,6 +17,7 @@ from asyncio_lookup.runtime.function import (
     as_async_function,
     has_timeout_hook,
     invoker,
+    now_invoker,
 )
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
@@ -105,6 +106,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         self.metrics = metrics if metrics is not None else OperatorMetrics()
         self.manage_lifecycle = bool(manage_lifecycle)
         self._invoke = invoker(self.fn)
+        self._invoke_now = now_invoker(self.fn)
         self._timeout_hook = has_timeout_hook(self.fn)
 
     def new_run(self) -> OperatorRun:
@@ -120,6 +122,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
             timeout_hook=self._timeout_hook,
             metrics=self.metrics,
             manage_lifecycle=self.manage_lifecycle,
+            invoke_now=self._invoke_now,
         )
 
     @contextlib.asynccontextmanager
