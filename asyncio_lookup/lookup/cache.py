@@ -166,6 +166,14 @@ class DefaultLookupCache:
                 self._remove(key)
 
     def get_if_present(self, key: Key) -> list[Row] | None:
+        return self._get(key, True)
+
+    def get_hit(self, key: Key) -> list[Row] | None:
+        """Like :meth:`get_if_present`, but a miss is not counted: for a fast path whose caller
+        asks ``get_if_present`` again (and so counts the miss once) when this returns None."""
+        return self._get(key, False)
+
+    def _get(self, key: Key, count_miss: bool) -> list[Row] | None:
         with self._lock:
             now = self.clock.now()
             entry = self._by_use.get(key)
@@ -173,7 +181,7 @@ class DefaultLookupCache:
                 self._remove(key)
                 entry = None
             if entry is None:
-                if self._metrics is not None:
+                if count_miss and self._metrics is not None:
                     self._metrics.inc(MISS_COUNT)
                 return None
             entry.accessed = now

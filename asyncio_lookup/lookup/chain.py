@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.batch import KeyBatcher
-from asyncio_lookup.lookup.cache import LookupCache
+from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import (
@@ -277,6 +277,21 @@ class LookupChain:
         return as_rows(function.lookup(key), key, function)
 
     # -- async mode ------------------------------------------------------------------------
+
+    def lookup_cached(self, key: Key) -> list[Row] | None:
+        """The rows for ``key`` when the cache has them, counted as a lookup and a hit; else
+        None, counting nothing (then call :meth:`async_lookup`). The async path's fast path:
+        no coroutine, no task. A FULL cache always answers (or raises its load error)."""
+        if self.full_cache is not None:
+            self.metrics.inc(NUM_LOOKUPS)
+            return self.full_cache.get(key)
+        cache = self.cache
+        if cache is None or type(cache) is not DefaultLookupCache:
+            return None  # a user's LookupCache may not be peeked at without counting a miss
+        rows = cache.get_hit(key)
+        if rows is not None:
+            self.metrics.inc(NUM_LOOKUPS)
+        return rows
 
     async def async_lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``; retries wait on loop timers (cancel it to time it out)."""

@@ -473,3 +473,56 @@ def test_miss_retry_rejects_bad_settings_naming_the_hint_option(
     with pytest.raises(ConfigurationError) as raised:
         MissRetry(delay=delay, max_attempts=max_attempts)
     assert raised.value.option == named and "allowed" in str(raised.value)
+
+
+async def test_lookup_cached_answers_hits_only_and_counts_each_lookup_once() -> None:
+    table, clock = Table({(1,): [ALICE]}), ManualClock()
+    chain, _ = await async_chain(table, options(), clock)
+    assert chain.lookup_cached((1,)) is None  # a miss: nothing counted, nothing called
+    assert chain.metrics.snapshot()["numLookups"] == 0 and table.calls == []
+    assert await chain.async_lookup((1,)) == [ALICE]
+    first = chain.lookup_cached((1,))
+    second = chain.lookup_cached((1,))
+    assert first == second == [ALICE] and first is not second
+    assert table.calls == [(1,)]
+    snap = chain.metrics.snapshot()
+    assert (snap["numLookups"], snap["hitCount"], snap["missCount"]) == (3, 2, 1)
+    await chain.close()
+
+
+async def test_lookup_cached_never_answers_without_a_peekable_cache() -> None:
+    table, clock = Table({(1,): [ALICE]}), ManualClock()
+    none, _ = await async_chain(table, LookupOptions(), clock)
+    assert await none.async_lookup((1,)) == [ALICE]
+    assert none.lookup_cached((1,)) is None
+
+    class Counting(DefaultLookupCache):  # a user's cache: get_if_present may have effects
+        pass
+
+    cache = Counting(None, None, 10, True)
+    chain = LookupChain.create(
+        PartialCachingAsyncLookupProvider.of(AsyncFn(table), cache),
+        LookupOptions(),
+        prefer_async=True,
+    )
+    await chain.open()
+    assert await chain.async_lookup((1,)) == [ALICE]
+    assert chain.lookup_cached((1,)) is None
+    await none.close()
+    await chain.close()
+
+
+async def test_lookup_cached_reads_the_full_cache_snapshot() -> None:
+    rows = [{"id": 1, "name": "a"}]
+    table = Table()
+    full = LookupOptions.from_dict(
+        {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+    )
+    chain = LookupChain.create(
+        Source(table, async_=AsyncFn(table), rows=rows), full, prefer_async=True, key_columns=["id"]
+    )
+    await chain.open()
+    assert chain.lookup_cached((1,)) == rows and chain.lookup_cached((2,)) == []
+    snap = chain.metrics.snapshot()
+    assert (snap["numLookups"], snap["hitCount"], table.calls) == (2, 2, [])
+    await chain.close()
