@@ -43,6 +43,13 @@ from asyncio_lookup.lookup.providers import (
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry, is_transient
+from asyncio_lookup.lookup.scope import (
+    ScopeKey,
+    SharedCache,
+    acquire_cache,
+    release_cache,
+    scope_key,
+)
 
 
 class LookupChain:
@@ -63,6 +70,7 @@ class LookupChain:
         clock: Clock,
         async_sleep: Callable[[float], Awaitable[None]],
         metrics: CacheMetricGroup,
+        cache_scope: ScopeKey | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -79,6 +87,9 @@ class LookupChain:
         self._batcher: KeyBatcher | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
+        self._scope = cache_scope
+        self._shared: SharedCache | None = None  # the scope's cache, while this chain uses it
+        self._owns_cache = True  # False once the cache is a scope's (its last user closes it)
 
     @classmethod
     def create(
@@ -92,12 +103,19 @@ class LookupChain:
         key_columns: Sequence[str] = (),
         clock: Clock | None = None,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        cache_scope: str | None = None,
     ) -> LookupChain:
         """Pick the mode and build the cache; opens nothing (safe on the driver).
 
         ``key_columns`` (dim columns of the lookup key, in dim-schema order) are required for a
         FULL cache, which indexes scanned rows by them. ``clock`` is injectable for tests (it
         drives expiry, sync sleeps, load times and, for FULL, the reload schedule).
+
+        ``cache_scope`` names the cache's owner, the lookup table (and, for a FULL cache loaded
+        per partition, the partition): the chains of one process opened with the same scope and
+        key columns share one cache, full-cache snapshot and metric group, whatever their mode
+        and lookup-miss retry (see :mod:`asyncio_lookup.lookup.scope`). ``None``: a cache of
+        its own. Without a cache (``lookup.cache`` NONE) there is nothing to share.
         """
         metrics = CacheMetricGroup()
         provider_cache: LookupCache | None = None
@@ -175,6 +193,7 @@ class LookupChain:
             clock=clock or MONOTONIC,
             async_sleep=async_sleep,
             metrics=metrics,
+            cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
         )
 
     def __repr__(self) -> str:
@@ -189,25 +208,44 @@ class LookupChain:
     async def open(self) -> None:
         """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
         self.loop = asyncio.get_running_loop()
-        if self.full_cache is not None:
-            await self.full_cache.open()
-        else:
-            if self.cache is not None:
-                self.cache.open(self.metrics)
-            if self._async is not None:
-                await self._async.open()
-                self._batcher = KeyBatcher(
-                    self._async,
-                    self.metrics,
-                    max_size=self.options.batch_max_size,
-                    max_wait=self.options.batch_max_wait,
+        if self._scope is not None and (self.cache is not None or self.full_cache is not None):
+            shared = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
+            if shared is not None:
+                self._shared = shared
+                self._owns_cache = False
+                self.cache, self.full_cache, self.metrics = (
+                    shared.cache,
+                    shared.full_cache,
+                    shared.metrics,
                 )
-            elif self._sync is not None:
-                self._sync.open()
+        try:
+            await self._open_rest()
+        except BaseException:
+            self._release_cache()
+            raise
         self._opened = True
 
+    async def _open_rest(self) -> None:
+        if self.full_cache is not None:
+            if self._owns_cache:
+                await self.full_cache.open()
+            return
+        if self.cache is not None and self._owns_cache:
+            self.cache.open(self.metrics)
+        if self._async is not None:
+            await self._async.open()
+            self._batcher = KeyBatcher(
+                self._async,
+                self.metrics,
+                max_size=self.options.batch_max_size,
+                max_wait=self.options.batch_max_wait,
+            )
+        elif self._sync is not None:
+            self._sync.open()
+
     async def close(self) -> None:
-        """Stop reloads, cancel in-flight calls, close the function and drop the cache."""
+        """Stop reloads, cancel in-flight calls, close the function and drop the cache (a
+        scope's cache: once no other chain uses it)."""
         self.abandon()
         if self._batcher is not None:
             await self._batcher.aclose()
@@ -218,13 +256,20 @@ class LookupChain:
     def abandon(self) -> None:
         """Close what can be closed without the event loop (FULL reloads, cache, sync function);
         used when the loop the chain was opened on is gone."""
-        if self.full_cache is not None:
-            self.full_cache.close(timeout=0)
-        if self.cache is not None:
-            self.cache.close()
+        self._release_cache()
+        if self._owns_cache:
+            if self.full_cache is not None:
+                self.full_cache.close(timeout=0)
+            if self.cache is not None:
+                self.cache.close()
         if self._sync is not None and self._opened:
             self._sync.close()
             self._opened = self._async is not None and self._opened
+
+    def _release_cache(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            release_cache(shared)
 
     # -- sync mode -------------------------------------------------------------------------
 
