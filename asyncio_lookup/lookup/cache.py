@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,12 +57,14 @@ class LookupCache(Protocol):
         ...
 
 
-@dataclass
 class _Entry:
-    rows: tuple[Row, ...]
-    written: float
-    accessed: float
-    nbytes: int
+    __slots__ = ("accessed", "nbytes", "rows", "written")
+
+    def __init__(self, rows: tuple[Row, ...], written: float, accessed: float, nbytes: int):
+        self.rows = rows
+        self.written = written
+        self.accessed = accessed
+        self.nbytes = nbytes
 
 
 def _seconds(name: str, value: float | timedelta) -> float:
@@ -192,12 +193,13 @@ class DefaultLookupCache:
 
     def put(self, key: Key, rows: Collection[Row]) -> list[Row] | None:
         stored = tuple(rows)
+        keep = (stored or self.cache_missing_key) and self.maximum_size != 0
+        nbytes = estimate_bytes(key, stored) if keep else 0  # outside the lock: a pure function
         with self._lock:
             now = self.clock.now()
             previous = self._remove(key)
             self._purge_expired(now)
-            if (stored or self.cache_missing_key) and self.maximum_size != 0:
-                nbytes = estimate_bytes(key, stored)
+            if keep:
                 self._by_use[key] = _Entry(stored, now, now, nbytes)
                 self._by_write[key] = None
                 self._bytes += nbytes
