@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import plots
+from benchmarks import cpu, plots
 from benchmarks.baselines import (
     JOINED_SCHEMA,
     hand_rolled_asyncio,
@@ -70,6 +70,8 @@ def run(ctx: Context) -> ScenarioResult:
                 median_s=m.median_s, rows_per_s=m.rate, vs_row_by_row=m.rate / baseline_a,
                 server_calls_per_row=m.extra.get("server_calls", 0) / m.rows,
                 max_in_flight=m.extra.get("max_in_flight", 0),
+                **{f"cpu_us_per_row_{role}": seconds / m.rows * 1e6
+                   for role, seconds in sorted(m.extra.get("cpu_s", {}).items())},
             )
         result.measurements += measured
         by_variant = {m.label.split(" ")[0]: m for m in measured}
@@ -89,6 +91,10 @@ def run(ctx: Context) -> ScenarioResult:
         "local[2], 2 partitions; (a) runs fewer rows than the others (rates are per row); "
         "every variant runs one untimed warm-up job first; no cache anywhere, so each row is one "
         "server call (server_calls_per_row checks it)."
+    )
+    result.notes.append(
+        "cpu_us_per_row_*: CPU time per row (last run) of Spark's Python workers, the JVM, and "
+        "this process (the driver plus the latency server's thread), from psutil."
     )
     result.notes.append(
         "The latency server shares the 2 cores with Spark's JVM and the 2 Python workers, so "
@@ -153,10 +159,12 @@ def _counted(ctx: Context, action: Callable[[], None]) -> Callable[[], dict[str,
 
     def run_once() -> dict[str, Any]:
         server.reset()
+        before = cpu.snapshot()
         action()
+        spent = cpu.delta_by_role(before, cpu.snapshot())
         stats = server.stats()
         return {"server_calls": stats.get("requests", 0),
-                "max_in_flight": stats.get("max_in_flight", 0)}
+                "max_in_flight": stats.get("max_in_flight", 0), "cpu_s": spent}
 
     return run_once
 
