@@ -89,8 +89,7 @@ class CacheMetricGroup:
 
     def set_gauge(self, name: str, value: float) -> None:
         """Set gauge ``name`` to ``value``."""
-        with self._lock:
-            self._gauges[name] = float(value)
+        self._gauges[name] = float(value)  # one store: atomic, no lock (snapshot copies)
 
     def register_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Make gauge ``name`` read its value from ``read()`` at snapshot time (Flink's Gauge)."""
