@@ -25,7 +25,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO", default=["all"],
-        help="scenario names, 'all' (default) or 'list'",
+        help="scenario names, 'all' (default; every scenario but the opt-in ones) or 'list'",
     )
     parser.add_argument(
         "--quick", action="store_true",
@@ -45,12 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=140)
     if "list" in args.scenarios:
         for scenario in SCENARIOS:
-            console.print(f"{scenario.name:<20} {scenario.title}")
+            extra = "" if scenario.in_all else "  (opt-in: not part of 'all')"
+            console.print(f"{scenario.name:<20} {scenario.title}{extra}")
         return 0
-    selected = (
-        list(SCENARIOS) if "all" in args.scenarios
-        else [BY_NAME[name] for name in dict.fromkeys(args.scenarios)]
-    )
+    named = [BY_NAME[name] for name in dict.fromkeys(args.scenarios) if name != "all"]
+    if "all" in args.scenarios:
+        named = [s for s in SCENARIOS if s.in_all or s in named]
+    selected = named
     out_dir = args.out or (RESULTS_DIR / "quick" if args.quick else RESULTS_DIR)
     repeats = args.repeats or (1 if args.quick else 3)
     meta = {**machine_info(), "quick": args.quick, "repeats": repeats}

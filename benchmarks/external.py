@@ -1,7 +1,8 @@
 """Scenarios whose measurements live in modules other helpers own, run through the harness:
 
 - ``operator-overhead``: :mod:`benchmarks.operator_overhead` (``measure(use_uvloop, n, runs)``);
-- ``connectors``: :mod:`benchmarks.connectors` (its ``main(argv)`` with ``--json``).
+- ``connectors``: :mod:`benchmarks.connectors` (its ``main(argv)`` with ``--json``);
+- ``hash-lookup-join`` (opt-in): :mod:`benchmarks.hash_lookup_join` (``run(quick) -> dict``).
 """
 
 from __future__ import annotations
@@ -111,4 +112,45 @@ def run_connectors(ctx: Context) -> ScenarioResult:
         ctx.out_dir / "connectors.png", "Connector lookups: per-key vs batched (keys/s)", bars,
         "keys / s",
     ))
+    return result
+
+
+def run_hash_lookup_join(ctx: Context) -> ScenarioResult:
+    """Issue 6's figures: calls with vs without shuffle, salting a hot key, partitioned FULL."""
+    module = _module("benchmarks.hash_lookup_join")
+    if not hasattr(module, "run"):
+        raise Skipped("benchmarks.hash_lookup_join has no run(quick)")
+    result = ScenarioResult("hash-lookup-join",
+                            "Hash lookup join: shuffle, salting, partitioned FULL cache")
+    ctx.begin("hash lookup join", 1)
+    ctx.stop_spark()  # it builds its own sessions (8 and 2 task slots)
+    figures: dict[str, Any] = module.run(quick=ctx.quick)
+    ctx.advance("hash lookup join")
+    hits, hot, full = figures["cache_hits"], figures["hot_key"], figures["full_cache"]
+    for name in ("plain", "shuffled"):
+        h = hits[name]
+        result.add_row(part="Zipf keys, PARTIAL cache", variant=name,
+                       external_calls=h["external_calls"], hit_ratio=h["hit_ratio"],
+                       wall_s=h["wall_s"])
+    for name in ("unsalted", "salted"):
+        h = hot[name]
+        result.add_row(part="one hot key (50% of rows)", variant=name,
+                       slowest_task_s=h["slowest_task_s"], wall_s=h["wall_s"],
+                       external_calls=h["external_calls"])
+    for name in ("whole_table", "partitioned"):
+        h = full[name]
+        result.add_row(part="FULL cache per task", variant=name,
+                       max_records_per_task=h["max_records_per_task"],
+                       max_bytes_per_task=h["max_bytes_per_task"])
+    result.targets += [
+        Target("external calls without / with shuffle", hits["calls_ratio"], minimum=3.0),
+        Target("slowest task unsalted / salted", hot["slowest_task_ratio"], minimum=2.0),
+        Target("FULL bytes per task partitioned / whole", full["bytes_share"],
+               maximum=full["target_share"], detail=f"1/P + 10%, P = {full['partitions']}"),
+    ]
+    result.notes.append(
+        "Figures from benchmarks/hash_lookup_join.py (its own sessions: 8 partitions; see that "
+        "module for the set-up). Opt-in: `python -m benchmarks hash-lookup-join`."
+    )
+    result.data["hash_lookup_join"] = figures
     return result
