@@ -1,8 +1,10 @@
 """What users write today without this library, as ``mapPartitions`` functions.
 
 - :func:`row_by_row_sync`: one blocking HTTP call per row, on a kept-alive connection.
+- :func:`thread_pool`: ``ThreadPoolExecutor(100).map`` of blocking calls over the partition.
 - :func:`hand_rolled_asyncio`: the usual pattern: materialise the partition, then
-  ``asyncio.run`` + ``asyncio.Semaphore(100)`` + ``asyncio.gather`` over an aiohttp session.
+  ``asyncio.run`` (the default event loop) + ``asyncio.Semaphore(100)`` + ``asyncio.gather``
+  over an aiohttp session with a 100-connection pool.
 
 Both produce the same columns as the lookup join (inner join: customers not found are dropped).
 """
