@@ -245,3 +245,31 @@ def test_invalid_shuffle_settings(spark: SparkSession, kwargs: dict[str, Any], o
             **kwargs,
         )
     assert error.value.option == option
+
+
+def test_a_key_type_only_spark_can_hash_shuffles_but_loads_the_whole_table(
+    spark: SparkSession,
+) -> None:
+    from decimal import Decimal
+
+    dim = [{"code": Decimal(i) / 4, "name": f"d{i}"} for i in range(40)]
+    df = spark.createDataFrame(
+        [(n, Decimal(n % 50) / 4) for n in range(200)], "order_id INT, code DECIMAL(10, 2)"
+    )
+    table = LookupTable(
+        "Codes", "code DECIMAL(10, 2), name STRING", InMemoryConnector(dim, ["code"]), FULL
+    )
+    out = lookup_join(
+        df,
+        table,
+        on="code",
+        columns=["name"],
+        hints="SHUFFLE_HASH('Codes')",
+        shuffle_partitions=2,
+        skew=False,
+    )
+    assert "Exchange" in out._jdf.queryExecution().executedPlan().toString()
+    assert Counter((r["order_id"], r["name"]) for r in out.collect()) == Counter(
+        (n, f"d{n % 50}") for n in range(200) if n % 50 < 40
+    )
+    assert table.metrics()["numCachedRecords"] == 40  # not partitioned: the dim side can't hash
