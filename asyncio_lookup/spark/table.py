@@ -25,6 +25,11 @@ class LookupTable:
     ``lookup_function()`` / ``async_lookup_function()`` / ``scan()``. Everything is validated
     on the driver. The table's cache is per Python worker process and shared by every task that
     joins through this object (a copy made by pickling keeps its ``table_id``, hence its cache).
+
+    For a hash lookup join (``SHUFFLE_HASH``) a connector may route keys itself by offering
+    ``partitioner(key_columns) -> KeyPartitioner | None`` (see
+    :mod:`asyncio_lookup.lookup.partitioning`): ``partition(key, n)`` for the dim side, and
+    optionally ``spark_column(columns, n)`` computing the same for the probe side.
     """
 
     def __init__(
