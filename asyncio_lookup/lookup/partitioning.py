@@ -173,7 +173,10 @@ class PartitionRouting:
     def fingerprint(self) -> str:
         """Identifies the routing (for cache registry keys): equal routings, equal text."""
         hot = ",".join(f"{h}x{s}" for h, s in sorted(self.hot.items()))
-        return f"{self.num_partitions}:{self.partitioner!r}:{hot}"
+        kind = type(self.partitioner)
+        # object's repr holds an address, which differs in every unpickled copy
+        name = repr(self.partitioner) if kind.__repr__ is not object.__repr__ else kind.__qualname__
+        return f"{self.num_partitions}:{name}:{hot}"
 
     def partitions(self, key: Key) -> frozenset[int]:
         """Every partition ``key`` may be looked up in."""

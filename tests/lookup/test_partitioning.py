@@ -152,3 +152,16 @@ def test_partitioner_of() -> None:
 def test_invalid_partition_count() -> None:
     with pytest.raises(ConfigurationError):
         PartitionRouting(0, HASHER, HASHER)
+
+
+class _PlainPartitioner:
+    def partition(self, key: Any, num_partitions: int) -> int:
+        return 0
+
+
+def test_fingerprint_survives_pickling() -> None:
+    import pickle
+
+    for partitioner in (HASHER, _PlainPartitioner()):
+        routing = PartitionRouting(3, partitioner, HASHER, hot={5: 2})
+        assert pickle.loads(pickle.dumps(routing)).fingerprint() == routing.fingerprint()
