@@ -46,7 +46,7 @@ def _sizes(ctx: Context, latency: float) -> tuple[int, int]:
     """(rows for the concurrent variants, rows for row-by-row sync)."""
     if ctx.quick:
         return 2_000, 100 if latency >= 0.005 else 400
-    return (12_000, 500) if latency >= 0.005 else (8_000, 2_000)
+    return (12_000, 800) if latency >= 0.005 else (8_000, 3_000)
 
 
 def run(ctx: Context) -> ScenarioResult:
