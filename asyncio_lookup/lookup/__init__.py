@@ -13,6 +13,12 @@ from asyncio_lookup.lookup.functions import (
 from asyncio_lookup.lookup.hints import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
 from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
+from asyncio_lookup.lookup.partitioning import (
+    HashPartitioner,
+    KeyPartitioner,
+    PartitionFilteredSource,
+    PartitionRouting,
+)
 from asyncio_lookup.lookup.providers import (
     AsyncLookupFunctionProvider,
     FullCachingLookupProvider,
@@ -38,7 +44,9 @@ __all__ = [
     "DefaultLookupCache",
     "DefaultLookupCacheBuilder",
     "FullCachingLookupProvider",
+    "HashPartitioner",
     "Key",
+    "KeyPartitioner",
     "LookupCache",
     "LookupChain",
     "LookupFunction",
@@ -49,6 +57,8 @@ __all__ = [
     "MissRetry",
     "PartialCachingAsyncLookupProvider",
     "PartialCachingLookupProvider",
+    "PartitionFilteredSource",
+    "PartitionRouting",
     "PeriodicCacheReloadTrigger",
     "ReloadStrategy",
     "Row",

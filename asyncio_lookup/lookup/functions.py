@@ -74,6 +74,10 @@ class LookupTableSource(Protocol):
 
     A source offers a sync lookup, an async lookup, or both, and optionally a full scan for
     ``lookup.cache = FULL``. A capability it lacks returns ``None``.
+
+    Optionally, a source may also define ``partitioner(key_columns) -> KeyPartitioner | None``
+    (see :mod:`asyncio_lookup.lookup.partitioning`): a hash lookup join (``SHUFFLE_HASH``) then
+    routes keys by it instead of the plain key hash, e.g. by Redis cluster slot.
     """
 
     def lookup_function(self) -> LookupFunction | None: ...

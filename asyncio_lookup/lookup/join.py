@@ -187,6 +187,8 @@ class LookupChainLike(Protocol):
 
     async def async_lookup(self, key: Key) -> Collection[Row]: ...
 
+    def lookup_cached(self, key: Key) -> Collection[Row] | None: ...
+
 
 @dataclass(frozen=True)
 class _Probe:
@@ -209,6 +211,13 @@ class _LookupCall(AsyncFunction[_Probe, _Outcome]):
         self.spec = spec
         self.table = table
         self.timeout_seconds = timeout
+
+    def invoke_now(self, element: _Probe) -> Collection[_Outcome] | None:
+        """Answer a NULL key or a cache hit at admission, without a task."""
+        if element.key is None:
+            return [_Outcome(self.spec.finish((), element.left_row))]
+        rows = self.chain.lookup_cached(element.key)
+        return None if rows is None else [_Outcome(self.spec.finish(rows, element.left_row))]
 
     async def async_invoke(self, element: _Probe) -> Collection[_Outcome]:
         if element.key is None:

@@ -67,7 +67,15 @@ class LookupJoinTask:
             miss_retry=self.settings.miss_retry(),
             name=self.table_name,
             key_columns=self.spec.key_columns,
+            cache_scope=self.cache_scope(partition),
         )
+
+    def cache_scope(self, partition: int | None = None) -> str:
+        """Chains of one table share one cache in a process whatever their mode or retry
+        (SEMANTICS §2.3 Scope); a partitioned FULL cache is shared per partition."""
+        if partition is None or self.routing is None:
+            return self.table_id
+        return f"{self.table_id}:partition={partition}/{self.routing.fingerprint()}"
 
     def chain_id(self, partition: int | None = None) -> str:
         """Registry key: one chain (and cache) per table in a process. Joins of one table that
