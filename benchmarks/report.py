@@ -65,6 +65,8 @@ def fmt(value: Any) -> str:
             return f"{value:.1f}"
         if magnitude >= 1:
             return f"{value:.2f}"
+        if magnitude >= 0.1:
+            return f"{value:.3f}"
         return f"{value:.3g}"
     return str(value).replace("|", "\\|")
 
