@@ -100,8 +100,8 @@ def _key_bindings(
             raise ConfigurationError(
                 "on",
                 (left_name, dim_name),
-                "key columns of compatible types (integral, fractional, decimal, string, "
-                "binary, or the same type)",
+                "key columns of compatible types (integral, decimal, string or binary; "
+                "otherwise the same type, FLOAT and DOUBLE included)",
                 reason=f"left column {left_name!r} is {left_field.dataType.simpleString()} but "
                 f"dim column {dim_name!r} is {dim_field.dataType.simpleString()}; cast one side",
             )

@@ -28,7 +28,10 @@ SCHEMA_ALLOWED = "a StructType or a DDL string such as 'id INT, name STRING'"
 
 _FAMILIES: tuple[tuple[str, tuple[type[DataType], ...]], ...] = (
     ("integral", (ByteType, ShortType, IntegerType, LongType)),
-    ("fractional", (FloatType, DoubleType)),
+    # FLOAT and DOUBLE keys never mix: a FLOAT 0.1 is 0.10000000149... as a Python float and
+    # would silently miss the DOUBLE key 0.1 (and the other way round).
+    ("float", (FloatType,)),
+    ("double", (DoubleType,)),
     ("decimal", (DecimalType,)),
     ("string", (StringType, VarcharType, CharType)),
     ("binary", (BinaryType,)),

@@ -37,7 +37,8 @@ PARTITION_COLUMN = "__asyncio_lookup_partition"
 
 _KINDS: dict[str, HashKind] = {
     "integral": "long",
-    "fractional": "double",
+    "float": "double",
+    "double": "double",
     "string": "string",
     "binary": "binary",
 }

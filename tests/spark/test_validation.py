@@ -29,7 +29,9 @@ def customers(spark: SparkSession) -> LookupTable:
 
 @pytest.fixture(scope="module")
 def df(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([(1, "x", 2.0)], "customer_id INT, code STRING, amount DOUBLE")
+    return spark.createDataFrame(
+        [(1, "x", 2.0, 0.1)], "customer_id INT, code STRING, amount DOUBLE, ratio FLOAT"
+    )
 
 
 def test_the_no_job_check_sees_jobs(spark: SparkSession) -> None:
@@ -183,6 +185,25 @@ def test_invalid_joins_fail_on_the_driver(
     assert error.value.option == option
     for text in named:
         assert text in str(error.value)
+
+
+def test_float_and_double_keys_do_not_mix(spark: SparkSession, df: DataFrame) -> None:
+    # A FLOAT 0.1 reaches Python as 0.10000000149011612 and would silently miss the DOUBLE
+    # key 0.1 (an INNER join would lose the row): refused on the driver, in both directions.
+    scores = LookupTable(
+        "Scores", "score DOUBLE, label STRING", InMemoryConnector([{"score": 0.1}], ["score"])
+    )
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(df, scores, on=[("ratio", "score")])
+    assert "'ratio' is float" in str(error.value)
+    assert "'score' is double" in str(error.value)
+    ratios = LookupTable(
+        "Ratios", "ratio FLOAT, label STRING", InMemoryConnector([{"ratio": 0.5}], ["ratio"])
+    )
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="'amount' is double"):
+        lookup_join(df, ratios, on=[("amount", "ratio")])
+    with no_spark_job(spark):
+        lookup_join(df, ratios, on="ratio", columns=["label"])  # the same type is fine
 
 
 def test_name_collisions_are_errors_until_renamed(spark: SparkSession) -> None:
