@@ -118,6 +118,13 @@ def _template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | Non
     return template, credentials
 
 
+def _fixed_url(url: str | None, option: str) -> str | None:
+    """A batch or scan URL: validated like the template, with no placeholders."""
+    if url is not None and _template(url, option)[0].fields:
+        raise ConfigurationError(option, mask_url(url), "a URL without placeholders")
+    return url
+
+
 class HttpConnector:
     """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor."""
 
@@ -159,13 +166,7 @@ class HttpConnector:
         self.timeout = float(timeout)
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
-        self.batch_url = batch_url
-        if batch_url is not None:
-            batch_template, _ = _template(batch_url, "batch_url")
-            if batch_template.fields:
-                raise ConfigurationError(
-                    "batch_url", mask_url(batch_url), "a URL without placeholders"
-                )
+        self.batch_url = _fixed_url(batch_url, "batch_url")
         self.batch_mode = batch_mode
         self.batch_field = batch_field
         for option, value in (("batch_size", batch_size), ("max_connections", max_connections)):
@@ -173,13 +174,7 @@ class HttpConnector:
                 raise ConfigurationError(option, value, "an integer >= 1")
         self.batch_size = batch_size
         self.max_connections = max_connections
-        if scan_url is not None:
-            scan_template, _ = _template(scan_url, "scan_url")
-            if scan_template.fields:
-                raise ConfigurationError(
-                    "scan_url", mask_url(scan_url), "a URL without placeholders"
-                )
-        self.scan_url = scan_url
+        self.scan_url = _fixed_url(scan_url, "scan_url")
         self.next_field = next_field
         self.cursor_param = cursor_param
         if cursor_param and not next_field:

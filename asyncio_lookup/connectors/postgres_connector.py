@@ -223,12 +223,7 @@ class PostgresConnector:
 
     async def _scan_async(self) -> AsyncIterator[Row]:
         try:
-            conn = await asyncpg.connect(
-                asyncpg_dsn(self.dsn),
-                timeout=self.connect_timeout,
-                command_timeout=self.command_timeout,
-                server_settings=_server_settings(self),
-            )
+            conn = await asyncpg.connect(asyncpg_dsn(self.dsn), **_asyncpg_options(self))
         except _ASYNC_TRANSIENT as error:
             raise self.transient(error, "scan") from error
         try:
@@ -260,8 +255,16 @@ def asyncpg_dsn(dsn: str) -> str:
     return f"postgresql://{netloc}/{database}" + (f"?{query}" if query else "")
 
 
-def _server_settings(c: PostgresConnector) -> dict[str, str]:
-    return {"application_name": c.application_name, "default_transaction_read_only": "on"}
+def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
+    """asyncpg connection options shared by the lookup pool and the scan connection."""
+    return {
+        "timeout": c.connect_timeout,
+        "command_timeout": c.command_timeout,
+        "server_settings": {
+            "application_name": c.application_name,
+            "default_transaction_read_only": "on",
+        },
+    }
 
 
 def _sync_connect(c: PostgresConnector, autocommit: bool) -> psycopg.Connection[dict[str, Any]]:
@@ -375,12 +378,7 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
             c = self.connector
             try:
                 pool = await asyncpg.create_pool(
-                    asyncpg_dsn(c.dsn),
-                    min_size=1,
-                    max_size=c.pool_size,
-                    timeout=c.connect_timeout,
-                    command_timeout=c.command_timeout,
-                    server_settings=_server_settings(c),
+                    asyncpg_dsn(c.dsn), min_size=1, max_size=c.pool_size, **_asyncpg_options(c)
                 )
             except _ASYNC_TRANSIENT as error:
                 raise c.transient(error, "connect") from error
