@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
 from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -135,22 +136,34 @@ class LookupJoinTask:
         if self.partition_column is not None:
             batch = batch.drop_columns([self.partition_column])
         gathered = batch.take(pa.array(joined.indices, type=pa.int64()))
-        arrays = list(gathered.columns)
-        names = list(batch.schema.names)
-        rows = joined.dim_rows
-        for column in self.dim_columns:
-            values = [None if row is None else row.get(column.name) for row in rows]
-            try:
-                arrays.append(pa.array(values, type=column.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
-                example = next((v for v in values if v is not None), None)
-                raise ResultTypeError(
-                    f"lookup table {self.table_name!r}: column {column.name!r} returned "
-                    f"{type(example).__name__} value {example!r}, which does not convert to "
-                    f"the dim schema's type {column.type} ({e})"
-                ) from e
-            names.append(column.output)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        names = [*batch.schema.names, *(c.output for c in self.dim_columns)]
+        return pa.RecordBatch.from_arrays(
+            [*gathered.columns, *self.dim_arrays(joined.dim_rows)], names=names
+        )
+
+    def dim_arrays(self, rows: list[Row | None]) -> list[pa.Array]:
+        """The dim columns of ``rows`` (``None`` = all NULL), converted by Arrow in one pass
+        over the rows; a row that is not a plain dict or a value Arrow refuses takes the
+        column-by-column path, which names the offending column."""
+        if not self.dim_columns:
+            return []
+        struct = pa.struct([pa.field(c.name, c.type) for c in self.dim_columns])
+        try:
+            return list(pa.array(rows, type=struct).flatten())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            return [self._dim_array(column, rows) for column in self.dim_columns]
+
+    def _dim_array(self, column: DimColumn, rows: list[Row | None]) -> pa.Array:
+        values = [None if row is None else row.get(column.name) for row in rows]
+        try:
+            return pa.array(values, type=column.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            example = next((v for v in values if v is not None), None)
+            raise ResultTypeError(
+                f"lookup table {self.table_name!r}: column {column.name!r} returned "
+                f"{type(example).__name__} value {example!r}, which does not convert to "
+                f"the dim schema's type {column.type} ({e})"
+            ) from e
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches, partition = self._partition_of(batches)

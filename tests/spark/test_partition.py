@@ -8,6 +8,7 @@ import pickle
 import threading
 import uuid
 from collections.abc import Collection, Iterator
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.lookup.hints import resolve_lookup
-from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import chain_ids
 from asyncio_lookup.runtime.loop import process_loop
@@ -172,6 +173,19 @@ def test_closing_a_partition_early_cancels_its_lookups() -> None:
     assert all("KeyBatcher._call" in repr(t) for t in left)
     process_loop().run_until_complete(asyncio.wait(left, timeout=5) if left else asyncio.sleep(0))
     assert loop_tasks() == set()
+
+
+def test_dim_columns_from_any_mapping_rows_and_missing_fields() -> None:
+    # Rows are Mappings (not necessarily dicts); a field a row lacks is NULL, extra ones are
+    # ignored; a LEFT miss pads every dim column.
+    rows = {1: [MappingProxyType({"id": 1, "name": "a"})], 2: [{"id": 2, "extra": True}]}
+    task = make_task(SyncOnly(InMemoryConnector([], ["id"])))
+    out = task.output(JoinedBatch(batches([1, 2, 3])[0], [0, 1, 2], [rows[1][0], rows[2][0], None]))
+    assert out.to_pylist() == [
+        {"cid": 1, "tag": "t1", "dim_id": 1, "name": "a"},
+        {"cid": 2, "tag": "t2", "dim_id": 2, "name": None},
+        {"cid": 3, "tag": "t3", "dim_id": None, "name": None},
+    ]
 
 
 def test_a_dim_value_of_the_wrong_type_is_a_clear_error() -> None:
