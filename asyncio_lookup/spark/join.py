@@ -155,6 +155,18 @@ def _dim_columns(
         _field(dim, name, "rename", f"dim table {table.name!r}")
     if not isinstance(prefix, str):
         raise ConfigurationError("prefix", prefix, "a string")
+    provided = getattr(table.connector, "columns", None)
+    if isinstance(provided, (list, tuple)) and all(isinstance(c, str) for c in provided):
+        absent = [name for name in selected if name not in provided]
+        if absent:
+            raise ConfigurationError(
+                "columns",
+                absent,
+                f"dim columns the connector returns: {list(provided)}",
+                reason=f"{table.name!r} declares them in its schema but its connector does not "
+                "select them, so they would always be NULL; add them to the connector's "
+                "columns or pass columns=[...] without them",
+            )
     taken = {name.lower(): name for name in left.names}
     out: list[DimColumn] = []
     for name in selected:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.connectors import InMemoryConnector, PostgresConnector
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from tests.spark.conftest import no_spark_job
@@ -204,6 +204,22 @@ def test_float_and_double_keys_do_not_mix(spark: SparkSession, df: DataFrame) ->
         lookup_join(df, ratios, on=[("amount", "ratio")])
     with no_spark_job(spark):
         lookup_join(df, ratios, on="ratio", columns=["label"])  # the same type is fine
+
+
+def test_dim_columns_the_connector_does_not_select_are_an_error(
+    spark: SparkSession, df: DataFrame
+) -> None:
+    connector = PostgresConnector(
+        "postgresql://u:pw@127.0.0.1:1/db", "customers", "id", columns=["id", "name"]
+    )
+    customers = LookupTable("Customers", SCHEMA, connector)
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(df, customers, on=[("customer_id", "id")])
+    assert error.value.option == "columns"
+    assert "['country']" in str(error.value)
+    assert "always be NULL" in str(error.value)
+    with no_spark_job(spark):
+        lookup_join(df, customers, on=[("customer_id", "id")], columns=["name"])
 
 
 def test_name_collisions_are_errors_until_renamed(spark: SparkSession) -> None:
