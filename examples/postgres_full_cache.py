@@ -40,13 +40,16 @@ def spark_session() -> SparkSession:
 
 def main() -> None:
     table = f"example_products_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE TABLE "{table}" (sku text PRIMARY KEY, title text, price numeric)')
-        with conn.cursor().copy(f'COPY "{table}" (sku, title, price) FROM STDIN') as copy:
-            for i in range(10_000):
-                copy.write_row((f"SKU-{i}", f"product {i}", f"{i % 100}.99"))
-    spark = spark_session()
+    spark = None
     try:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(
+                f'CREATE TABLE "{table}" (sku text PRIMARY KEY, title text, price numeric)'
+            )
+            with conn.cursor().copy(f'COPY "{table}" (sku, title, price) FROM STDIN') as copy:
+                for i in range(10_000):
+                    copy.write_row((f"SKU-{i}", f"product {i}", f"{i % 100}.99"))
+        spark = spark_session()
         products = LookupTable(
             "Products",
             "sku STRING, title STRING, price DECIMAL(10, 2)",
@@ -71,7 +74,8 @@ def main() -> None:
         joined.orderBy("order_id").show()
         print("Products cache metrics:", products.metrics())
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS "{table}"')
 

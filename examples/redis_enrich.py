@@ -52,9 +52,10 @@ def load(client: redis.Redis, prefix: str) -> None:
 def main() -> None:
     prefix = f"example:{uuid.uuid4().hex[:6]}:"
     client = redis.Redis.from_url(REDIS_URL)
-    load(client, prefix)
-    spark = spark_session()
+    spark = None
     try:
+        load(client, prefix)
+        spark = spark_session()
         clicks = spark.createDataFrame(
             [(1, "/home"), (2, "/pricing"), (3, "/docs"), (4, "/home"), (1, "/docs")],
             "user_id INT, page STRING",
@@ -93,8 +94,11 @@ def main() -> None:
         ).show()
         print("Users cache metrics:", users.metrics())
     finally:
-        spark.stop()
-        client.delete(*client.keys(prefix + "*"))
+        if spark is not None:
+            spark.stop()
+        keys = list(client.scan_iter(match=prefix + "*"))
+        if keys:
+            client.delete(*keys)
         client.close()
 
 
