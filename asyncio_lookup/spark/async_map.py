@@ -20,7 +20,7 @@ from asyncio_lookup.runtime import (
 )
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.metrics import metrics_accumulator, report
-from asyncio_lookup.spark.schema import arrow_type, parse_schema
+from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 
 
 @dataclass(frozen=True)
@@ -136,12 +136,7 @@ def async_map(
     if not isinstance(df, DataFrame):
         raise ConfigurationError("df", type(df).__name__, "a pyspark.sql.DataFrame")
     parsed = parse_schema(schema)
-    large = (
-        str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
-        .strip()
-        .lower()
-        == "true"
-    )
+    large = large_var_types(df)
     arrow_schema = pa.schema(
         [pa.field(f.name, arrow_type(f.dataType, "schema", large), True) for f in parsed.fields]
     )

@@ -24,7 +24,12 @@ from asyncio_lookup.lookup.hints import (
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.spark.metrics import metrics_accumulator
-from asyncio_lookup.spark.schema import arrow_type, check_literal, key_types_compatible
+from asyncio_lookup.spark.schema import (
+    arrow_type,
+    check_literal,
+    key_types_compatible,
+    large_var_types,
+)
 from asyncio_lookup.spark.shuffle import PARTITION_COLUMN, SkewOptions, plan_shuffle
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
@@ -234,12 +239,7 @@ def plan_lookup_join(
         condition=condition,
         left_condition=left_condition,
     )
-    large = (
-        str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
-        .strip()
-        .lower()
-        == "true"
-    )
+    large = large_var_types(df)
     dim_columns = _dim_columns(table, left, columns, rename, prefix, large)
     # The source must offer a usable mode for these options and hints (opens nothing).
     LookupChain.create(

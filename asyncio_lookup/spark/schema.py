@@ -78,6 +78,12 @@ def arrow_type(data_type: DataType, option: str, large: bool = False) -> pa.Data
         ) from None
 
 
+def large_var_types(df: Any) -> bool:
+    """Whether the session exchanges strings and binaries as Arrow large types."""
+    conf = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    return str(conf).strip().lower() == "true"
+
+
 def _family(data_type: DataType) -> str:
     for name, types in _FAMILIES:
         if isinstance(data_type, types):
