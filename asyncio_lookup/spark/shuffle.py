@@ -148,6 +148,19 @@ class ShufflePlan:
     routing: PartitionRouting
 
 
+def _row_hash(df: DataFrame) -> Column:
+    """A hash of a row's content, to spread a hot key's rows. Deterministic on purpose: a
+    recomputed map task (a stage retry) must route each row as before, or the exchange loses
+    and duplicates rows, so a row's position (``monotonically_increasing_id``, ``rand``) must
+    not count. Identical rows stay together. Map and variant columns cannot be hashed."""
+    hashable = [
+        F.col(f"`{f.name}`")
+        for f in df.schema.fields
+        if "map<" not in f.dataType.simpleString() and "variant" not in f.dataType.simpleString()
+    ]
+    return F.xxhash64(*hashable) if hashable else F.lit(0)
+
+
 def plan_shuffle(
     df: DataFrame,
     spec: JoinSpec,
@@ -194,7 +207,7 @@ def plan_shuffle(
         for value, count in hot.items():
             cases = (F if cases is None else cases).when(key_hash == F.lit(value), F.lit(count))
         salt = cases.otherwise(F.lit(1)) if cases is not None else salt
-        spread = F.pmod(F.xxhash64(F.monotonically_increasing_id()), salt)
+        spread = F.pmod(_row_hash(df), salt)
         partition = F.pmod(base + spread, F.lit(n))
     else:
         partition = base

@@ -156,6 +156,28 @@ def test_a_hot_key_is_salted_over_several_partitions_and_results_stay_right(
     assert len(key_partitions(unsalted)[5]) == 1
 
 
+def test_a_salted_row_goes_to_the_same_partition_whatever_its_position(
+    spark: SparkSession,
+) -> None:
+    # A recomputed map task (stage retry) must route every row as the first attempt did, or
+    # the shuffle loses and duplicates rows: the salt may depend on a row, not on its position.
+    rows = [(n, 5 if n % 3 == 0 else (n * 7) % 250) for n in range(300)]
+    routes = []
+    for ordered in (rows, rows[::-1]):
+        df = spark.createDataFrame(ordered, "order_id INT, customer_id INT").coalesce(1)
+        out = lookup_join(
+            df,
+            LookupTable("Customers", SCHEMA, PartitionRecorder(DIM)),
+            on=[("customer_id", "id")],
+            hints="SHUFFLE_HASH('Customers')",
+            shuffle_partitions=4,
+            skew={"sample_fraction": 1.0},
+        ).collect()
+        assert len(key_partitions(out)[5]) >= 2  # the hot key is still spread
+        routes.append({r["order_id"]: r["pid"] for r in out})
+    assert routes[0] == routes[1]
+
+
 @pytest.mark.parametrize("hot", [None, 5], ids=["uniform", "salted"])
 def test_partitioned_full_cache_holds_its_share_and_joins_the_same(
     spark: SparkSession, hot: int | None
