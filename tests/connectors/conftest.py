@@ -277,5 +277,39 @@ class RetryRecorder:
         return tenacity.Retrying(sleep=sleep, **self._settings())(attempt)
 
 
+async def lookups_across_restart(
+    fn: Any,
+    retry: RetryRecorder,
+    restart: Callable[[], None],
+    n: int,
+    batch: int,
+    point_every: int,
+    settle: float,
+) -> dict[int, list[Any]]:
+    """Keys ``0..n-1`` in two waves of concurrent chunks (a chunk starting at a multiple of
+    ``point_every`` as point lookups, the others batched); ``settle`` seconds into each wave
+    ``restart()`` runs in a thread. Every key's rows, each key answered exactly once."""
+    results: dict[int, list[Any]] = {}
+
+    async def run(chunk: list[tuple[int]]) -> None:
+        if chunk[0][0] % point_every == 0:
+            found = [await retry.call_async(lambda k=k: fn.async_lookup(k)) for k in chunk]
+        else:
+            found = await retry.call_async(lambda: fn.async_lookup_batch(chunk))
+        for (k,), rows in zip(chunk, found, strict=True):
+            assert k not in results
+            results[k] = list(rows)
+
+    for wave in range(2):
+        keys = [(k,) for k in range(wave * n // 2, (wave + 1) * n // 2)]
+        tasks = [
+            asyncio.ensure_future(run(keys[i : i + batch])) for i in range(0, len(keys), batch)
+        ]
+        await asyncio.sleep(settle)  # some calls in flight, some done
+        await asyncio.to_thread(restart)
+        await asyncio.gather(*tasks)
+    return results
+
+
 def json_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))

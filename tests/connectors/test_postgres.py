@@ -15,7 +15,7 @@ import pytest
 from asyncio_lookup.connectors import PostgresConnector
 from asyncio_lookup.connectors.postgres_connector import quote_ident
 from asyncio_lookup.errors import ConfigurationError, TransientError
-from tests.connectors.conftest import RetryRecorder, kill_postgres_backends
+from tests.connectors.conftest import RetryRecorder, kill_postgres_backends, lookups_across_restart
 from tests.connectors.proxy import TcpProxy
 
 pytestmark = pytest.mark.postgres
@@ -212,31 +212,14 @@ async def test_restart_mid_run_recovers_without_loss_or_duplicates(
         conn.execute(f'CREATE TABLE "{pg_table}" (id int primary key, v int)')
         conn.execute(f'INSERT INTO "{pg_table}" SELECT g, g * 3 FROM generate_series(0, {n - 1}) g')
     retry = RetryRecorder(max_retries=20)
-    results: dict[int, list] = {}
     with TcpProxy("127.0.0.1", 5432) as proxy:
         dsn = f"postgresql://postgres@127.0.0.1:{proxy.port}/test"
         fn = PostgresConnector(dsn, pg_table, "id", ["v"], pool_size=4).async_lookup_function()
         await retry.call_async(fn.open)
         try:
-            for wave in range(2):
-                keys = [(k,) for k in range(wave * n // 2, (wave + 1) * n // 2)]
-                chunks = [keys[i : i + batch] for i in range(0, len(keys), batch)]
-
-                async def run(chunk: list[tuple]) -> None:
-                    if chunk[0][0] % 500 == 0:
-                        found = [
-                            await retry.call_async(lambda k=k: fn.async_lookup(k)) for k in chunk
-                        ]
-                    else:
-                        found = await retry.call_async(lambda: fn.async_lookup_batch(chunk))
-                    for (k,), rows in zip(chunk, found, strict=True):
-                        assert k not in results
-                        results[k] = list(rows)
-
-                tasks = [asyncio.ensure_future(run(chunk)) for chunk in chunks]
-                await asyncio.sleep(0.02)
-                await asyncio.to_thread(proxy.restart, 0.3)
-                await asyncio.gather(*tasks)
+            results = await lookups_across_restart(
+                fn, retry, lambda: proxy.restart(0.3), n, batch, point_every=500, settle=0.02
+            )
         finally:
             await fn.close()
     assert any(isinstance(e, TransientError) for e in retry.errors), "restart must be seen"

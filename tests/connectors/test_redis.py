@@ -14,7 +14,7 @@ import redis
 from asyncio_lookup.connectors import RedisConnector
 from asyncio_lookup.connectors._common import DataFormatError
 from asyncio_lookup.errors import ConfigurationError, TransientError
-from tests.connectors.conftest import RetryRecorder, kill_redis_clients
+from tests.connectors.conftest import RetryRecorder, kill_redis_clients, lookups_across_restart
 from tests.connectors.proxy import TcpProxy
 
 pytestmark = pytest.mark.redis
@@ -155,7 +155,6 @@ async def test_restart_mid_run_recovers_without_loss_or_duplicates(
     n, batch = 4000, 50
     redis_client.mset({f"{redis_prefix}r:{i}": json.dumps({"v": i}) for i in range(n)})
     retry = RetryRecorder(max_retries=20)
-    results: dict[int, list] = {}
     with TcpProxy("127.0.0.1", 6379) as proxy:
         c = RedisConnector(
             f"redis://127.0.0.1:{proxy.port}/15", redis_prefix + "r:{id}", max_connections=8
@@ -163,25 +162,9 @@ async def test_restart_mid_run_recovers_without_loss_or_duplicates(
         fn = c.async_lookup_function()
         await fn.open()
         try:
-            for wave in range(2):
-                keys = [(k,) for k in range(wave * n // 2, (wave + 1) * n // 2)]
-                chunks = [keys[i : i + batch] for i in range(0, len(keys), batch)]
-
-                async def run(chunk: list[tuple]) -> None:
-                    if chunk[0][0] % 100 == 0:  # half as point lookups, half batched
-                        found = [
-                            await retry.call_async(lambda k=k: fn.async_lookup(k)) for k in chunk
-                        ]
-                    else:
-                        found = await retry.call_async(lambda: fn.async_lookup_batch(chunk))
-                    for (k,), rows in zip(chunk, found, strict=True):
-                        assert k not in results
-                        results[k] = list(rows)
-
-                tasks = [asyncio.ensure_future(run(chunk)) for chunk in chunks]
-                await asyncio.sleep(0.01)  # some calls in flight, some done
-                await asyncio.to_thread(proxy.restart, 0.3)
-                await asyncio.gather(*tasks)
+            results = await lookups_across_restart(
+                fn, retry, lambda: proxy.restart(0.3), n, batch, point_every=100, settle=0.01
+            )
         finally:
             await fn.close()
     assert any(isinstance(e, TransientError) for e in retry.errors), "restart must be seen"
