@@ -241,8 +241,12 @@ class HttpConnector:
             found.append(self.bearer_token)
         return found
 
-    def point_url(self, key: Key) -> str:
-        return self.template.format(key_dict(self.key_columns, key), encode_value)
+    def point_url(self, key: Key) -> str | None:
+        """The GET URL of one key; ``None`` for a key with a NULL (a miss, no request)."""
+        values = key_dict(self.key_columns, tuple(key))
+        if has_null(tuple(values.values())):
+            return None
+        return self.template.format(values, encode_value)
 
     def batch_request(self, keys: Sequence[Key]) -> tuple[str, str, bytes | None]:
         assert self.batch_url is not None
@@ -433,12 +437,10 @@ class _SyncHttpLookup(LookupFunction):
             self.pool = HttpPool(self.connector.timeout, max_idle=self.connector.max_connections)
 
     def lookup(self, key: Key) -> Collection[Row]:
-        key = tuple(key)
         c = self.connector
-        if has_null(key):
-            key_dict(c.key_columns, key)
-            return []
         url = c.point_url(key)
+        if url is None:
+            return []
         if self.pool is None:
             self.open()
         assert self.pool is not None
@@ -471,12 +473,10 @@ class _AsyncHttpLookup(AsyncLookupFunction):
         return self.session
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
-        key = tuple(key)
         c = self.connector
-        if has_null(key):
-            key_dict(c.key_columns, key)
-            return []
         url = c.point_url(key)
+        if url is None:
+            return []
         status, headers, body = await _fetch(c, await self._session(), "GET", url, None)
         return c.rows("GET", url, status, headers, body, c.rows_field)[0]
 
