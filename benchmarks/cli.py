@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "all" in args.scenarios:
         named = [s for s in SCENARIOS if s.in_all or s in named]
     selected = named
+    full_run = {s.name for s in selected} >= {s.name for s in SCENARIOS if s.in_all}
     out_dir = args.out or (RESULTS_DIR / "quick" if args.quick else RESULTS_DIR)
     repeats = args.repeats or (1 if args.quick else 3)
     meta = {**machine_info(), "quick": args.quick, "repeats": repeats}
@@ -71,12 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ctx.log(f"[bold cyan]== {scenario.title} ({scenario.name})[/]")
                 result = _run_one(ctx, scenario)
                 results.append(result)
-                report.save(out_dir, meta, results)
+                report.save(out_dir, meta, results, full_run=full_run)
                 progress.advance(overall)
     finally:
         ctx.close()
     meta["total_duration_s"] = round(time.perf_counter() - started, 1)
-    path = report.save(out_dir, meta, results)
+    path = report.save(out_dir, meta, results, full_run=full_run)
     console.print(f"\nresults: {path} and {path.with_suffix('.md')}")
     _summary(console, results)
     console.print(f"total {meta['total_duration_s']:.0f} s")

@@ -22,12 +22,26 @@ def load(path: Path) -> dict[str, Any]:
     return {"meta": {}, "scenarios": {}}
 
 
-def save(out_dir: Path, meta: dict[str, Any], results: list[ScenarioResult]) -> Path:
-    """Merge ``results`` into ``out_dir/latest.json`` and re-render ``latest.md``."""
+def save(
+    out_dir: Path, meta: dict[str, Any], results: list[ScenarioResult], *, full_run: bool = True
+) -> Path:
+    """Merge ``results`` into ``out_dir/latest.json`` and re-render ``latest.md``.
+
+    A run of some scenarios only keeps the last full run's ``meta`` and is listed under
+    ``meta["partial_runs"]``; each scenario carries its own start time and duration.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "latest.json"
     document = load(path)
-    document["meta"] = meta
+    if full_run or not document.get("meta"):
+        document["meta"] = meta
+    else:
+        partial = document["meta"].setdefault("partial_runs", [])
+        entry = {**meta, "scenarios": [r.name for r in results]}
+        if partial and partial[-1].get("date") == meta.get("date"):
+            partial[-1] = entry
+        else:
+            partial.append(entry)
     for result in results:
         document["scenarios"][result.name] = result.to_json()
     order = {s.name: i for i, s in enumerate(SCENARIOS)}
@@ -115,10 +129,16 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"Run {meta.get('date', '?')} on `{meta.get('host', '?')}` ({meta.get('cpus', '?')} CPUs, "
         f"load average at start {meta.get('load_average_at_start', '?')}), Python "
         f"{meta.get('python', '?')}, PySpark {meta.get('pyspark', '?')}, commit "
-        f"`{meta.get('git_commit', '?')}`{' — QUICK smoke run' if meta.get('quick') else ''}.",
+        f"`{meta.get('git_commit', '?')}`{' — QUICK smoke run' if meta.get('quick') else ''}"
+        + (f", {meta['total_duration_s']:.0f} s in all." if meta.get("total_duration_s") else "."),
         "Times are medians over repeated runs; every ratio compares variants measured in the same "
         "run. The machine has 2 shared cores, so absolute figures are noisy; ratios less so.",
         "Regenerate with `make bench` (or `python -m benchmarks all`).",
+        *[
+            f"Re-run later on their own: {', '.join(p['scenarios'])} ({p.get('date', '?')}, load "
+            f"average at start {p.get('load_average_at_start', '?')})."
+            for p in meta.get("partial_runs", [])
+        ],
         "",
         "## Targets",
         "",
