@@ -64,6 +64,8 @@ class HttpStatusError(AsyncLookupError):
 
 def encode_value(value: Any) -> str:
     """A key value as an opaque path/query piece: every reserved character and dot encoded."""
+    if type(value) is int:
+        return str(value)  # digits and "-" only: nothing to encode
     return quote(str(value), safe="").replace(".", "%2E")
 
 
@@ -126,7 +128,12 @@ def _fixed_url(url: str | None, option: str) -> str | None:
 
 
 class HttpConnector:
-    """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor."""
+    """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor.
+
+    ``max_connections`` is the connection-pool size of each executor process (default 100,
+    the default async ``capacity``, so a full pipeline of point lookups never waits for a
+    connection).
+    """
 
     def __init__(
         self,
@@ -149,7 +156,7 @@ class HttpConnector:
         scan_url: str | None = None,
         next_field: str | None = None,
         cursor_param: str | None = None,
-        max_connections: int = 16,
+        max_connections: int = 100,
     ) -> None:
         self.template, url_auth = _template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
@@ -243,7 +250,13 @@ class HttpConnector:
 
     def point_url(self, key: Key) -> str | None:
         """The GET URL of one key; ``None`` for a key with a NULL (a miss, no request)."""
-        values = key_dict(self.key_columns, tuple(key))
+        columns = self.key_columns
+        if len(columns) == 1 and len(key) == 1:
+            (value,) = key
+            if value is None:
+                return None
+            return self.template.format({columns[0]: value}, encode_value)
+        values = key_dict(columns, tuple(key))
         if has_null(tuple(values.values())):
             return None
         return self.template.format(values, encode_value)
@@ -412,17 +425,21 @@ def _session(c: HttpConnector) -> aiohttp.ClientSession:
 
 
 async def _fetch(
-    c: HttpConnector, session: aiohttp.ClientSession, method: str, url: str, body: bytes | None
-) -> tuple[int, dict[str, str], bytes]:
+    c: HttpConnector,
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, Mapping[str, str], bytes]:
+    """Status, headers (read-only, case-insensitive) and body of one request."""
+    if headers is None:
+        headers = c.request_headers(with_body=body is not None)
     try:
         async with session.request(
-            method,
-            URL(url, encoded=True),
-            data=body,
-            headers=c.request_headers(with_body=body is not None),
-            allow_redirects=False,
+            method, URL(url, encoded=True), data=body, headers=headers, allow_redirects=False
         ) as response:
-            return response.status, dict(response.headers), await response.read()
+            return response.status, response.headers, await response.read()
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
         raise c.failure(error, method, url) from error
 
@@ -461,6 +478,7 @@ class _AsyncHttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.session: aiohttp.ClientSession | None = None
+        self.get_headers = connector.request_headers()
 
     async def open(self) -> None:
         if self.session is None:
@@ -477,7 +495,8 @@ class _AsyncHttpLookup(AsyncLookupFunction):
         url = c.point_url(key)
         if url is None:
             return []
-        status, headers, body = await _fetch(c, await self._session(), "GET", url, None)
+        session = self.session if self.session is not None else await self._session()
+        status, headers, body = await _fetch(c, session, "GET", url, None, self.get_headers)
         return c.rows("GET", url, status, headers, body, c.rows_field)[0]
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError
 from asyncio_lookup.connectors._common import DataFormatError
-from asyncio_lookup.connectors.http_connector import parse_retry_after
+from asyncio_lookup.connectors.http_connector import encode_value, parse_retry_after
 from asyncio_lookup.errors import ConfigurationError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service
 
@@ -309,3 +309,21 @@ async def test_scan_never_follows_next_link_to_another_origin(http_service: Serv
         [r async for r in scan]
     with pytest.raises(DataFormatError, match="another origin"):
         list(scan)
+
+
+def test_point_urls_encode_every_key_type_and_skip_null_keys() -> None:
+    c = HttpConnector("http://127.0.0.1:1/c/{id}?v=1")
+    assert c.point_url((42,)) == "http://127.0.0.1:1/c/42?v=1"
+    assert c.point_url((-7,)) == "http://127.0.0.1:1/c/-7?v=1"
+    assert c.point_url(("a/b.c",)) == "http://127.0.0.1:1/c/a%2Fb%2Ec?v=1"
+    assert c.point_url((None,)) is None
+    assert [encode_value(v) for v in (True, 1.5, 10**30)] == ["True", "1%2E5", str(10**30)]
+    two = HttpConnector("http://127.0.0.1:1/c/{b}/{a}", ["a", "b"])
+    assert two.point_url((1, "x y")) == "http://127.0.0.1:1/c/x%20y/1"
+    assert two.point_url((1, None)) is None
+    with pytest.raises(ConfigurationError, match="key"):
+        c.point_url((1, 2))
+
+
+def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
+    assert HttpConnector("http://127.0.0.1:1/c/{id}").max_connections == 100
