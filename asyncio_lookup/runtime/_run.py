@@ -384,23 +384,7 @@ class OperatorRun:
             return
         if entry.attempts != attempt or entry.state != _PENDING or self._closed:
             return  # the record's outcome is already fixed: a late result is ignored
-        # self._outcome(entry, result), inlined: this runs once per record
-        kind = type(result)
-        if kind is not list and kind is not tuple:
-            type_error = result_type_error(entry.element, result)
-            if type_error is not None:
-                self._finish_error(entry, type_error)
-                return
-        predicate = self._result_predicate
-        if predicate is not None:
-            try:
-                retryable = predicate(result)
-            except Exception as predicate_error:
-                self._finish_error(entry, predicate_error)
-                return
-            if retryable and self._schedule_retry(entry):
-                return
-        self._finish_result(entry, result)
+        self._outcome(entry, result)
 
     def _outcome(self, entry: Entry, result: Any) -> None:
         """The current attempt returned ``result``: check it, maybe retry, else finish."""
