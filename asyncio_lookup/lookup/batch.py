@@ -4,6 +4,10 @@ Concurrent lookups of the same key share one in-flight call (coalescing). With b
 function with a real ``async_lookup_batch``, the keys asked for in the same event-loop iteration
 (or within ``max_wait``) go out together, at most ``max_size`` per call. A per-key error reaches
 exactly the callers of that key; an error raised by the whole call reaches every key in it.
+
+Without batching, the first caller of a key makes the call in its own task (no task per call);
+later callers of the key wait for it. If that first caller is cancelled (its timeout), its call
+is cancelled too and the callers still waiting get a call of their own.
 """
 
 from __future__ import annotations
@@ -44,6 +48,45 @@ class KeyBatcher:
         self._queue: list[Key] = []
         self._flush_handle: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._inline: set[asyncio.Task[object]] = set()  # callers making a call in their task
+        self._closing = False
+
+    async def lookup(self, key: Key) -> list[Row]:
+        """The rows for ``key``: a call made in the caller's task when batching is off and no
+        call for the key is in flight, else a share of a (batched) call."""
+        if self.batching or key in self._in_flight:
+            return await self.load(key)
+        waiters: list[asyncio.Future[list[Row]]] = []  # callers that join while this runs
+        self._in_flight[key] = waiters
+        caller = asyncio.current_task()
+        if caller is not None:
+            self._inline.add(caller)
+        self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
+        try:
+            rows = as_rows(await self.function.async_lookup(key), key, self.function)
+        except asyncio.CancelledError:
+            if self._in_flight.get(key) is waiters:
+                if self._closing:
+                    self._settle(key, None, asyncio.CancelledError())
+                else:
+                    del self._in_flight[key]
+                    waiting = [f for f in waiters if not f.done()]
+                    if waiting:  # they still want the key: a call of their own
+                        self._in_flight[key] = waiting
+                        self._start([key])
+            raise
+        except Exception as error:
+            if self._in_flight.get(key) is waiters:
+                self._settle(key, None, error)
+            raise
+        finally:
+            self._inline.discard(caller)  # type: ignore[arg-type]
+        if self._in_flight.get(key) is waiters:
+            del self._in_flight[key]
+            for future in waiters:
+                if not future.done():
+                    future.set_result(list(rows))
+        return rows
 
     def load(self, key: Key) -> asyncio.Future[list[Row]]:
         """A future of the rows for ``key`` from one (possibly shared, possibly batched)
@@ -134,10 +177,14 @@ class KeyBatcher:
 
     async def aclose(self) -> None:
         """Cancel queued and in-flight calls."""
+        self._closing = True
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
         self._queue.clear()
+        for caller in self._inline:
+            caller.cancel()  # its call, made in its task; the caller sees CancelledError
+        self._inline.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

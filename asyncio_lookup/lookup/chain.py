@@ -367,14 +367,14 @@ class LookupChain:
         attempts = 0
         while True:
             try:
-                rows = await batcher.load(key)
+                rows = await batcher.lookup(key)
             except Exception as error:
                 if not is_transient(error):
                     raise
                 rows = await self._retry.retry_async(
                     key,
                     error,
-                    lambda: batcher.load(key),
+                    lambda: batcher.lookup(key),
                     sleep=self._async_sleep,
                     on_retry=self._count_failure_retry,
                 )

@@ -190,17 +190,22 @@ class LookupChainLike(Protocol):
     def lookup_cached(self, key: Key) -> Collection[Row] | None: ...
 
 
-@dataclass(frozen=True)
 class _Probe:
-    batch: int
-    row: int
-    key: Key | None
-    left_row: Row | None
+    """One input row on its way through the operator (a plain slotted class: one per row)."""
+
+    __slots__ = ("batch", "key", "left_row", "row")
+
+    def __init__(self, batch: int, row: int, key: Key | None, left_row: Row | None) -> None:
+        self.batch = batch
+        self.row = row
+        self.key = key
+        self.left_row = left_row
+
+    def __repr__(self) -> str:
+        return f"row {self.row} of batch {self.batch} (key {self.key!r})"
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    rows: list[Row | None]
+_Outcome = list[Row | None]  # the output dim rows of one input row (None: NULL-padded)
 
 
 class _LookupCall(AsyncFunction[_Probe, _Outcome]):
@@ -215,15 +220,15 @@ class _LookupCall(AsyncFunction[_Probe, _Outcome]):
     def invoke_now(self, element: _Probe) -> Collection[_Outcome] | None:
         """Answer a NULL key or a cache hit at admission, without a task."""
         if element.key is None:
-            return [_Outcome(self.spec.finish((), element.left_row))]
+            return (self.spec.finish((), element.left_row),)
         rows = self.chain.lookup_cached(element.key)
-        return None if rows is None else [_Outcome(self.spec.finish(rows, element.left_row))]
+        return None if rows is None else (self.spec.finish(rows, element.left_row),)
 
     async def async_invoke(self, element: _Probe) -> Collection[_Outcome]:
         if element.key is None:
-            return [_Outcome(self.spec.finish((), element.left_row))]
+            return (self.spec.finish((), element.left_row),)
         rows = await self.chain.async_lookup(element.key)
-        return [_Outcome(self.spec.finish(rows, element.left_row))]
+        return (self.spec.finish(rows, element.left_row),)
 
     async def timeout(self, element: _Probe) -> Collection[_Outcome]:
         limit = duration_text(self.timeout_seconds or 0.0)
@@ -307,9 +312,12 @@ class LookupJoinRunner(Generic[P]):
                         continue
                     pending[number] = [batch.payload, len(batch.keys), JoinedBatch(batch.payload)]
                     left_rows = batch.left_rows
-                    for index, key in enumerate(batch.keys):
-                        left_row = left_rows[index] if left_rows is not None else None
-                        yield _Probe(number, index, key, left_row)
+                    if left_rows is None:
+                        for index, key in enumerate(batch.keys):
+                            yield _Probe(number, index, key, None)
+                    else:
+                        for index, key in enumerate(batch.keys):
+                            yield _Probe(number, index, key, left_rows[index])
                     number += 1
             finally:
                 # Close the input now, on this loop (not later from a garbage collector).
@@ -325,7 +333,7 @@ class LookupJoinRunner(Generic[P]):
                 entry = pending[probe.batch]
                 out: JoinedBatch[P] = entry[2]
                 for outcome in outcomes:
-                    for dim_row in outcome.rows:
+                    for dim_row in outcome:
                         out.indices.append(probe.row)
                         out.dim_rows.append(dim_row)
                 entry[1] -= 1

@@ -204,3 +204,49 @@ async def test_close_before_a_call_started_still_releases_its_callers(batch: str
     await chain.close()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(pending, 5)
+
+
+async def test_without_batching_the_first_caller_makes_the_call_in_its_own_task() -> None:
+    table = table_of(2)
+    chain = await open_chain(AsyncFn(table), **{"batch.max-size": "1"})
+    tasks_before = len(asyncio.all_tasks())
+    pending = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == tasks_before + 1  # the caller only: no call task
+    assert await pending == [row((1,))]
+    await chain.close()
+
+
+async def test_without_batching_a_cancelled_first_caller_hands_the_call_on() -> None:
+    # The first caller's call runs in its task, so cancelling it cancels that call; the callers
+    # still waiting for the key get a call of their own and their rows.
+    gate = asyncio.Event()
+    table = table_of(2)
+    chain = await open_chain(AsyncFn(table, gate), **{"batch.max-size": "1"})
+    first = asyncio.ensure_future(chain.async_lookup((1,)))
+    second = asyncio.ensure_future(chain.async_lookup((1,)))
+    third = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    await asyncio.sleep(0)
+    gate.set()
+    assert await second == [row((1,))]
+    assert await third == [row((1,))]
+    assert first.cancelled()
+    snap = chain.metrics.snapshot()
+    assert (snap["numExternalCalls"], snap["numCoalescedLookups"]) == (2, 2)
+    await chain.close()
+
+
+async def test_without_batching_an_error_reaches_every_caller_of_the_key() -> None:
+    gate = asyncio.Event()
+    table = table_of(2)
+    table.errors[(1,)] = [ValueError("bad key 1")]
+    chain = await open_chain(AsyncFn(table, gate), **{"batch.max-size": "1"})
+    callers = [asyncio.ensure_future(chain.async_lookup((1,))) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    results = await asyncio.gather(*callers, return_exceptions=True)
+    assert [str(r) for r in results] == ["bad key 1"] * 3
+    assert chain.metrics.snapshot()["numExternalCalls"] == 1
+    await chain.close()
