@@ -123,7 +123,7 @@ def run_hash_lookup_join(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("hash-lookup-join",
                             "Hash lookup join: shuffle, salting, partitioned FULL cache")
     ctx.begin("hash lookup join", 1)
-    ctx.stop_spark()  # it builds its own sessions (8 and 2 task slots)
+    ctx.stop_spark()  # it builds its own sessions (16 and 2 task slots)
     figures: dict[str, Any] = module.run(quick=ctx.quick)
     ctx.advance("hash lookup join")
     hits, hot, full = figures["cache_hits"], figures["hot_key"], figures["full_cache"]
@@ -149,8 +149,8 @@ def run_hash_lookup_join(ctx: Context) -> ScenarioResult:
                maximum=full["target_share"], detail=f"1/P + 10%, P = {full['partitions']}"),
     ]
     result.notes.append(
-        "Figures from benchmarks/hash_lookup_join.py (its own sessions: 8 partitions; see that "
-        "module for the set-up). Opt-in: `python -m benchmarks hash-lookup-join`."
+        "Figures from benchmarks/hash_lookup_join.py (its own sessions: 16 partitions; see that "
+        "module for the set-up). On its own: `python -m benchmarks hash-lookup-join`."
     )
     result.data["hash_lookup_join"] = figures
     return result

@@ -41,7 +41,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("faults", "Long-tail latency and transient failures", "benchmarks.faults:run"),
     Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),
     Scenario("hash-lookup-join", "Hash lookup join: shuffle, salting, partitioned FULL cache",
-             "benchmarks.external:run_hash_lookup_join", in_all=False),
+             "benchmarks.external:run_hash_lookup_join"),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

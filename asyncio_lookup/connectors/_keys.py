@@ -75,6 +75,13 @@ class KeyTemplate:
             )
         return columns
 
+    @property
+    def single_field(self) -> tuple[str, str] | None:
+        """(text before, text after) when the template has exactly one placeholder."""
+        if len(self.fields) != 1:
+            return None
+        return self.literals[0], self.literals[1]
+
     def format(self, values: Mapping[str, Any], encode: Callable[[Any], str]) -> str:
         out = [self.literals[0]]
         for field, literal in zip(self.fields, self.literals[1:], strict=True):

@@ -160,6 +160,8 @@ class HttpConnector:
     ) -> None:
         self.template, url_auth = _template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
+        # one key column in one placeholder: a point URL is prefix + value + suffix
+        self._point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.basic_auth = basic_auth or url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
@@ -255,6 +257,9 @@ class HttpConnector:
             (value,) = key
             if value is None:
                 return None
+            affixes = self._point_affixes
+            if affixes is not None:
+                return affixes[0] + encode_value(value) + affixes[1]
             return self.template.format({columns[0]: value}, encode_value)
         values = key_dict(columns, tuple(key))
         if has_null(tuple(values.values())):
@@ -415,10 +420,14 @@ def _http_client_errors() -> type[Exception]:
     return http.client.HTTPException
 
 
+_JSON_BODY = {"Content-Type": "application/json"}
+
+
 def _session(c: HttpConnector) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=c.max_connections),
         timeout=aiohttp.ClientTimeout(total=c.timeout),
+        headers=c.request_headers(),  # every request's (not merged per request)
         # the service's own redirects are not followed to other hosts with our credentials
         raise_for_status=False,
     )
@@ -430,14 +439,16 @@ async def _fetch(
     method: str,
     url: str,
     body: bytes | None,
-    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, Mapping[str, str], bytes]:
-    """Status, headers (read-only, case-insensitive) and body of one request."""
-    if headers is None:
-        headers = c.request_headers(with_body=body is not None)
+    """Status, headers (read-only, case-insensitive) and body of one request on a session
+    from :func:`_session` (which sends the connector's headers)."""
     try:
         async with session.request(
-            method, URL(url, encoded=True), data=body, headers=headers, allow_redirects=False
+            method,
+            URL(url, encoded=True),
+            data=body,
+            headers=None if body is None else _JSON_BODY,
+            allow_redirects=False,
         ) as response:
             return response.status, response.headers, await response.read()
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
@@ -478,7 +489,6 @@ class _AsyncHttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.session: aiohttp.ClientSession | None = None
-        self.get_headers = connector.request_headers()
 
     async def open(self) -> None:
         if self.session is None:
@@ -496,7 +506,7 @@ class _AsyncHttpLookup(AsyncLookupFunction):
         if url is None:
             return []
         session = self.session if self.session is not None else await self._session()
-        status, headers, body = await _fetch(c, session, "GET", url, None, self.get_headers)
+        status, headers, body = await _fetch(c, session, "GET", url, None)
         return c.rows("GET", url, status, headers, body, c.rows_field)[0]
 
     async def close(self) -> None:
