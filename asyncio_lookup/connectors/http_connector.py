@@ -39,6 +39,7 @@ import aiohttp
 from yarl import URL
 
 from asyncio_lookup.connectors._common import DataFormatError, Scan
+from asyncio_lookup.connectors._deadlines import Deadlines
 from asyncio_lookup.connectors._http_pool import HttpPool
 from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
@@ -161,7 +162,7 @@ class HttpConnector:
         self.template, url_auth = _template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
         # one key column in one placeholder: a point URL is prefix + value + suffix
-        self._point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
+        self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.basic_auth = basic_auth or url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
@@ -257,7 +258,7 @@ class HttpConnector:
             (value,) = key
             if value is None:
                 return None
-            affixes = self._point_affixes
+            affixes = self.point_affixes
             if affixes is not None:
                 return affixes[0] + encode_value(value) + affixes[1]
             return self.template.format({columns[0]: value}, encode_value)
@@ -423,10 +424,12 @@ def _http_client_errors() -> type[Exception]:
 _JSON_BODY = {"Content-Type": "application/json"}
 
 
-def _session(c: HttpConnector) -> aiohttp.ClientSession:
+def _session(c: HttpConnector, *, timed: bool = True) -> aiohttp.ClientSession:
+    """A session for ``c``; ``timed=False``: no aiohttp timeout (the caller passes
+    :class:`Deadlines` to :func:`_fetch`)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=c.max_connections),
-        timeout=aiohttp.ClientTimeout(total=c.timeout),
+        timeout=aiohttp.ClientTimeout(total=c.timeout if timed else None),
         headers=c.request_headers(),  # every request's (not merged per request)
         # the service's own redirects are not followed to other hosts with our credentials
         raise_for_status=False,
@@ -439,13 +442,18 @@ async def _fetch(
     method: str,
     url: str,
     body: bytes | None,
+    deadlines: Deadlines | None = None,
+    target: URL | None = None,
 ) -> tuple[int, Mapping[str, str], bytes]:
     """Status, headers (read-only, case-insensitive) and body of one request on a session
-    from :func:`_session` (which sends the connector's headers)."""
+    from :func:`_session` (which sends the connector's headers). With ``deadlines`` the
+    request's timeout is enforced by them (the session must have none of its own).
+    ``target``: ``url`` already parsed."""
+    deadline = deadlines.start() if deadlines is not None else None
     try:
         async with session.request(
             method,
-            URL(url, encoded=True),
+            target if target is not None else URL(url, encoded=True),
             data=body,
             headers=None if body is None else _JSON_BODY,
             allow_redirects=False,
@@ -453,6 +461,30 @@ async def _fetch(
             return response.status, response.headers, await response.read()
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
         raise c.failure(error, method, url) from error
+    except asyncio.CancelledError:
+        if deadline is not None and deadline.timed_out():
+            timeout = TimeoutError(f"no response within {c.timeout:g} s (timeout)")
+            raise c.failure(timeout, method, url) from None
+        raise
+    finally:
+        if deadline is not None:
+            deadline.finish()
+
+
+def _point_path(c: HttpConnector) -> tuple[URL, str, str, str] | None:
+    """(origin, its text, path before the key, path after it) when a single-column key fills
+    one placeholder in the path of the point URL (no query, no fragment); else ``None``."""
+    affixes = c.point_affixes
+    if affixes is None:
+        return None
+    before, after = affixes
+    parts = urlsplit(before)
+    if parts.query or parts.fragment or not parts.path.startswith("/") or any(
+        mark in after for mark in "?#"
+    ):
+        return None
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return URL(origin, encoded=True), origin, parts.path, after
 
 
 class _SyncHttpLookup(LookupFunction):
@@ -489,10 +521,12 @@ class _AsyncHttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.session: aiohttp.ClientSession | None = None
+        self.deadlines = Deadlines(connector.timeout)  # the requests' timeouts, one timer
+        self.point_path = _point_path(connector)
 
     async def open(self) -> None:
         if self.session is None:
-            self.session = _session(self.connector)
+            self.session = _session(self.connector, timed=False)
 
     async def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -502,14 +536,24 @@ class _AsyncHttpLookup(AsyncLookupFunction):
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
         c = self.connector
-        url = c.point_url(key)
-        if url is None:
-            return []
         session = self.session if self.session is not None else await self._session()
-        status, headers, body = await _fetch(c, session, "GET", url, None)
+        point = self.point_path
+        if point is not None and len(key) == 1 and key[0] is not None:
+            # the key only fills the path: join it to the parsed origin (no URL parse)
+            origin, origin_text, before, after = point
+            path = before + encode_value(key[0]) + after
+            url = origin_text + path
+            target: URL | None = origin.with_path(path, encoded=True)
+        else:
+            point_url = c.point_url(key)
+            if point_url is None:
+                return []
+            url, target = point_url, None
+        status, headers, body = await _fetch(c, session, "GET", url, None, self.deadlines, target)
         return c.rows("GET", url, status, headers, body, c.rows_field)[0]
 
     async def close(self) -> None:
+        self.deadlines.close()
         if self.session is not None:
             session, self.session = self.session, None
             await session.close()
@@ -534,5 +578,5 @@ class _AsyncHttpBatchLookup(_AsyncHttpLookup):
     async def _chunk(self, session: aiohttp.ClientSession, keys: Sequence[Key]) -> list[Row]:
         c = self.connector
         method, url, body = c.batch_request(keys)
-        status, headers, data = await _fetch(c, session, method, url, body)
+        status, headers, data = await _fetch(c, session, method, url, body, self.deadlines)
         return c.rows(method, url, status, headers, data, c.batch_rows_field)[0]

@@ -80,7 +80,7 @@ class KeyBatcher:
                 self._settle(key, None, error)
             raise
         finally:
-            self._inline.discard(caller)  # type: ignore[arg-type]
+            self._inline.discard(caller)
         if self._in_flight.get(key) is waiters:
             del self._in_flight[key]
             for future in waiters:

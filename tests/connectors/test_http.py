@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import pickle
 import time
@@ -9,6 +10,8 @@ from email.utils import formatdate
 from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError
 from asyncio_lookup.connectors._common import DataFormatError
@@ -295,6 +298,57 @@ async def test_per_request_timeout_is_transient(http_service: Service) -> None:
     assert isinstance(info.value.__cause__, TimeoutError)
 
 
+async def test_async_timeouts_hit_only_slow_requests_and_leave_the_caller_uncancelled(
+    http_service: Service,
+) -> None:
+    # One timer serves every request's timeout: slow requests fail as transient timeouts,
+    # fast ones interleaved with them succeed, and the callers' tasks are not left cancelled.
+    slow = HttpConnector(f"{http_service.base}/slow/{{id}}", timeout=0.2)
+    fast = HttpConnector(f"{http_service.base}/customers/{{id}}", timeout=0.2)
+    slow_fn, fast_fn = slow.async_lookup_function(), fast.async_lookup_function()
+    await slow_fn.open()
+    await fast_fn.open()
+
+    async def slow_call() -> tuple[str, int]:
+        try:
+            await slow_fn.async_lookup((1,))
+        except TransientError as error:
+            task = asyncio.current_task()
+            assert task is not None
+            return str(error), task.cancelling()
+        return "no timeout", 0
+
+    try:
+        results = await asyncio.gather(
+            *(slow_call() for _ in range(5)), *(fast_fn.async_lookup((1,)) for _ in range(5))
+        )
+        for message, cancelling in results[:5]:
+            assert "no response within 0.2 s (timeout)" in message
+            assert cancelling == 0
+        ada = [{"id": 1, "name": "Ada", "country": "UK"}]
+        assert all(list(rows) == ada for rows in results[5:])
+        # the session is still usable after the timeouts
+        assert list(await fast_fn.async_lookup((1,))) == ada
+    finally:
+        await slow_fn.close()
+        await fast_fn.close()
+
+
+async def test_cancelling_a_request_is_not_turned_into_a_timeout(http_service: Service) -> None:
+    c = HttpConnector(f"{http_service.base}/slow/{{id}}", timeout=0.2)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        # cancelled from outside before its deadline: CancelledError, not a timeout
+        task = asyncio.ensure_future(fn.async_lookup((1,)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await fn.close()
+
+
 async def test_scan_never_follows_next_link_to_another_origin(http_service: Service) -> None:
     c = HttpConnector(
         f"{http_service.base}/customers/{{id}}",
@@ -327,3 +381,37 @@ def test_point_urls_encode_every_key_type_and_skip_null_keys() -> None:
 
 def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
     assert HttpConnector("http://127.0.0.1:1/c/{id}").max_connections == 100
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "http://127.0.0.1:8080/customers/{id}",
+        "http://h/c/{id}.json",
+        "http://u:p@h:1/x/{id}/y",
+        "https://h/a%20b/{id}",
+    ],
+)
+@given(value=st.one_of(st.integers(), st.text(max_size=12)))
+@settings(max_examples=60, deadline=None)
+def test_point_path_fast_path_builds_the_same_url(template: str, value: object) -> None:
+    # Point lookups join the encoded key to the pre-parsed origin instead of parsing the URL.
+    from yarl import URL
+
+    from asyncio_lookup.connectors.http_connector import _point_path
+
+    c = HttpConnector(template, ["id"])
+    point = _point_path(c)
+    assert point is not None
+    origin, text, before, after = point
+    path = before + encode_value(value) + after
+    fast, slow = origin.with_path(path, encoded=True), URL(c.point_url((value,)), encoded=True)
+    assert fast == slow and str(fast) == str(slow) == text + path
+    assert (fast.raw_path, fast.host, fast.port) == (slow.raw_path, slow.host, slow.port)
+
+
+def test_point_path_is_not_used_for_query_placeholders_or_composite_keys() -> None:
+    from asyncio_lookup.connectors.http_connector import _point_path
+
+    assert _point_path(HttpConnector("http://h/c?id={id}", ["id"])) is None
+    assert _point_path(HttpConnector("http://h/o/{cid}/{oid}", ["cid", "oid"])) is None

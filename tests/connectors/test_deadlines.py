@@ -1,0 +1,73 @@
+"""Deadlines: one timer for the timeouts of many concurrent requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from asyncio_lookup.connectors._deadlines import Deadlines
+
+
+async def request(deadlines: Deadlines, done: asyncio.Event) -> str:
+    """The pattern the HTTP connector uses around one request."""
+    deadline = deadlines.start()
+    try:
+        await done.wait()
+        return "ok"
+    except asyncio.CancelledError:
+        if deadline.timed_out():
+            return "timeout"
+        raise
+    finally:
+        deadline.finish()
+
+
+async def test_only_requests_past_their_deadline_time_out() -> None:
+    deadlines = Deadlines(0.05)
+    fast, slow = asyncio.Event(), asyncio.Event()
+    first = asyncio.ensure_future(request(deadlines, slow))
+    second = asyncio.ensure_future(request(deadlines, fast))
+    await asyncio.sleep(0.01)
+    fast.set()
+    assert await second == "ok"
+    assert await first == "timeout"
+    assert first.cancelling() == 0  # the deadline's own cancellation was consumed
+    deadlines.close()
+
+
+async def test_the_timer_rearms_for_later_requests() -> None:
+    deadlines = Deadlines(0.05)
+    never = asyncio.Event()
+    early = asyncio.ensure_future(request(deadlines, never))
+    await asyncio.sleep(0.03)
+    late = asyncio.ensure_future(request(deadlines, never))
+    assert await early == "timeout"
+    assert not late.done()  # its deadline is 30 ms later
+    assert await late == "timeout"
+    deadlines.close()
+
+
+async def test_an_outside_cancellation_with_the_deadline_stays_a_cancellation() -> None:
+    deadlines = Deadlines(10.0)
+    task = asyncio.ensure_future(request(deadlines, asyncio.Event()))
+    await asyncio.sleep(0)  # the request is waiting
+    assert deadlines._timer is not None
+    deadlines._timer.cancel()
+    deadlines._queue[0].at = 0.0  # due now
+    deadlines._fire()  # the deadline cancels the task...
+    task.cancel()  # ...and so does its owner, before the task runs again
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadlines.close()
+
+
+async def test_finished_requests_leave_the_queue() -> None:
+    deadlines = Deadlines(10.0)
+    done = asyncio.Event()
+    done.set()
+    for _ in range(100):
+        assert await request(deadlines, done) == "ok"
+    assert len(deadlines._queue) <= 1
+    deadlines.close()
+    assert deadlines._timer is None
