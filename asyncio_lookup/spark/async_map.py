@@ -21,6 +21,11 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.metrics import metrics_accumulator, report
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
+from asyncio_lookup.spark.worker_gc import (
+    DEFAULT_GC_YOUNG_THRESHOLD,
+    gc_threshold_from_conf,
+    young_generation_threshold,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class AsyncMapTask:
     metrics_id: str | None
     accumulator: Any
     flush_rows: int = 8192
+    gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
 
     def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
         return AsyncWaitOperator(
@@ -108,7 +114,8 @@ class AsyncMapTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         operator = self.operator()
-        yield from bridge.drive(self.run(operator, batches))
+        with young_generation_threshold(self.gc_threshold):
+            yield from bridge.drive(self.run(operator, batches))
         if self.metrics_id is not None:
             report(self.accumulator, self.metrics_id, operator.metrics.snapshot())
 
@@ -149,6 +156,7 @@ def async_map(
         retry_strategy=retry_strategy,
         metrics_id=metrics_id,
         accumulator=metrics_accumulator(df.sparkSession.sparkContext),
+        gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
     )
     task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
     return df.mapInArrow(task, parsed)

@@ -33,6 +33,7 @@ from asyncio_lookup.spark.schema import (
 from asyncio_lookup.spark.shuffle import PARTITION_COLUMN, SkewOptions, plan_shuffle
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
+from asyncio_lookup.spark.worker_gc import gc_threshold_from_conf
 
 OnInput = str | tuple[str, str] | Sequence[str | tuple[str, str]] | Mapping[str, str]
 _ON_ALLOWED = (
@@ -264,6 +265,7 @@ def plan_lookup_join(
         spec=spec,
         dim_columns=dim_columns,
         accumulator=metrics_accumulator(df.sparkSession.sparkContext),
+        gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
     )
     return task, output
 

@@ -22,6 +22,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.metrics import GAUGES, report
+from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class LookupJoinTask:
     accumulator: Any
     routing: PartitionRouting | None = None
     partition_column: str | None = None
+    gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -166,6 +168,10 @@ class LookupJoinTask:
             ) from e
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with young_generation_threshold(self.gc_threshold):
+            yield from self._join(batches)
+
+    def _join(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
