@@ -45,13 +45,15 @@ class Deadlines:
     def start(self) -> Deadline:
         """A deadline for a request starting now in the current task."""
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or a new loop: the old one's requests are gone
+            self.close()
+            self._loop = loop
         queue = self._queue
         while queue and queue[0].task is None:  # finished requests at the head
             queue.popleft()
         deadline = Deadline(loop.time() + self.timeout, asyncio.current_task())
         queue.append(deadline)
-        if self._timer is None or self._loop is not loop:
-            self._loop = loop
+        if self._timer is None:
             self._timer = loop.call_at(deadline.at, self._fire)
         return deadline
 

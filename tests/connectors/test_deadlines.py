@@ -71,3 +71,22 @@ async def test_finished_requests_leave_the_queue() -> None:
     assert len(deadlines._queue) <= 1
     deadlines.close()
     assert deadlines._timer is None
+
+
+def test_a_new_loop_starts_from_an_empty_queue() -> None:
+    # e.g. a worker's loop replaced: requests of the old loop are not cancelled from the new one
+    deadlines = Deadlines(10.0)
+    first = asyncio.new_event_loop()
+    stuck = first.create_task(request(deadlines, asyncio.Event()))
+    first.run_until_complete(asyncio.sleep(0))
+    assert [d.task for d in deadlines._queue] == [stuck]
+    second = asyncio.new_event_loop()
+    done = asyncio.Event()
+    done.set()
+    assert second.run_until_complete(request(deadlines, done)) == "ok"
+    assert stuck not in [d.task for d in deadlines._queue]
+    deadlines.close()
+    second.close()
+    stuck.cancel()
+    first.run_until_complete(asyncio.gather(stuck, return_exceptions=True))
+    first.close()
