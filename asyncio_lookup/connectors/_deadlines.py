@@ -12,25 +12,29 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+_TIMER_STEP = 0.001  # uvloop's clock and timers step by 1 ms
+
 
 class Deadline:
     """One request's deadline; ``task`` is cleared once the request has finished."""
 
-    __slots__ = ("at", "expired", "task")
+    __slots__ = ("at", "cancelling", "expired", "task")
 
     def __init__(self, at: float, task: asyncio.Task[object] | None) -> None:
         self.at = at
         self.task = task
         self.expired = False
+        # cancellations the task already had pending: those are not ours to consume
+        self.cancelling = task.cancelling() if task is not None else 0
 
     def finish(self) -> None:
         self.task = None
 
     def timed_out(self) -> bool:
-        """True when this deadline cancelled the request and nothing else did (call it on
-        ``CancelledError``; it consumes this deadline's cancellation of the task)."""
+        """True when this deadline cancelled the request and nothing else did since it
+        started (call it on ``CancelledError``; it consumes this deadline's cancellation)."""
         task = self.task
-        return self.expired and task is not None and task.uncancel() == 0
+        return self.expired and task is not None and task.uncancel() <= self.cancelling
 
 
 class Deadlines:
@@ -41,6 +45,9 @@ class Deadlines:
         self._queue: deque[Deadline] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # finished requests leave the queue from its head; one stuck at the head keeps those
+        # behind it: the queue is rebuilt of live requests once it grows past this
+        self._compact_at = 1024
 
     def start(self) -> Deadline:
         """A deadline for a request starting now in the current task."""
@@ -51,6 +58,9 @@ class Deadlines:
         queue = self._queue
         while queue and queue[0].task is None:  # finished requests at the head
             queue.popleft()
+        if len(queue) > self._compact_at:
+            queue = self._queue = deque(d for d in queue if d.task is not None)
+            self._compact_at = max(1024, 2 * len(queue))
         deadline = Deadline(loop.time() + self.timeout, asyncio.current_task())
         queue.append(deadline)
         if self._timer is None:
@@ -70,8 +80,8 @@ class Deadlines:
             if task is not None:
                 deadline.expired = True
                 task.cancel()
-        if queue:
-            self._timer = loop.call_at(queue[0].at, self._fire)
+        if queue:  # not sooner than one clock step: an early timer must not spin
+            self._timer = loop.call_at(max(queue[0].at, now + _TIMER_STEP), self._fire)
 
     def close(self) -> None:
         """Stop the timer (the requests are being closed with their session)."""

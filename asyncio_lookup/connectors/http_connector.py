@@ -478,10 +478,10 @@ def _point_path(c: HttpConnector) -> tuple[URL, str, str, str] | None:
     if affixes is None:
         return None
     before, after = affixes
+    if any(mark in before or mark in after for mark in "?#"):
+        return None  # the key is in the query (even right after a bare "?") or a fragment
     parts = urlsplit(before)
-    if parts.query or parts.fragment or not parts.path.startswith("/") or any(
-        mark in after for mark in "?#"
-    ):
+    if not parts.path.startswith("/"):
         return None
     origin = f"{parts.scheme}://{parts.netloc}"
     return URL(origin, encoded=True), origin, parts.path, after

@@ -7,7 +7,11 @@ exactly the callers of that key; an error raised by the whole call reaches every
 
 Without batching, the first caller of a key makes the call in its own task (no task per call);
 later callers of the key wait for it. If that first caller is cancelled (its timeout), its call
-is cancelled too and the callers still waiting get a call of their own.
+is cancelled too and the callers still waiting get a call of their own. So a key whose calls
+always take longer than the callers' timeout is never answered, even with a cache: in a lookup
+join a timeout fails the job anyway; a direct user of a chain who survives timeouts (a timeout
+hook with a fallback) and meets such keys should turn batching on (``lookup.batch.max-size`` > 1
+with a batch-capable function), where calls run in tasks of their own and outlive their callers.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class KeyBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._inline: set[asyncio.Task[object]] = set()  # callers making a call in their task
         self._closing = False
+        self._unwound: dict[asyncio.Task[object], asyncio.Future[None]] = {}  # aclose waits
 
     async def lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``: a call made in the caller's task when batching is off and no
@@ -81,6 +86,10 @@ class KeyBatcher:
             raise
         finally:
             self._inline.discard(caller)
+            if self._closing and caller is not None:
+                unwound = self._unwound.pop(caller, None)
+                if unwound is not None and not unwound.done():
+                    unwound.set_result(None)
         if self._in_flight.get(key) is waiters:
             del self._in_flight[key]
             for future in waiters:
@@ -182,14 +191,21 @@ class KeyBatcher:
             self._flush_handle.cancel()
             self._flush_handle = None
         self._queue.clear()
+        loop = asyncio.get_running_loop()
+        current = asyncio.current_task()
+        unwinding: list[asyncio.Future[None]] = []
         for caller in self._inline:
+            if caller is current:
+                continue
             caller.cancel()  # its call, made in its task; the caller sees CancelledError
-        self._inline.clear()
+            unwinding.append(self._unwound.setdefault(caller, loop.create_future()))
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        # every call has unwound before the function is closed
+        if tasks or unwinding:
+            await asyncio.gather(*tasks, *unwinding, return_exceptions=True)
+        self._unwound.clear()
         # Queued keys, and those of a call task cancelled before its first step (it never ran
         # its handlers): release their callers.
         for key in list(self._in_flight):

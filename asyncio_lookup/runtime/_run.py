@@ -46,6 +46,7 @@ _MARK = 4  # a watermark
 MARK = _MARK  # for consumers of batches: ``entry.state == MARK``
 _FAILED = 5  # final error
 _SAMPLE_MASK = SAMPLES - 1
+TIMER_STEP = 0.001  # the coarsest loop clock step we meet (uvloop: 1 ms)
 
 
 class Entry:
@@ -476,7 +477,10 @@ class OperatorRun:
                     break
             next_deadline = admitted[0].deadline if admitted else None
         if next_deadline is not None:
-            self._timer = self._loop.call_at(next_deadline, self._on_timer)
+            # uvloop's clock and timers have 1 ms steps: a timer can fire a fraction of a ms
+            # before its deadline, and re-arming at that deadline would spin until the clock
+            # ticks. Never earlier than 1 ms from now (so never before the deadline).
+            self._timer = self._loop.call_at(max(next_deadline, now + TIMER_STEP), self._on_timer)
 
     def _expire(self, entry: Entry) -> None:
         """The record's deadline passed: cancel what is pending; the timeout hook decides."""

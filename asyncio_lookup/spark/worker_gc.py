@@ -23,7 +23,8 @@ from asyncio_lookup.errors import ConfigurationError
 
 CONF_GC_YOUNG_THRESHOLD = "asyncio_lookup.worker.gc-young-threshold"
 DEFAULT_GC_YOUNG_THRESHOLD = 10_000
-_ALLOWED = "an integer >= 0 (0 leaves the worker's garbage collector alone)"
+_MAX = 2**31 - 1  # what gc.set_threshold accepts
+_ALLOWED = f"an integer from 0 to {_MAX} (0 leaves the worker's garbage collector alone)"
 
 
 def parse_gc_threshold(value: Any) -> int:
@@ -34,7 +35,7 @@ def parse_gc_threshold(value: Any) -> int:
         threshold = int(str(value).strip()) if not isinstance(value, bool) else -1
     except ValueError:
         threshold = -1
-    if threshold < 0:
+    if not 0 <= threshold <= _MAX:
         raise ConfigurationError(CONF_GC_YOUNG_THRESHOLD, value, _ALLOWED)
     return threshold
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -90,3 +91,62 @@ def test_a_new_loop_starts_from_an_empty_queue() -> None:
     stuck.cancel()
     first.run_until_complete(asyncio.gather(stuck, return_exceptions=True))
     first.close()
+
+
+async def test_the_queue_stays_small_behind_one_stuck_request() -> None:
+    deadlines = Deadlines(60.0)
+    stuck = asyncio.ensure_future(request(deadlines, asyncio.Event()))
+    await asyncio.sleep(0)
+    done = asyncio.Event()
+    done.set()
+    for _ in range(20_000):  # finished requests queue up behind the stuck head
+        assert await request(deadlines, done) == "ok"
+    assert len(deadlines._queue) <= 2 * 1024 + 2
+    assert sum(d.task is not None for d in deadlines._queue) == 1
+    stuck.cancel()
+    await asyncio.gather(stuck, return_exceptions=True)
+    deadlines.close()
+
+
+async def test_a_task_that_absorbed_an_earlier_cancellation_still_times_out() -> None:
+    deadlines = Deadlines(0.05)
+
+    async def caller() -> str:
+        # a cancellation absorbed earlier: the task's count stays at 1
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+        return await request(deadlines, asyncio.Event())
+
+    task = asyncio.ensure_future(caller())
+    await asyncio.sleep(0)
+    task.cancel()
+    assert await asyncio.gather(task, return_exceptions=True) == ["timeout"]
+    deadlines.close()
+
+
+def test_one_timer_callback_per_timeout_under_uvloop() -> None:
+    # uvloop's clock and timers step by 1 ms: a timer may fire a fraction of a ms early, and
+    # re-arming at the same deadline would spin until the clock ticks.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> int:
+        deadlines = Deadlines(0.0504)
+        fires = 0
+        fire = deadlines._fire
+
+        def counting() -> None:
+            nonlocal fires
+            fires += 1
+            fire()
+
+        deadlines._fire = counting  # type: ignore[method-assign]
+        for _ in range(5):
+            assert await request(deadlines, asyncio.Event()) == "timeout"
+        deadlines.close()
+        return fires
+
+    loop = uvloop.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) <= 10
+    finally:
+        loop.close()

@@ -250,3 +250,31 @@ async def test_without_batching_an_error_reaches_every_caller_of_the_key() -> No
     assert [str(r) for r in results] == ["bad key 1"] * 3
     assert chain.metrics.snapshot()["numExternalCalls"] == 1
     await chain.close()
+
+
+async def test_without_batching_close_waits_for_calls_running_in_their_callers() -> None:
+    # The function is closed only after every call of it has unwound.
+    class Tracking(AsyncFn):
+        active = 0
+        active_at_close: int | None = None
+
+        async def async_lookup(self, key: Key) -> list[dict[str, object]]:
+            self.active += 1
+            try:
+                await asyncio.Event().wait()
+                return []
+            finally:
+                self.active -= 1
+
+        async def close(self) -> None:
+            self.active_at_close = self.active
+
+    fn = Tracking(table_of(2))
+    chain = await open_chain(fn, **{"batch.max-size": "1"})
+    caller = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0.01)
+    assert fn.active == 1
+    await chain.close()
+    assert fn.active_at_close == 0
+    with pytest.raises(asyncio.CancelledError):
+        await caller

@@ -172,3 +172,40 @@ def test_timeouts_on_real_loops(use_uvloop: bool, ordered: bool) -> None:
     expected = [f"{x} timed out" if x % 2 else f"{x} ok" for x in range(40)]
     assert out == expected if ordered else sorted(out) == sorted(expected)
     assert stream.metrics.timeouts == 20 and stream.metrics.completed == 40
+
+
+@pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
+def test_the_timeout_timer_does_not_spin_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # uvloop's clock and timers step by 1 ms: the timer may fire a fraction of a ms before the
+    # deadline; re-arming at that same deadline would spin until the clock ticks.
+    import uvloop
+
+    from asyncio_lookup.runtime import AsyncWaitOperator
+    from asyncio_lookup.runtime._run import OperatorRun
+
+    calls = 0
+    on_timer = OperatorRun._on_timer
+
+    def counting(self: OperatorRun) -> None:
+        nonlocal calls
+        calls += 1
+        on_timer(self)
+
+    monkeypatch.setattr(OperatorRun, "_on_timer", counting)
+
+    async def slow(x: int) -> list[int]:
+        await asyncio.sleep(1)
+        return [x]
+
+    async def main() -> None:
+        operator = AsyncWaitOperator(slow, timeout=0.0504, capacity=5)
+        with pytest.raises(TimeoutError):
+            async for _ in operator.process([1]):
+                pass
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert calls <= 3, f"{calls} timer callbacks for one timeout"
