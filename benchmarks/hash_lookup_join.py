@@ -1,10 +1,10 @@
 """Hash lookup join (issue 6): what shuffling, salting and partitioned FULL caches buy.
 
-Local Spark, 16 partitions, one counting HTTP dim service on 127.0.0.1 (batched lookups; it
-counts the keys looked up). Scenario 1 runs with 16 task slots so that each task has its own
-Python worker and cache (per-task partial caches); 2 and 3 with 2 slots (the machine's cores),
-so task times are not inflated by oversubscription. Every join uses a new ``LookupTable``,
-hence empty caches.
+Local Spark, 16 partitions, the harness's latency server on 127.0.0.1 with no latency as the
+dim service (batched lookups; it counts the keys looked up). Scenario 1 runs with 16 task
+slots so that each task has its own Python worker and cache (per-task partial caches); 2 and 3
+with 2 slots (the machine's cores), so task times are not inflated by oversubscription. Every
+join uses a new ``LookupTable``, hence empty caches.
 
 1. Zipf(1.1) keys over 100k distinct values, PARTIAL cache: external calls and cache hit ratio
    without vs with SHUFFLE_HASH (counts; the calls are counted by the server). Without shuffle
@@ -23,81 +23,27 @@ prints them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from typing import Any
 
 import numpy as np
 
+from benchmarks.servers import LatencyServer
+from benchmarks.tables import http_connector, lookup_table
+
 PARTITIONS = 16
 DISTINCT = 100_000
 
 
-class CountingService:
-    """``GET /items/{id}`` -> ``{"id": id, "name": ...}``; ``POST /items/batch`` with
-    ``{"keys": [{"id": ...}, ...]}`` -> those rows. Counts requests and keys looked up (the
-    external calls a lookup join makes). Runs its own loop in its own thread."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.keys = 0
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    async def _item(self, request: Any) -> Any:
-        from aiohttp import web
-
-        self.calls += 1  # one loop thread: no lock needed
-        self.keys += 1
-        key = int(request.match_info["id"])
-        return web.json_response({"id": key, "name": f"item-{key}"})
-
-    async def _batch(self, request: Any) -> Any:
-        from aiohttp import web
-
-        keys = [int(k["id"]) for k in (await request.json())["keys"]]
-        self.calls += 1
-        self.keys += len(keys)
-        return web.json_response([{"id": k, "name": f"item-{k}"} for k in keys])
-
-    def start(self) -> None:
-        from aiohttp import web
-
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/items/batch", self._batch)
-            app.router.add_get("/items/{id}", self._item)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="counting-service", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the counting service did not start")
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+def _keys_looked_up(service: LatencyServer) -> int:
+    """Keys the service was asked for so far (point lookups plus the keys of batches)."""
+    stats = service.stats()
+    return stats.get("point_calls", 0) + stats.get("batch_keys", 0)
 
 
 def _session(slots: int) -> Any:
@@ -181,19 +127,17 @@ def _run_job(spark: Any, df: Any) -> tuple[float, list[float]]:
     return wall, durations
 
 
-def _http_table(url: str, options: dict[str, str]) -> Any:
-    from asyncio_lookup.connectors import HttpConnector
-    from asyncio_lookup.spark import LookupTable
-
-    return LookupTable(
+def _http_table(service: LatencyServer, options: dict[str, str]) -> Any:
+    """The service's customers as table ``Items`` keyed by a BIGINT ``id`` (batched lookups)."""
+    return lookup_table(
         "Items",
-        "id BIGINT, name STRING",
-        HttpConnector(url + "/items/{id}", batch_url=url + "/items/batch", max_connections=8),
+        http_connector(service.base_url, batch=True, connections=8),
         options,
+        schema="id BIGINT, name STRING",
     )
 
 
-def cache_hit_scenario(spark: Any, service: CountingService, rows: int) -> dict[str, Any]:
+def cache_hit_scenario(spark: Any, service: LatencyServer, rows: int) -> dict[str, Any]:
     from asyncio_lookup.spark import lookup_join
 
     df = _input(spark, zipf_keys(rows))
@@ -203,15 +147,15 @@ def cache_hit_scenario(spark: Any, service: CountingService, rows: int) -> dict[
         "distinct_keys": int(df.select("item_id").distinct().count()),
     }
     for name, hints in (("plain", None), ("shuffled", "SHUFFLE_HASH('Items')")):
-        table = _http_table(f"http://127.0.0.1:{service.port}", options)
-        calls, keys = service.calls, service.keys
+        table = _http_table(service, options)
+        calls, keys = service.stats().get("requests", 0), _keys_looked_up(service)
         out = lookup_join(df, table, on=[("item_id", "id")], hints=hints)
         wall, _ = _run_job(spark, out)
         metrics = table.metrics()
         lookups = metrics["numLookups"]
         result[name] = {
-            "external_calls": service.keys - keys,  # keys looked up in the store
-            "http_requests": service.calls - calls,  # batched: several keys per request
+            "external_calls": _keys_looked_up(service) - keys,  # keys looked up in the store
+            "http_requests": service.stats()["requests"] - calls,  # several keys per request
             "hit_ratio": round(metrics["hitCount"] / lookups, 4) if lookups else 0.0,
             "wall_s": round(wall, 2),
         }
@@ -227,7 +171,7 @@ def cache_hit_scenario(spark: Any, service: CountingService, rows: int) -> dict[
 
 
 def hot_key_scenario(
-    spark: Any, service: CountingService, rows: int, repeats: int
+    spark: Any, service: LatencyServer, rows: int, repeats: int
 ) -> dict[str, Any]:
     from asyncio_lookup.spark import lookup_join
 
@@ -241,14 +185,14 @@ def hot_key_scenario(
     salted: dict[str, bool] = {}
     for _ in range(repeats):
         for name, skew in (("unsalted", False), ("salted", True)):
-            table = _http_table(f"http://127.0.0.1:{service.port}", options)
+            table = _http_table(service, options)
             out = lookup_join(
                 df, table, on=[("item_id", "id")], hints="SHUFFLE_HASH('Items')", skew=skew
             )
             salted[name] = "CASE WHEN" in out._jdf.queryExecution().executedPlan().toString()
-            before = service.keys
+            before = _keys_looked_up(service)
             wall, durations = _run_job(spark, out)
-            calls[name] = service.keys - before
+            calls[name] = _keys_looked_up(service) - before
             runs[name].append((max(durations), wall))
     result: dict[str, Any] = {"rows": rows, "hot_share": 0.5}
     for name, values in runs.items():
@@ -294,8 +238,8 @@ def full_cache_scenario(spark: Any, rows: int) -> dict[str, Any]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     """All three scenarios; ``quick`` shrinks the inputs and runs each timing once."""
-    service = CountingService()
-    service.start()
+    # every item id, the hot key DISTINCT + 42 included, exists
+    service = LatencyServer(n_customers=DISTINCT + 100).start()
     results: dict[str, Any] = {}
     try:
         spark = _session(PARTITIONS)
