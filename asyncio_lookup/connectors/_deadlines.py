@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-_TIMER_STEP = 0.001  # uvloop's clock and timers step by 1 ms
+from asyncio_lookup.runtime.loop import TIMER_STEP
 
 
 class Deadline:
@@ -81,7 +81,7 @@ class Deadlines:
                 deadline.expired = True
                 task.cancel()
         if queue:  # not sooner than one clock step: an early timer must not spin
-            self._timer = loop.call_at(max(queue[0].at, now + _TIMER_STEP), self._fire)
+            self._timer = loop.call_at(max(queue[0].at, now + TIMER_STEP), self._fire)
 
     def close(self) -> None:
         """Stop the timer (the requests are being closed with their session)."""

@@ -33,6 +33,7 @@ from typing import Any
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime.elements import Watermark
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
+from asyncio_lookup.runtime.loop import TIMER_STEP
 from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy
 
@@ -46,7 +47,6 @@ _MARK = 4  # a watermark
 MARK = _MARK  # for consumers of batches: ``entry.state == MARK``
 _FAILED = 5  # final error
 _SAMPLE_MASK = SAMPLES - 1
-TIMER_STEP = 0.001  # the coarsest loop clock step we meet (uvloop: 1 ms)
 
 
 class Entry:
@@ -477,9 +477,7 @@ class OperatorRun:
                     break
             next_deadline = admitted[0].deadline if admitted else None
         if next_deadline is not None:
-            # uvloop's clock and timers have 1 ms steps: a timer can fire a fraction of a ms
-            # before its deadline, and re-arming at that deadline would spin until the clock
-            # ticks. Never earlier than 1 ms from now (so never before the deadline).
+            # not sooner than one clock step from now (see TIMER_STEP)
             self._timer = self._loop.call_at(max(next_deadline, now + TIMER_STEP), self._on_timer)
 
     def _expire(self, entry: Entry) -> None:

@@ -9,6 +9,10 @@ import threading
 from asyncio_lookup.errors import ConfigurationError
 
 UVLOOP_ENV = "ASYNCIO_LOOKUP_UVLOOP"
+# The coarsest loop clock step we meet (uvloop: 1 ms). A timer may fire up to this much before
+# its deadline; whoever re-arms a timer for a deadline must not do so sooner than this from now,
+# or it spins until the clock ticks.
+TIMER_STEP = 0.001
 
 _lock = threading.Lock()
 _process_loop: asyncio.AbstractEventLoop | None = None

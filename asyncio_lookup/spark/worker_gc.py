@@ -32,10 +32,10 @@ def parse_gc_threshold(value: Any) -> int:
     if value is None or (isinstance(value, str) and not value.strip()):
         return DEFAULT_GC_YOUNG_THRESHOLD
     try:
-        threshold = int(str(value).strip()) if not isinstance(value, bool) else -1
+        threshold = int(str(value).strip())
     except ValueError:
         threshold = -1
-    if not 0 <= threshold <= _MAX:
+    if isinstance(value, bool) or not 0 <= threshold <= _MAX:
         raise ConfigurationError(CONF_GC_YOUNG_THRESHOLD, value, _ALLOWED)
     return threshold
 
