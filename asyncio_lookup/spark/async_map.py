@@ -19,6 +19,7 @@ from asyncio_lookup.runtime import (
     RetryStrategies,
 )
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.metrics import metrics_accumulator, report
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
@@ -60,11 +61,13 @@ class AsyncMapTask:
                     "collection; each output must be a dict of column -> value"
                 )
         try:
-            return pa.RecordBatch.from_pylist(rows, schema=self.schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            return pa.RecordBatch.from_arrays(rows_to_arrays(rows, self.schema), schema=self.schema)
+        except LossyValueError as e:
+            declared = self.schema.field(e.column).type
             raise ResultTypeError(
-                f"async_map: output rows do not match the schema {self.schema} ({e})"
-            ) from e
+                f"async_map: output column {e.column!r} got {type(e.value).__name__} value "
+                f"{e.value!r}, which does not fit the schema's type {declared} ({e.reason})"
+            ) from None
 
     async def run(
         self,

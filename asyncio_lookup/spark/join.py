@@ -189,7 +189,8 @@ def _dim_columns(
             )
         taken[output.lower()] = output
         field = _field(dim, name, "schema", f"dim table {table.name!r}")
-        out.append(DimColumn(name, output, arrow_type(field.dataType, "schema", large_types)))
+        arrow = arrow_type(field.dataType, "schema", large_types)
+        out.append(DimColumn(name, output, arrow, field.dataType.simpleString().upper()))
     return tuple(out)
 
 

@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
 from asyncio_lookup.lookup.chain import LookupChain
-from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -21,17 +20,20 @@ from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_sou
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.metrics import GAUGES, report
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
 
 @dataclass(frozen=True)
 class DimColumn:
-    """A dim column of the output: its name in the dim rows, its output name, its Arrow type."""
+    """A dim column of the output: its name in the dim rows, its output name, its Arrow type
+    and the Spark type it was declared with (for errors)."""
 
     name: str
     output: str
     type: pa.DataType
+    declared: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,39 +135,39 @@ class LookupJoinTask:
         return ProbeBatch(batch, spec.build_keys(columns, batch.num_rows, left_rows), left_rows)
 
     def output(self, joined: JoinedBatch[pa.RecordBatch]) -> pa.RecordBatch:
-        """Left columns gathered with ``take``, dim columns built from the rows' values."""
+        """Left columns gathered with ``take``, dim columns converted exactly to their types."""
         batch = joined.payload
         if self.partition_column is not None:
             batch = batch.drop_columns([self.partition_column])
         gathered = batch.take(pa.array(joined.indices, type=pa.int64()))
         names = [*batch.schema.names, *(c.output for c in self.dim_columns)]
         return pa.RecordBatch.from_arrays(
-            [*gathered.columns, *self.dim_arrays(joined.dim_rows)], names=names
+            [*gathered.columns, *self.dim_arrays(joined)], names=names
         )
 
-    def dim_arrays(self, rows: list[Row | None]) -> list[pa.Array]:
-        """The dim columns of ``rows`` (``None`` = all NULL), converted by Arrow in one pass
-        over the rows; a row that is not a plain dict or a value Arrow refuses takes the
-        column-by-column path, which names the offending column."""
-        if not self.dim_columns:
-            return []
-        struct = pa.struct([pa.field(c.name, c.type) for c in self.dim_columns])
+    def dim_arrays(self, joined: JoinedBatch[pa.RecordBatch]) -> list[pa.Array]:
+        """The dim columns of the joined rows; a value that does not convert exactly to its
+        declared type fails the task naming the table, the key, the column and the value."""
+        fields = [pa.field(c.name, c.type) for c in self.dim_columns]
         try:
-            return list(pa.array(rows, type=struct).flatten())
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            return [self._dim_array(column, rows) for column in self.dim_columns]
-
-    def _dim_array(self, column: DimColumn, rows: list[Row | None]) -> pa.Array:
-        values = [None if row is None else row.get(column.name) for row in rows]
-        try:
-            return pa.array(values, type=column.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
-            example = next((v for v in values if v is not None), None)
+            return rows_to_arrays(joined.dim_rows, fields)
+        except LossyValueError as error:
+            column = next(c for c in self.dim_columns if c.name == error.column)
+            key = self._key_of(joined.payload, joined.indices[error.index])
             raise ResultTypeError(
-                f"lookup table {self.table_name!r}: column {column.name!r} returned "
-                f"{type(example).__name__} value {example!r}, which does not convert to "
-                f"the dim schema's type {column.type} ({e})"
-            ) from e
+                f"lookup table {self.table_name!r}, key {key!r}: column {column.name!r} "
+                f"returned {type(error.value).__name__} value {error.value!r}, which does not "
+                f"fit the declared type {column.declared or column.type} ({error.reason}); "
+                "declare the column with a type that holds it"
+            ) from None
+
+    def _key_of(self, batch: pa.RecordBatch, index: int) -> tuple[Any, ...]:
+        return tuple(
+            binding.literal
+            if binding.left_column is None
+            else batch.column(binding.left_column)[index].as_py()
+            for binding in self.spec.keys
+        )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with young_generation_threshold(self.gc_threshold):
