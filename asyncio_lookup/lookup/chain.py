@@ -42,7 +42,7 @@ from asyncio_lookup.lookup.providers import (
 )
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
-from asyncio_lookup.lookup.retry import FailureRetry, MissRetry, is_transient
+from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
 from asyncio_lookup.lookup.scope import (
     ScopeKey,
     SharedCache,
@@ -83,7 +83,7 @@ class LookupChain:
         self._async = async_function
         self._clock = clock
         self._async_sleep = async_sleep
-        self._retry = FailureRetry(options.max_retries)
+        self._retry = FailureRetry(options.max_retries, options.max_retry_backoff, table=name)
         self._batcher: KeyBatcher | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
@@ -296,26 +296,20 @@ class LookupChain:
         function = self._sync
         if function is None:
             raise RuntimeError(f"{self!r} is not open in sync mode; use async_lookup()")
-        attempts = 0
-        while True:
-            # the first attempt inline: the failure retry is built only once a call has failed
-            try:
-                rows = self._call_sync(function, key)
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                rows = self._retry.retry(
-                    key,
-                    error,
-                    lambda: self._call_sync(function, key),
-                    sleep=self._clock.sleep,
-                    on_retry=self._count_failure_retry,
-                )
-            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
-                return rows
-            attempts += 1
-            self.metrics.inc(NUM_MISS_RETRIES)
-            self._clock.sleep(self.miss_retry.delay)
+
+        def load() -> list[Row]:
+            return self._retry.call(
+                key,
+                lambda: self._call_sync(function, key),
+                sleep=self._clock.sleep,
+                on_retry=self._count_failure_retry,
+            )
+
+        if self.miss_retry is None:
+            return load()
+        return self.miss_retry.call(
+            key, load, sleep=self._clock.sleep, on_retry=self._count_miss_retry
+        )
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
@@ -364,25 +358,20 @@ class LookupChain:
                 # a sync-mode chain asked asynchronously: run the blocking path in a thread
                 return await asyncio.to_thread(self._load_sync, key)
             raise RuntimeError(f"{self!r} is not open; call open() first")
-        attempts = 0
-        while True:
-            try:
-                rows = await batcher.lookup(key)
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                rows = await self._retry.retry_async(
-                    key,
-                    error,
-                    lambda: batcher.lookup(key),
-                    sleep=self._async_sleep,
-                    on_retry=self._count_failure_retry,
-                )
-            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
-                return rows
-            attempts += 1
-            self.metrics.inc(NUM_MISS_RETRIES)
-            await self._async_sleep(self.miss_retry.delay)
+
+        def load() -> Awaitable[list[Row]]:
+            return self._retry.call_async(
+                key,
+                lambda: batcher.lookup(key),
+                sleep=self._async_sleep,
+                on_retry=self._count_failure_retry,
+            )
+
+        if self.miss_retry is None:
+            return await load()
+        return await self.miss_retry.call_async(
+            key, load, sleep=self._async_sleep, on_retry=self._count_miss_retry
+        )
 
     # -- shared ----------------------------------------------------------------------------
 
@@ -394,6 +383,9 @@ class LookupChain:
 
     def _count_failure_retry(self) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
+
+    def _count_miss_retry(self) -> None:
+        self.metrics.inc(NUM_MISS_RETRIES)
 
 
 __all__ = ["LookupChain", "MissRetry"]
