@@ -34,7 +34,8 @@ from asyncio_lookup.lookup.metrics import (
     NUM_MISS_RETRIES,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.options import CACHE, CacheType, LookupOptions
+from asyncio_lookup.lookup.option_names import CACHE
+from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
     FullCachingLookupProvider,
     PartialCachingAsyncLookupProvider,

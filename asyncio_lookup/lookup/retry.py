@@ -106,7 +106,7 @@ class RetryPolicy(ABC):
         retrying = tenacity.Retrying(sleep=sleep, **self._settings(key, on_retry))
 
         def run() -> T:
-            return replay.take() if replay.pending else attempt()  # type: ignore[no-any-return]
+            return replay.take() if replay.pending else attempt()
 
         return retrying(run)
 
@@ -132,9 +132,9 @@ class RetryPolicy(ABC):
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(key, on_retry))
 
         async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
-            return replay.take() if replay.pending else await attempt()  # type: ignore[no-any-return]
+            return replay.take() if replay.pending else await attempt()
 
-        return await retrying(run)  # type: ignore[no-any-return]
+        return await retrying(run)
 
 
 class _wait_backoff(tenacity.wait.wait_base):
@@ -169,7 +169,8 @@ class FailureRetry(RetryPolicy):
 
     def __post_init__(self) -> None:
         parse_int("lookup.max-retries", self.max_retries, minimum=0, text=False)
-        parse_duration("lookup.max-retry-backoff", self.maximum, positive=True)
+        maximum = parse_duration("lookup.max-retry-backoff", self.maximum, positive=True)
+        object.__setattr__(self, "maximum", maximum)
 
     def retries(self, outcome: Any, failed: bool) -> bool:
         return failed and is_transient(outcome)
@@ -189,8 +190,8 @@ class FailureRetry(RetryPolicy):
         last = outcome.exception()
         table = f" in table {self.table!r}" if self.table else ""
         raise LookupFailedError(
-            f"lookup of key {key!r}{table} failed after {state.attempt_number} attempt(s) over "
-            f"{format_duration(round(state.seconds_since_start, 3))} (lookup.max-retries="
+            f"lookup of key {key!r}{table} failed after {state.attempt_number} attempt(s), "
+            f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="
             f"{self.max_retries}, lookup.max-retry-backoff={format_duration(self.maximum)}); "
             f"last error: {type(last).__name__}: {last}"
         ) from last
