@@ -243,12 +243,10 @@ def plan_lookup_join(
     large = large_var_types(df)
     dim_columns = _dim_columns(table, left, columns, rename, prefix, large)
     # The source must offer a usable mode for these options and hints (opens nothing).
-    LookupChain.create(
+    LookupChain.validate(
         table.connector,
         table.options,
         prefer_async=settings.prefer_async,
-        miss_retry=settings.miss_retry(),
-        name=table.name,
         key_columns=spec.key_columns,
     )
     dim_fields = {f.name: f for f in table.schema.fields}
