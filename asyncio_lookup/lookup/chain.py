@@ -47,8 +47,8 @@ from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
 from asyncio_lookup.lookup.scope import (
+    CacheLease,
     ScopeKey,
-    SharedCache,
     acquire_cache,
     release_cache,
     scope_key,
@@ -91,7 +91,7 @@ class LookupChain:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
         self._scope = cache_scope
-        self._shared: SharedCache | None = None  # the scope's cache, while this chain uses it
+        self._shared: CacheLease | None = None  # the scope's cache, while this chain uses it
         self._owns_cache = True  # False once the cache is a scope's (its last user closes it)
 
     @classmethod
@@ -172,9 +172,11 @@ class LookupChain:
         """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
         self.loop = asyncio.get_running_loop()
         if self._scope is not None and (self.cache is not None or self.full_cache is not None):
-            shared = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
-            if shared is not None:
-                self._shared = shared
+            lease = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
+            if lease is not None:
+                shared = lease.resource
+                assert shared is not None
+                self._shared = lease
                 self._owns_cache = False
                 self.cache, self.full_cache, self.metrics = (
                     shared.cache,
