@@ -134,6 +134,29 @@ def parse_int(
     return number
 
 
+def parse_number(
+    option: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    allowed: str,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> float:
+    """A finite ``int`` or ``float`` (not a bool, not text) ``> above``, ``>= minimum`` and
+    ``<= maximum`` where given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise error(option, value, allowed)
+    if (
+        (above is not None and not value > above)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        raise error(option, value, allowed)
+    return float(value)
+
+
 def parse_bool(
     option: str, value: Any, *, error: type[ConfigurationError] = ConfigurationError
 ) -> bool:
