@@ -264,16 +264,17 @@ class LookupChain:
 
         def load() -> list[Row]:
             return self._retry.call(
-                key,
-                lambda: self._call_sync(function, key),
-                sleep=self._clock.sleep,
-                on_retry=self._count_failure_retry,
+                key, call, sleep=self._clock.sleep, on_retry=self._count_failure_retry
             )
 
-        if self.miss_retry is None:
-            return load()
-        return self.miss_retry.call(
-            key, load, sleep=self._clock.sleep, on_retry=self._count_miss_retry
+        def call() -> list[Row]:
+            return self._call_sync(function, key)
+
+        rows = load()
+        if rows or self.miss_retry is None:
+            return rows
+        return self.miss_retry.resume(
+            key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=self._count_miss_retry
         )
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
@@ -323,6 +324,20 @@ class LookupChain:
                 # a sync-mode chain asked asynchronously: run the blocking path in a thread
                 return await asyncio.to_thread(self._load_sync, key)
             raise RuntimeError(f"{self!r} is not open; call open() first")
+        # The first attempt inline (the hot path); the retry policies take over only after it.
+        try:
+            rows = await batcher.lookup(key)
+        except Exception as error:
+            rows = await self._retry.resume_async(
+                key,
+                lambda: batcher.lookup(key),
+                error,
+                failed=True,
+                sleep=self._async_sleep,
+                on_retry=self._count_failure_retry,
+            )
+        if rows or self.miss_retry is None:
+            return rows
 
         def load() -> Awaitable[list[Row]]:
             return self._retry.call_async(
@@ -332,10 +347,8 @@ class LookupChain:
                 on_retry=self._count_failure_retry,
             )
 
-        if self.miss_retry is None:
-            return await load()
-        return await self.miss_retry.call_async(
-            key, load, sleep=self._async_sleep, on_retry=self._count_miss_retry
+        return await self.miss_retry.resume_async(
+            key, load, rows, failed=False, sleep=self._async_sleep, on_retry=self._count_miss_retry
         )
 
     # -- shared ----------------------------------------------------------------------------

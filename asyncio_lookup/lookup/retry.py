@@ -9,8 +9,9 @@
 - :class:`MissRetry` (the LOOKUP hint's ``retry-predicate=lookup_miss``): an empty result is
   retried after a fixed delay; when the attempts run out the empty result stands.
 
-A policy's first attempt runs outside tenacity: building tenacity's machinery costs more than
-most lookups, so the common case (success at once) never does.
+A policy's first attempt runs outside tenacity (:meth:`RetryPolicy.resume` takes over after
+it): building tenacity's machinery costs more than most lookups, so the common case, success at
+once, never does.
 """
 
 from __future__ import annotations
@@ -96,13 +97,27 @@ class RetryPolicy(ABC):
         try:
             result = attempt()
         except Exception as error:
-            if not self.retries(error, True):
-                raise
-            replay = _Replay(error, True)
-        else:
-            if not self.retries(result, False):
-                return result
-            replay = _Replay(result, False)
+            return self.resume(key, attempt, error, failed=True, sleep=sleep, on_retry=on_retry)
+        return self.resume(key, attempt, result, failed=False, sleep=sleep, on_retry=on_retry)
+
+    def resume(
+        self,
+        key: Key,
+        attempt: Callable[[], T],
+        first: Any,
+        *,
+        failed: bool,
+        sleep: Callable[[float], None],
+        on_retry: Callable[[], None] = lambda: None,
+    ) -> T:
+        """:meth:`call` after its first attempt, made by the caller, gave ``first`` (its error
+        when ``failed``): a hot path makes that attempt inline and calls this only when it
+        did not succeed at once."""
+        if not self.retries(first, failed):
+            if failed:
+                raise first
+            return first  # type: ignore[no-any-return]
+        replay = _Replay(first, failed)
         retrying = tenacity.Retrying(sleep=sleep, **self._settings(key, on_retry))
 
         def run() -> T:
@@ -122,13 +137,29 @@ class RetryPolicy(ABC):
         try:
             result = await attempt()
         except Exception as error:
-            if not self.retries(error, True):
-                raise
-            replay = _Replay(error, True)
-        else:
-            if not self.retries(result, False):
-                return result
-            replay = _Replay(result, False)
+            return await self.resume_async(
+                key, attempt, error, failed=True, sleep=sleep, on_retry=on_retry
+            )
+        return await self.resume_async(
+            key, attempt, result, failed=False, sleep=sleep, on_retry=on_retry
+        )
+
+    async def resume_async(
+        self,
+        key: Key,
+        attempt: Callable[[], Awaitable[T]],
+        first: Any,
+        *,
+        failed: bool,
+        sleep: Callable[[float], Awaitable[None]],
+        on_retry: Callable[[], None] = lambda: None,
+    ) -> T:
+        """:meth:`resume` for async attempts."""
+        if not self.retries(first, failed):
+            if failed:
+                raise first
+            return first  # type: ignore[no-any-return]
+        replay = _Replay(first, failed)
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(key, on_retry))
 
         async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
