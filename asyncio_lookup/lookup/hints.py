@@ -407,10 +407,12 @@ class AsyncDefaults:
         """Read the defaults from a conf mapping (only the three ``table.exec.async-lookup``
         keys are looked at; a missing key keeps its default). The output mode is Flink's
         ``ORDERED`` / ``ALLOW_UNORDERED``."""
-        keys = {CONF_OUTPUT_MODE: "output_mode", CONF_BUFFER_CAPACITY: "capacity"}
-        keys[CONF_TIMEOUT] = "timeout"
-        given = {field: conf[key] for key, field in keys.items() if conf.get(key) is not None}
-        return cls(**given)
+        fields = (
+            (CONF_OUTPUT_MODE, "output_mode"),
+            (CONF_BUFFER_CAPACITY, "capacity"),
+            (CONF_TIMEOUT, "timeout"),
+        )
+        return cls(**{name: conf[key] for key, name in fields if conf.get(key) is not None})
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,15 @@ class RetryPolicy(ABC):
     def _give_up(self, key: Key, state: tenacity.RetryCallState) -> Any:
         """What the lookup returns (or raises) when the retries run out."""
 
+    def _take_over(self, first: Any, failed: bool) -> _Replay | None:
+        """The replay of ``first`` for tenacity when it is worth a retry; else None when it
+        stands as the result, or ``first`` raised again when it is an error."""
+        if self.retries(first, failed):
+            return _Replay(first, failed)
+        if failed:
+            raise first
+        return None
+
     def _settings(self, key: Key, on_retry: Callable[[], None]) -> dict[str, Any]:
         def retry(state: tenacity.RetryCallState) -> bool:
             outcome = state.outcome
@@ -113,17 +122,11 @@ class RetryPolicy(ABC):
         """:meth:`call` after its first attempt, made by the caller, gave ``first`` (its error
         when ``failed``): a hot path makes that attempt inline and calls this only when it
         did not succeed at once."""
-        if not self.retries(first, failed):
-            if failed:
-                raise first
+        replay = self._take_over(first, failed)
+        if replay is None:
             return first  # type: ignore[no-any-return]
-        replay = _Replay(first, failed)
         retrying = tenacity.Retrying(sleep=sleep, **self._settings(key, on_retry))
-
-        def run() -> T:
-            return replay.take() if replay.pending else attempt()
-
-        return retrying(run)
+        return retrying(lambda: replay.take() if replay.pending else attempt())
 
     async def call_async(
         self,
@@ -155,11 +158,9 @@ class RetryPolicy(ABC):
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
         """:meth:`resume` for async attempts."""
-        if not self.retries(first, failed):
-            if failed:
-                raise first
+        replay = self._take_over(first, failed)
+        if replay is None:
             return first  # type: ignore[no-any-return]
-        replay = _Replay(first, failed)
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(key, on_retry))
 
         async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
