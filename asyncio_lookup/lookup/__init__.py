@@ -2,7 +2,6 @@
 
 from asyncio_lookup.lookup.cache import DefaultLookupCache, DefaultLookupCacheBuilder, LookupCache
 from asyncio_lookup.lookup.chain import LookupChain
-from asyncio_lookup.lookup.durations import parse_duration
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
     Key,
@@ -34,6 +33,7 @@ from asyncio_lookup.lookup.reload import (
     TimedCacheReloadTrigger,
 )
 from asyncio_lookup.lookup.retry import MissRetry
+from asyncio_lookup.validation import parse_duration
 
 __all__ = [
     "AsyncLookupFunction",

@@ -26,6 +26,7 @@ from asyncio_lookup.lookup.metrics import (
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.sizes import estimate_bytes
+from asyncio_lookup.validation import parse_duration, parse_int
 
 
 @runtime_checkable
@@ -65,13 +66,6 @@ class _Entry:
         self.written = written
         self.accessed = accessed
         self.nbytes = nbytes
-
-
-def _seconds(name: str, value: float | timedelta) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 0:
-        raise ConfigurationError(name, value, "a non-negative duration (seconds or timedelta)")
-    return seconds
 
 
 class DefaultLookupCache:
@@ -246,17 +240,15 @@ class DefaultLookupCacheBuilder:
         self._clock: Clock = MONOTONIC
 
     def expire_after_access(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._access = _seconds("expire_after_access", duration)
+        self._access = parse_duration("expire_after_access", duration, text=False)
         return self
 
     def expire_after_write(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._write = _seconds("expire_after_write", duration)
+        self._write = parse_duration("expire_after_write", duration, text=False)
         return self
 
     def maximum_size(self, maximum_size: int) -> DefaultLookupCacheBuilder:
-        if isinstance(maximum_size, bool) or not isinstance(maximum_size, int) or maximum_size < 0:
-            raise ConfigurationError("maximum_size", maximum_size, "an integer >= 0")
-        self._max = maximum_size
+        self._max = parse_int("maximum_size", maximum_size, minimum=0, text=False)
         return self
 
     def cache_missing_key(self, cache_missing_key: bool) -> DefaultLookupCacheBuilder:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.batch import KeyBatcher
@@ -34,7 +36,8 @@ from asyncio_lookup.lookup.metrics import (
     NUM_MISS_RETRIES,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.options import CACHE, CacheType, LookupOptions
+from asyncio_lookup.lookup.option_names import CACHE
+from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
     FullCachingLookupProvider,
     PartialCachingAsyncLookupProvider,
@@ -42,10 +45,10 @@ from asyncio_lookup.lookup.providers import (
 )
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
-from asyncio_lookup.lookup.retry import FailureRetry, MissRetry, is_transient
+from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
 from asyncio_lookup.lookup.scope import (
+    CacheLease,
     ScopeKey,
-    SharedCache,
     acquire_cache,
     release_cache,
     scope_key,
@@ -83,12 +86,12 @@ class LookupChain:
         self._async = async_function
         self._clock = clock
         self._async_sleep = async_sleep
-        self._retry = FailureRetry(options.max_retries)
+        self._retry = FailureRetry(options.max_retries, options.max_retry_backoff, table=name)
         self._batcher: KeyBatcher | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
         self._scope = cache_scope
-        self._shared: SharedCache | None = None  # the scope's cache, while this chain uses it
+        self._shared: CacheLease | None = None  # the scope's cache, while this chain uses it
         self._owns_cache = True  # False once the cache is a scope's (its last user closes it)
 
     @classmethod
@@ -117,76 +120,24 @@ class LookupChain:
         and lookup-miss retry (see :mod:`asyncio_lookup.lookup.scope`). ``None``: a cache of
         its own. Without a cache (``lookup.cache`` NONE) there is nothing to share.
         """
+        plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
         metrics = CacheMetricGroup()
-        provider_cache: LookupCache | None = None
-        provider_trigger: CacheReloadTrigger | None = None
-        full = False
-        if isinstance(source, (PartialCachingLookupProvider, PartialCachingAsyncLookupProvider)):
-            provider_cache = source.cache
-        elif isinstance(source, FullCachingLookupProvider):
-            provider_trigger = source.reload_trigger
-            full = True
-        if (provider_cache is not None or full) and options.cache is not CacheType.NONE:
-            raise ConfigurationError(
-                CACHE,
-                options.cache.value,
-                "NONE (or unset) when the source is a caching provider",
-                reason=f"{type(source).__name__} brings its own cache",
+        full_cache: FullCache | None = None
+        cache: LookupCache | None = None
+        if plan.scan is not None:
+            full_cache = FullCache(
+                plan.scan, key_columns, plan.trigger, metrics, clock=clock or WALL, name=name
             )
-        full = full or options.cache is CacheType.FULL
-        if full:
-            if not key_columns:
-                raise ConfigurationError(
-                    "key_columns", tuple(key_columns), "the dim key columns (FULL cache needs them)"
-                )
-            trigger = provider_trigger
-            if trigger is None and not isinstance(source, FullCachingLookupProvider):
-                trigger = options.build_reload_trigger()
-            scan = getattr(source, "scan", None)
-            # A connector's scan() is lazy (it connects when iterated): asking it here tells the
-            # driver whether the source can be fully cached at all.
-            if not callable(scan) or (
-                not isinstance(source, FullCachingLookupProvider) and scan() is None
-            ):
-                raise ConfigurationError(
-                    CACHE,
-                    "FULL",
-                    "a source whose scan() returns the table's rows",
-                    reason=f"{source!r} cannot scan",
-                )
-            full_cache: FullCache | None = FullCache(
-                scan, key_columns, trigger, metrics, clock=clock or WALL, name=name
-            )
-            sync_function: LookupFunction | None = None
-            async_function: AsyncLookupFunction | None = None
-            is_async = prefer_async
-            cache = None
         else:
-            full_cache = None
-            sync_function = source.lookup_function()
-            async_function = source.async_lookup_function()
-            if sync_function is None and async_function is None:
-                raise ConfigurationError(
-                    "connector",
-                    source,
-                    "a source whose lookup_function() or async_lookup_function() returns a "
-                    "function",
-                    reason="it offers neither a sync nor an async lookup",
-                )
-            is_async = async_function is not None and (prefer_async or sync_function is None)
-            if is_async:
-                sync_function = None
-            else:
-                async_function = None
-            cache = provider_cache
+            cache = plan.provider_cache
             if cache is None:
                 cache = options.build_cache(clock or MONOTONIC)
         return cls(
             name=name,
             options=options,
-            is_async=is_async,
-            sync_function=sync_function,
-            async_function=async_function,
+            is_async=plan.is_async,
+            sync_function=plan.sync_function,
+            async_function=plan.async_function,
             cache=cache,
             full_cache=full_cache,
             miss_retry=miss_retry,
@@ -195,6 +146,18 @@ class LookupChain:
             metrics=metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
         )
+
+    @staticmethod
+    def validate(
+        source: LookupTableSource,
+        options: LookupOptions,
+        *,
+        prefer_async: bool,
+        key_columns: Sequence[str] = (),
+    ) -> None:
+        """Raise the :class:`ConfigurationError` :meth:`create` would raise for this source and
+        these options, building no cache and opening nothing (the driver's check)."""
+        _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
 
     def __repr__(self) -> str:
         mode = "FULL" if self.full_cache else ("PARTIAL" if self.cache else "NONE")
@@ -209,9 +172,11 @@ class LookupChain:
         """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
         self.loop = asyncio.get_running_loop()
         if self._scope is not None and (self.cache is not None or self.full_cache is not None):
-            shared = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
-            if shared is not None:
-                self._shared = shared
+            lease = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
+            if lease is not None:
+                shared = lease.resource
+                assert shared is not None
+                self._shared = lease
                 self._owns_cache = False
                 self.cache, self.full_cache, self.metrics = (
                     shared.cache,
@@ -296,26 +261,21 @@ class LookupChain:
         function = self._sync
         if function is None:
             raise RuntimeError(f"{self!r} is not open in sync mode; use async_lookup()")
-        attempts = 0
-        while True:
-            # the first attempt inline: the failure retry is built only once a call has failed
-            try:
-                rows = self._call_sync(function, key)
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                rows = self._retry.retry(
-                    key,
-                    error,
-                    lambda: self._call_sync(function, key),
-                    sleep=self._clock.sleep,
-                    on_retry=self._count_failure_retry,
-                )
-            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
-                return rows
-            attempts += 1
-            self.metrics.inc(NUM_MISS_RETRIES)
-            self._clock.sleep(self.miss_retry.delay)
+
+        def load() -> list[Row]:
+            return self._retry.call(
+                key, call, sleep=self._clock.sleep, on_retry=self._count_failure_retry
+            )
+
+        def call() -> list[Row]:
+            return self._call_sync(function, key)
+
+        rows = load()
+        if rows or self.miss_retry is None:
+            return rows
+        return self.miss_retry.resume(
+            key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=self._count_miss_retry
+        )
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
@@ -364,25 +324,32 @@ class LookupChain:
                 # a sync-mode chain asked asynchronously: run the blocking path in a thread
                 return await asyncio.to_thread(self._load_sync, key)
             raise RuntimeError(f"{self!r} is not open; call open() first")
-        attempts = 0
-        while True:
-            try:
-                rows = await batcher.lookup(key)
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                rows = await self._retry.retry_async(
-                    key,
-                    error,
-                    lambda: batcher.lookup(key),
-                    sleep=self._async_sleep,
-                    on_retry=self._count_failure_retry,
-                )
-            if rows or self.miss_retry is None or attempts >= self.miss_retry.max_attempts:
-                return rows
-            attempts += 1
-            self.metrics.inc(NUM_MISS_RETRIES)
-            await self._async_sleep(self.miss_retry.delay)
+        # The first attempt inline (the hot path); the retry policies take over only after it.
+        try:
+            rows = await batcher.lookup(key)
+        except Exception as error:
+            rows = await self._retry.resume_async(
+                key,
+                lambda: batcher.lookup(key),
+                error,
+                failed=True,
+                sleep=self._async_sleep,
+                on_retry=self._count_failure_retry,
+            )
+        if rows or self.miss_retry is None:
+            return rows
+
+        def load() -> Awaitable[list[Row]]:
+            return self._retry.call_async(
+                key,
+                lambda: batcher.lookup(key),
+                sleep=self._async_sleep,
+                on_retry=self._count_failure_retry,
+            )
+
+        return await self.miss_retry.resume_async(
+            key, load, rows, failed=False, sleep=self._async_sleep, on_retry=self._count_miss_retry
+        )
 
     # -- shared ----------------------------------------------------------------------------
 
@@ -394,6 +361,80 @@ class LookupChain:
 
     def _count_failure_retry(self) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
+
+    def _count_miss_retry(self) -> None:
+        self.metrics.inc(NUM_MISS_RETRIES)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :meth:`LookupChain.create` builds: a FULL cache over ``scan``, or the function of
+    the chosen mode (the other one None) with the provider's cache, if any."""
+
+    is_async: bool
+    sync_function: LookupFunction | None = None
+    async_function: AsyncLookupFunction | None = None
+    provider_cache: LookupCache | None = None
+    scan: Callable[[], Any] | None = None
+    trigger: CacheReloadTrigger | None = None
+
+
+def _plan(
+    source: LookupTableSource,
+    options: LookupOptions,
+    *,
+    prefer_async: bool,
+    key_columns: Sequence[str],
+) -> _Plan:
+    """Check the source's capabilities against the options and pick the mode."""
+    provider_cache: LookupCache | None = None
+    provider_trigger: CacheReloadTrigger | None = None
+    full = False
+    if isinstance(source, (PartialCachingLookupProvider, PartialCachingAsyncLookupProvider)):
+        provider_cache = source.cache
+    elif isinstance(source, FullCachingLookupProvider):
+        provider_trigger = source.reload_trigger
+        full = True
+    if (provider_cache is not None or full) and options.cache is not CacheType.NONE:
+        raise ConfigurationError(
+            CACHE,
+            options.cache.value,
+            "NONE (or unset) when the source is a caching provider",
+            reason=f"{type(source).__name__} brings its own cache",
+        )
+    if full or options.cache is CacheType.FULL:
+        if not key_columns:
+            raise ConfigurationError(
+                "key_columns", tuple(key_columns), "the dim key columns (FULL cache needs them)"
+            )
+        trigger = provider_trigger
+        if trigger is None and not isinstance(source, FullCachingLookupProvider):
+            trigger = options.build_reload_trigger()
+        scan = getattr(source, "scan", None)
+        # A connector's scan() is lazy (it connects when iterated): asking it here tells the
+        # driver whether the source can be fully cached at all.
+        if not callable(scan) or (
+            not isinstance(source, FullCachingLookupProvider) and scan() is None
+        ):
+            raise ConfigurationError(
+                CACHE,
+                "FULL",
+                "a source whose scan() returns the table's rows",
+                reason=f"{source!r} cannot scan",
+            )
+        return _Plan(is_async=prefer_async, scan=scan, trigger=trigger)
+    sync_function = source.lookup_function()
+    async_function = source.async_lookup_function()
+    if sync_function is None and async_function is None:
+        raise ConfigurationError(
+            "connector",
+            source,
+            "a source whose lookup_function() or async_lookup_function() returns a function",
+            reason="it offers neither a sync nor an async lookup",
+        )
+    if async_function is not None and (prefer_async or sync_function is None):
+        return _Plan(True, async_function=async_function, provider_cache=provider_cache)
+    return _Plan(False, sync_function=sync_function, provider_cache=provider_cache)
 
 
 __all__ = ["LookupChain", "MissRetry"]

@@ -13,14 +13,20 @@ unknown option, an unparsable value, a half-given retry configuration, a hint fo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Literal, TypeAlias
 
 from asyncio_lookup.errors import ConfigurationError, HintError
-from asyncio_lookup.lookup.durations import DURATION_ALLOWED, parse_duration
 from asyncio_lookup.lookup.retry import MissRetry
+from asyncio_lookup.validation import (
+    format_duration,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_int,
+    unknown_option,
+)
 
 OutputModeName: TypeAlias = Literal["ordered", "unordered"]
 
@@ -28,26 +34,16 @@ LOOKUP = "LOOKUP"
 SHUFFLE_HASH = "SHUFFLE_HASH"
 HINT_NAMES = (LOOKUP, SHUFFLE_HASH)
 
-LOOKUP_OPTIONS = (
-    "table",
-    "async",
-    "output-mode",
-    "capacity",
-    "timeout",
-    "retry-predicate",
-    "retry-strategy",
-    "fixed-delay",
-    "max-attempts",
-    "shuffle",
-)
-RETRY_OPTIONS = ("retry-predicate", "retry-strategy", "fixed-delay", "max-attempts")
-
 CONF_OUTPUT_MODE = "table.exec.async-lookup.output-mode"
 CONF_BUFFER_CAPACITY = "table.exec.async-lookup.buffer-capacity"
 CONF_TIMEOUT = "table.exec.async-lookup.timeout"
 
-_BOOL_ALLOWED = "'true' or 'false'"
+MAX_CAPACITY = 1_000_000
+"""The most records a lookup join keeps in flight per task (``capacity``); more is a typo."""
+
 _INT_ALLOWED = "a whole number > 0"
+_CAPACITY_ALLOWED = f"a whole number > 0 and at most {MAX_CAPACITY:_} (records in flight per task)"
+_TIMEOUT_ALLOWED = "a duration > 0 such as '10s', '500ms', '3 min' (no unit = ms)"
 _HINT_SYNTAX = (
     "hints such as LOOKUP('table'='T', 'async'='true') or SHUFFLE_HASH('T'), "
     "optionally inside /*+ ... */ and separated by commas"
@@ -57,52 +53,78 @@ _HINT_SYNTAX = (
 # --------------------------------------------------------------------------- value parsers
 
 
-def _parse_bool(option: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise HintError(option, value, _BOOL_ALLOWED)
-
-
-def _parse_positive_int(option: str, value: Any, error: type[ConfigurationError]) -> int:
-    if isinstance(value, bool):
-        raise error(option, value, _INT_ALLOWED)
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        number = int(value)
-    else:
-        raise error(option, value, _INT_ALLOWED)
-    if number <= 0:
-        raise error(option, value, _INT_ALLOWED, reason="must be greater than 0")
-    return number
-
-
-def _parse_duration(option: str, value: Any, error: type[ConfigurationError]) -> float:
-    try:
-        return parse_duration(option, value)
-    except ConfigurationError as bad:
-        raise error(option, value, DURATION_ALLOWED, reason=bad.reason) from None
-
-
-def _parse_output_mode(option: str, value: Any, error: type[ConfigurationError]) -> str:
-    allowed = ("ordered", "allow_unordered")
-    if isinstance(value, str) and value.strip().lower() in allowed:
-        return value.strip().lower()
-    raise error(option, value, "'ordered' or 'allow_unordered' (case-insensitive)")
-
-
-def _parse_enum(option: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if isinstance(value, str) and value.strip().lower() in allowed:
-        return value.strip().lower()
-    raise HintError(option, value, " or ".join(repr(a) for a in allowed))
-
-
 def _parse_table(option: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise HintError(option, value, "the name (or alias) of the dim table, a non-empty string")
     return value.strip()
+
+
+def _parse_output_mode(option: str, value: Any, error: type[ConfigurationError]) -> str:
+    return parse_choice(option, value, ("ordered", "allow_unordered"), error=error)
+
+
+def _parse_capacity(option: str, value: Any, error: type[ConfigurationError]) -> int:
+    return parse_int(
+        option, value, minimum=1, maximum=MAX_CAPACITY, allowed=_CAPACITY_ALLOWED, error=error
+    )
+
+
+def _parse_timeout(option: str, value: Any, error: type[ConfigurationError]) -> float:
+    return parse_duration(option, value, positive=True, allowed=_TIMEOUT_ALLOWED, error=error)
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+@dataclass(frozen=True)
+class _HintOption:
+    """One LOOKUP hint option: its :class:`LookupHint` field, parser and text form."""
+
+    name: str
+    field: str
+    parse: Callable[[str, Any], Any]
+    text: Callable[[Any], str] = str
+
+
+HINT_OPTIONS: tuple[_HintOption, ...] = (
+    _HintOption("table", "table", _parse_table, _quote),
+    _HintOption("async", "async_", lambda o, v: parse_bool(o, v, error=HintError), _bool_text),
+    _HintOption("output-mode", "output_mode", lambda o, v: _parse_output_mode(o, v, HintError)),
+    _HintOption("capacity", "capacity", lambda o, v: _parse_capacity(o, v, HintError)),
+    _HintOption(
+        "timeout", "timeout", lambda o, v: _parse_timeout(o, v, HintError), format_duration
+    ),
+    _HintOption(
+        "retry-predicate",
+        "retry_predicate",
+        lambda o, v: parse_choice(o, v, ("lookup_miss",), error=HintError),
+    ),
+    _HintOption(
+        "retry-strategy",
+        "retry_strategy",
+        lambda o, v: parse_choice(o, v, ("fixed_delay",), error=HintError),
+    ),
+    _HintOption(
+        "fixed-delay",
+        "fixed_delay",
+        lambda o, v: parse_duration(o, v, positive=True, error=HintError),
+        format_duration,
+    ),
+    _HintOption(
+        "max-attempts",
+        "max_attempts",
+        lambda o, v: parse_int(o, v, minimum=1, allowed=_INT_ALLOWED, error=HintError),
+    ),
+    _HintOption("shuffle", "shuffle", lambda o, v: parse_bool(o, v, error=HintError), _bool_text),
+)
+_BY_NAME = {option.name: option for option in HINT_OPTIONS}
+LOOKUP_OPTIONS = tuple(_BY_NAME)
+RETRY_OPTIONS = ("retry-predicate", "retry-strategy", "fixed-delay", "max-attempts")
 
 
 # --------------------------------------------------------------------------- hint objects
@@ -112,8 +134,9 @@ def _parse_table(option: str, value: Any) -> str:
 class LookupHint:
     """One ``LOOKUP`` hint: the options a user gave, parsed and validated (no defaults filled).
 
-    ``None`` means "not given". Durations are seconds. Build it with :meth:`parse`,
-    :meth:`from_options` or directly (the constructor validates too).
+    ``None`` means "not given". Durations are seconds (as text: Flink's syntax, no unit = ms).
+    Build it with :meth:`parse`, :meth:`from_options` or directly: the constructor parses and
+    validates every option, once, whichever way it was given.
     """
 
     table: str
@@ -128,14 +151,12 @@ class LookupHint:
     shuffle: bool | None = None
 
     def __post_init__(self) -> None:
-        retry = {
-            "retry-predicate": self.retry_predicate,
-            "retry-strategy": self.retry_strategy,
-            "fixed-delay": self.fixed_delay,
-            "max-attempts": self.max_attempts,
-        }
-        given = [name for name, value in retry.items() if value is not None]
-        if given and len(given) != len(retry):
+        for option in HINT_OPTIONS:
+            value = getattr(self, option.field)
+            if value is not None or option.name == "table":
+                object.__setattr__(self, option.field, option.parse(option.name, value))
+        given = [n for n in RETRY_OPTIONS if getattr(self, _BY_NAME[n].field) is not None]
+        if given and len(given) != len(RETRY_OPTIONS):
             missing = [name for name in RETRY_OPTIONS if name not in given]
             raise HintError(
                 missing[0],
@@ -143,25 +164,6 @@ class LookupHint:
                 "all four of " + ", ".join(repr(n) for n in RETRY_OPTIONS) + " or none of them",
                 reason=f"{', '.join(repr(g) for g in given)} given without "
                 f"{', '.join(repr(m) for m in missing)}",
-            )
-        _parse_table("table", self.table)
-        for name, number in (("capacity", self.capacity), ("max-attempts", self.max_attempts)):
-            if number is not None:
-                _parse_positive_int(name, number, HintError)
-        if self.timeout is not None and self.timeout < 0:
-            raise HintError(
-                "timeout", self.timeout, DURATION_ALLOWED, reason="must not be negative"
-            )
-        if self.fixed_delay is not None and self.fixed_delay <= 0:
-            raise HintError(
-                "fixed-delay", self.fixed_delay, "a duration > 0", reason="must be positive"
-            )
-        if given and self.timeout is not None and self.timeout <= 0:
-            raise HintError(
-                "timeout",
-                self.timeout,
-                "a duration > 0",
-                reason="a retrying lookup needs a timeout (0 disables it)",
             )
 
     @property
@@ -179,81 +181,35 @@ class LookupHint:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> LookupHint:
-        """Build a hint from its key/value options (the ``'k'='v'`` pairs), validating each."""
+        """Build a hint from its key/value options (the ``'k'='v'`` pairs)."""
         if not isinstance(options, Mapping):
             raise HintError("LOOKUP", options, "a mapping of LOOKUP option names to values")
         values: dict[str, Any] = {}
         for raw_name, value in options.items():
-            name = str(raw_name).strip().lower()
-            if name not in LOOKUP_OPTIONS:
-                raise HintError(
-                    str(raw_name),
-                    value,
-                    "one of " + ", ".join(repr(o) for o in LOOKUP_OPTIONS),
-                    reason="unknown LOOKUP hint option",
+            option = _BY_NAME.get(str(raw_name).strip().lower())
+            if option is None:
+                raise unknown_option(
+                    raw_name, value, LOOKUP_OPTIONS, kind="LOOKUP hint option", error=HintError
                 )
-            if name in values:
-                raise HintError(name, value, "each option at most once", reason="given twice")
-            values[name] = value
-        if "table" not in values:
+            if option.field in values:
+                raise HintError(
+                    option.name, value, "each option at most once", reason="given twice"
+                )
+            values[option.field] = value
+        if values.get("table") is None:
             raise HintError(
                 "table", None, "'table'='<dim table name>'", reason="LOOKUP hint needs 'table'"
             )
-        return cls(
-            table=_parse_table("table", values["table"]),
-            async_=_opt(values, "async", _parse_bool),
-            output_mode=_opt(
-                values, "output-mode", lambda o, v: _parse_output_mode(o, v, HintError)
-            ),
-            capacity=_opt(values, "capacity", lambda o, v: _parse_positive_int(o, v, HintError)),
-            timeout=_opt(values, "timeout", lambda o, v: _parse_duration(o, v, HintError)),
-            retry_predicate=_opt(
-                values, "retry-predicate", lambda o, v: _parse_enum(o, v, ("lookup_miss",))
-            ),
-            retry_strategy=_opt(
-                values, "retry-strategy", lambda o, v: _parse_enum(o, v, ("fixed_delay",))
-            ),
-            fixed_delay=_opt(values, "fixed-delay", lambda o, v: _parse_duration(o, v, HintError)),
-            max_attempts=_opt(
-                values, "max-attempts", lambda o, v: _parse_positive_int(o, v, HintError)
-            ),
-            shuffle=_opt(values, "shuffle", _parse_bool),
-        )
+        return cls(**values)
 
     def to_text(self) -> str:
-        """The hint as ``LOOKUP(...)`` text (durations in ms), parseable by :meth:`parse`."""
-        parts = [f"'table'='{_quote(self.table)}'"]
-        for name, value in (
-            ("async", self.async_),
-            ("output-mode", self.output_mode),
-            ("capacity", self.capacity),
-            ("timeout", self.timeout),
-            ("retry-predicate", self.retry_predicate),
-            ("retry-strategy", self.retry_strategy),
-            ("fixed-delay", self.fixed_delay),
-            ("max-attempts", self.max_attempts),
-            ("shuffle", self.shuffle),
-        ):
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                text = str(value).lower()
-            elif isinstance(value, float):
-                text = f"{value * 1000:g} ms"
-            else:
-                text = str(value)
-            parts.append(f"'{name}'='{text}'")
+        """The hint as ``LOOKUP(...)`` text, parseable by :meth:`parse`."""
+        parts = [
+            f"'{option.name}'='{option.text(getattr(self, option.field))}'"
+            for option in HINT_OPTIONS
+            if getattr(self, option.field) is not None
+        ]
         return f"LOOKUP({', '.join(parts)})"
-
-
-def _opt(values: Mapping[str, Any], name: str, parse: Any) -> Any:
-    if name not in values or values[name] is None:
-        return None
-    return parse(name, values[name])
-
-
-def _quote(text: str) -> str:
-    return text.replace("'", "''")
 
 
 @dataclass(frozen=True)
@@ -435,26 +391,28 @@ class AsyncDefaults:
     capacity: int = 100
     timeout: float = 180.0
 
+    def __post_init__(self) -> None:
+        mode = self.output_mode
+        if mode not in ("ordered", "unordered"):
+            parsed = _parse_output_mode(CONF_OUTPUT_MODE, mode, ConfigurationError)
+            mode = "unordered" if parsed == "allow_unordered" else "ordered"
+        object.__setattr__(self, "output_mode", mode)
+        capacity = _parse_capacity(CONF_BUFFER_CAPACITY, self.capacity, ConfigurationError)
+        object.__setattr__(self, "capacity", capacity)
+        timeout = _parse_timeout(CONF_TIMEOUT, self.timeout, ConfigurationError)
+        object.__setattr__(self, "timeout", timeout)
+
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> AsyncDefaults:
         """Read the defaults from a conf mapping (only the three ``table.exec.async-lookup``
-        keys are looked at; a missing key keeps its default)."""
-        defaults = cls()
-        mode: OutputModeName = defaults.output_mode
-        capacity = defaults.capacity
-        timeout = defaults.timeout
-        if conf.get(CONF_OUTPUT_MODE) is not None:
-            parsed = _parse_output_mode(
-                CONF_OUTPUT_MODE, conf[CONF_OUTPUT_MODE], ConfigurationError
-            )
-            mode = "unordered" if parsed == "allow_unordered" else "ordered"
-        if conf.get(CONF_BUFFER_CAPACITY) is not None:
-            capacity = _parse_positive_int(
-                CONF_BUFFER_CAPACITY, conf[CONF_BUFFER_CAPACITY], ConfigurationError
-            )
-        if conf.get(CONF_TIMEOUT) is not None:
-            timeout = _parse_duration(CONF_TIMEOUT, conf[CONF_TIMEOUT], ConfigurationError)
-        return cls(output_mode=mode, capacity=capacity, timeout=timeout)
+        keys are looked at; a missing key keeps its default). The output mode is Flink's
+        ``ORDERED`` / ``ALLOW_UNORDERED``."""
+        fields = (
+            (CONF_OUTPUT_MODE, "output_mode"),
+            (CONF_BUFFER_CAPACITY, "capacity"),
+            (CONF_TIMEOUT, "timeout"),
+        )
+        return cls(**{name: conf[key] for key, name in fields if conf.get(key) is not None})
 
 
 @dataclass(frozen=True)
@@ -535,26 +493,19 @@ def resolve_lookup(
             table=table,
             output_mode=defaults.output_mode,
             capacity=defaults.capacity,
-            timeout=_timeout(defaults.timeout),
+            timeout=defaults.timeout,
             shuffle=shuffle,
         )
     output_mode: OutputModeName = defaults.output_mode
     if lookup.output_mode is not None:
         output_mode = "unordered" if lookup.output_mode == "allow_unordered" else "ordered"
     timeout = lookup.timeout if lookup.timeout is not None else defaults.timeout
-    if lookup.has_retry and timeout <= 0:
-        raise HintError(
-            "timeout",
-            timeout,
-            "a duration > 0",
-            reason=f"a retrying lookup needs a timeout; the job default ({CONF_TIMEOUT}) is 0",
-        )
     return ResolvedLookup(
         table=table,
         prefer_async=lookup.async_ is not False,
         output_mode=output_mode,
         capacity=lookup.capacity if lookup.capacity is not None else defaults.capacity,
-        timeout=_timeout(timeout),
+        timeout=timeout,
         retry_delay=lookup.fixed_delay,
         retry_max_attempts=lookup.max_attempts,
         shuffle=shuffle or bool(lookup.shuffle),
@@ -562,11 +513,4 @@ def resolve_lookup(
     )
 
 
-def _timeout(seconds: float) -> float | None:
-    return seconds if seconds > 0 else None
-
-
-def duration_text(seconds: float | timedelta) -> str:
-    """Format seconds for messages: ``'500 ms'``, ``'3 s'``."""
-    value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
-    return f"{value * 1000:g} ms" if value < 1 else f"{value:g} s"
+duration_text = format_duration  # the name lookup/join.py imports

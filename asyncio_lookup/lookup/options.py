@@ -1,4 +1,8 @@
-"""The ``lookup.*`` table options (FLIP-221 plus batching), parsed and validated up front."""
+"""The ``lookup.*`` table options (FLIP-221 plus batching), parsed and validated up front.
+
+Each option is one row of :data:`OPTIONS`: its field, what is allowed, its default as shown to
+users, its parser (text or Python values to the field's value) and its text form.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +15,42 @@ from typing import Any, TypeVar
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import DefaultLookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
-from asyncio_lookup.lookup.durations import DURATION_ALLOWED, parse_duration
+from asyncio_lookup.lookup.option_names import (
+    BATCH_MAX_SIZE,
+    BATCH_MAX_WAIT,
+    CACHE,
+    CACHE_MISSING_KEY,
+    EXPIRE_AFTER_ACCESS,
+    EXPIRE_AFTER_WRITE,
+    INTERVAL_IN_DAYS,
+    ISO_TIME,
+    MAX_RETRIES,
+    MAX_RETRY_BACKOFF,
+    MAX_ROWS,
+    PERIODIC_INTERVAL,
+    RELOAD_STRATEGY,
+    SCHEDULE_MODE,
+)
 from asyncio_lookup.lookup.reload import (
+    ISO_TIME_ALLOWED,
     CacheReloadTrigger,
     PeriodicCacheReloadTrigger,
     ScheduleMode,
     TimedCacheReloadTrigger,
     parse_iso_time,
 )
-
-CACHE = "lookup.cache"
-MAX_RETRIES = "lookup.max-retries"
-EXPIRE_AFTER_ACCESS = "lookup.partial-cache.expire-after-access"
-EXPIRE_AFTER_WRITE = "lookup.partial-cache.expire-after-write"
-CACHE_MISSING_KEY = "lookup.partial-cache.cache-missing-key"
-MAX_ROWS = "lookup.partial-cache.max-rows"
-RELOAD_STRATEGY = "lookup.full-cache.reload-strategy"
-PERIODIC_INTERVAL = "lookup.full-cache.periodic-reload.interval"
-SCHEDULE_MODE = "lookup.full-cache.periodic-reload.schedule-mode"
-ISO_TIME = "lookup.full-cache.timed-reload.iso-time"
-INTERVAL_IN_DAYS = "lookup.full-cache.timed-reload.interval-in-days"
-BATCH_MAX_SIZE = "lookup.batch.max-size"
-BATCH_MAX_WAIT = "lookup.batch.max-wait"
+from asyncio_lookup.lookup.retry import DEFAULT_MAX_BACKOFF, DEFAULT_MAX_RETRIES
+from asyncio_lookup.validation import (
+    BOOL_ALLOWED,
+    DURATION_ALLOWED,
+    POSITIVE_DURATION_ALLOWED,
+    format_duration,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_int,
+    unknown_option,
+)
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -55,72 +73,112 @@ class ReloadStrategy(enum.Enum):
 DEFAULT_BATCH_MAX_SIZE = 64
 DEFAULT_BATCH_MAX_WAIT = 0.0
 
-# name -> (allowed, default shown in docs)
-OPTIONS: dict[str, tuple[str, str]] = {
-    CACHE: ("NONE, PARTIAL or FULL", "NONE"),
-    MAX_RETRIES: ("an integer >= 0 (connector retries on a transient failure)", "3"),
-    EXPIRE_AFTER_ACCESS: (DURATION_ALLOWED, "(none)"),
-    EXPIRE_AFTER_WRITE: (DURATION_ALLOWED, "(none)"),
-    CACHE_MISSING_KEY: ("true or false", "true"),
-    MAX_ROWS: ("an integer >= 0 (number of keys)", "(none)"),
-    RELOAD_STRATEGY: ("PERIODIC or TIMED", "PERIODIC"),
-    PERIODIC_INTERVAL: ("a duration > 0 such as '1h'", "(none)"),
-    SCHEDULE_MODE: ("FIXED_DELAY or FIXED_RATE", "FIXED_DELAY"),
-    ISO_TIME: ("an ISO-8601 time such as '10:15', '10:15Z' or '10:15+07:00'", "(none)"),
-    INTERVAL_IN_DAYS: ("an integer >= 1", "1"),
-    BATCH_MAX_SIZE: (
+
+@dataclass(frozen=True)
+class Option:
+    """One ``lookup.*`` option: the :class:`LookupOptions` field it sets and how."""
+
+    field: str
+    allowed: str
+    default: str
+    parse: Callable[[str, Any], Any]
+    text: Callable[[Any], str] = str
+
+
+def _enum(kind: type[E]) -> Callable[[str, Any], E]:
+    def parse(option: str, value: Any) -> E:
+        if isinstance(value, kind):
+            return value
+        return kind[parse_choice(option, value, [member.value for member in kind])]
+
+    return parse
+
+
+def _int(minimum: int) -> Callable[[str, Any], int]:
+    return lambda option, value: parse_int(option, value, minimum=minimum)
+
+
+def _duration(positive: bool) -> Callable[[str, Any], float]:
+    def parse(option: str, value: Any) -> float:
+        return parse_duration(option, value, positive=positive)
+
+    return parse
+
+
+def _enum_text(value: enum.Enum) -> str:
+    return str(value.value)
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+_POSITIVE = _duration(positive=True)
+
+OPTIONS: dict[str, Option] = {
+    CACHE: Option("cache", "NONE, PARTIAL or FULL", "NONE", _enum(CacheType), _enum_text),
+    MAX_RETRIES: Option(
+        "max_retries",
+        "an integer >= 0 (connector retries on a transient failure)",
+        str(DEFAULT_MAX_RETRIES),
+        _int(0),
+    ),
+    MAX_RETRY_BACKOFF: Option(
+        "max_retry_backoff",
+        POSITIVE_DURATION_ALLOWED,
+        format_duration(DEFAULT_MAX_BACKOFF),
+        _POSITIVE,
+        format_duration,
+    ),
+    EXPIRE_AFTER_ACCESS: Option(
+        "partial_expire_after_access",
+        POSITIVE_DURATION_ALLOWED,
+        "(none)",
+        _POSITIVE,
+        format_duration,
+    ),
+    EXPIRE_AFTER_WRITE: Option(
+        "partial_expire_after_write",
+        POSITIVE_DURATION_ALLOWED,
+        "(none)",
+        _POSITIVE,
+        format_duration,
+    ),
+    CACHE_MISSING_KEY: Option(
+        "partial_cache_missing_key", BOOL_ALLOWED, "true", parse_bool, _bool_text
+    ),
+    MAX_ROWS: Option("partial_max_rows", "an integer >= 1 (number of keys)", "(none)", _int(1)),
+    RELOAD_STRATEGY: Option(
+        "full_reload_strategy", "PERIODIC or TIMED", "PERIODIC", _enum(ReloadStrategy), _enum_text
+    ),
+    PERIODIC_INTERVAL: Option(
+        "full_periodic_interval", POSITIVE_DURATION_ALLOWED, "(none)", _POSITIVE, format_duration
+    ),
+    SCHEDULE_MODE: Option(
+        "full_periodic_schedule_mode",
+        "FIXED_DELAY or FIXED_RATE",
+        "FIXED_DELAY",
+        _enum(ScheduleMode),
+        _enum_text,
+    ),
+    ISO_TIME: Option(
+        "full_timed_iso_time", ISO_TIME_ALLOWED, "(none)", parse_iso_time, time.isoformat
+    ),
+    INTERVAL_IN_DAYS: Option("full_timed_interval_in_days", "an integer >= 1", "1", _int(1)),
+    BATCH_MAX_SIZE: Option(
+        "batch_max_size",
         "an integer >= 1 (keys per batched call; 1 turns batching off)",
         str(DEFAULT_BATCH_MAX_SIZE),
+        _int(1),
     ),
-    BATCH_MAX_WAIT: (DURATION_ALLOWED, "0 ms (the keys of one event-loop iteration)"),
+    BATCH_MAX_WAIT: Option(
+        "batch_max_wait",
+        DURATION_ALLOWED,
+        "0 ms (the keys of one event-loop iteration)",
+        _duration(positive=False),
+        format_duration,
+    ),
 }
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value).strip()
-
-
-def _enum(option: str, value: Any, kind: type[E]) -> E:
-    try:
-        return kind[_text(value).upper()]
-    except KeyError:
-        raise ConfigurationError(option, value, OPTIONS[option][0]) from None
-
-
-def _int(option: str, value: Any, minimum: int) -> int:
-    try:
-        number = int(_text(value))
-    except ValueError:
-        raise ConfigurationError(option, value, OPTIONS[option][0]) from None
-    if number < minimum:
-        raise ConfigurationError(option, value, OPTIONS[option][0])
-    return number
-
-
-def _bool(option: str, value: Any) -> bool:
-    text = _text(value).lower()
-    if text not in ("true", "false"):
-        raise ConfigurationError(option, value, OPTIONS[option][0])
-    return text == "true"
-
-
-def _duration(option: str, value: Any) -> float:
-    return parse_duration(option, value if not isinstance(value, str) else value.strip())
-
-
-def _positive_duration(option: str, value: Any) -> float:
-    seconds = _duration(option, value)
-    if seconds <= 0:
-        raise ConfigurationError(option, value, OPTIONS[option][0])
-    return seconds
-
-
-def _format_seconds(seconds: float) -> str:
-    if seconds == int(seconds):
-        return f"{int(seconds)} s"
-    return f"{seconds * 1000:g} ms"
 
 
 @dataclass(frozen=True)
@@ -128,7 +186,8 @@ class LookupOptions:
     """The ``lookup.*`` options of one lookup table, with Flink's defaults. Times in seconds."""
 
     cache: CacheType = CacheType.NONE
-    max_retries: int = 3
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_retry_backoff: float = DEFAULT_MAX_BACKOFF
     partial_expire_after_access: float | None = None
     partial_expire_after_write: float | None = None
     partial_cache_missing_key: bool = True
@@ -141,47 +200,34 @@ class LookupOptions:
     batch_max_size: int = DEFAULT_BATCH_MAX_SIZE
     batch_max_wait: float = DEFAULT_BATCH_MAX_WAIT
 
+    def __post_init__(self) -> None:
+        # Every field is parsed here, once, whichever way the options were given.
+        for name, option in OPTIONS.items():
+            value = getattr(self, option.field)
+            if value is not None:
+                object.__setattr__(self, option.field, option.parse(name, value))
+        self.validate()
+
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> LookupOptions:
-        """Parse the ``lookup.*`` entries of ``options`` (other keys are ignored).
+        """Parse ``lookup.*`` options given as text (or Python values).
 
-        Raises :class:`ConfigurationError` naming the option for unknown ``lookup.*`` names,
-        unparsable values and Flink's invalid combinations.
+        Raises :class:`ConfigurationError` naming the option for an unknown name (suggesting
+        the nearest known one), an unparsable or senseless value, and Flink's invalid
+        combinations.
         """
-        parsers: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-            CACHE: ("cache", lambda o, v: _enum(o, v, CacheType)),
-            MAX_RETRIES: ("max_retries", lambda o, v: _int(o, v, 0)),
-            EXPIRE_AFTER_ACCESS: ("partial_expire_after_access", _duration),
-            EXPIRE_AFTER_WRITE: ("partial_expire_after_write", _duration),
-            CACHE_MISSING_KEY: ("partial_cache_missing_key", _bool),
-            MAX_ROWS: ("partial_max_rows", lambda o, v: _int(o, v, 0)),
-            RELOAD_STRATEGY: ("full_reload_strategy", lambda o, v: _enum(o, v, ReloadStrategy)),
-            PERIODIC_INTERVAL: ("full_periodic_interval", _positive_duration),
-            SCHEDULE_MODE: ("full_periodic_schedule_mode", lambda o, v: _enum(o, v, ScheduleMode)),
-            ISO_TIME: ("full_timed_iso_time", parse_iso_time),
-            INTERVAL_IN_DAYS: ("full_timed_interval_in_days", lambda o, v: _int(o, v, 1)),
-            BATCH_MAX_SIZE: ("batch_max_size", lambda o, v: _int(o, v, 1)),
-            BATCH_MAX_WAIT: ("batch_max_wait", _duration),
-        }
         values: dict[str, Any] = {}
         for name, raw in options.items():
-            if not str(name).lower().startswith("lookup."):
-                continue
-            if name not in parsers:
-                allowed = "one of " + ", ".join(sorted(OPTIONS))
-                raise ConfigurationError(name, raw, allowed, reason="unknown lookup option")
-            field, parse = parsers[name]
-            values[field] = parse(name, raw)
-        parsed = cls(**values)
-        parsed.validate()
-        return parsed
+            option = OPTIONS.get(name) if isinstance(name, str) else None
+            if option is None:
+                raise unknown_option(
+                    name, raw, OPTIONS, kind="lookup table option", prefixes=("lookup.",)
+                )
+            values[option.field] = raw
+        return cls(**values)
 
     def validate(self) -> None:
         """Flink's checks of option combinations (the ones a field alone cannot express)."""
-        if self.full_periodic_interval is not None and self.full_periodic_interval <= 0:
-            raise ConfigurationError(
-                PERIODIC_INTERVAL, self.full_periodic_interval, OPTIONS[PERIODIC_INTERVAL][0]
-            )
         if self.cache is CacheType.PARTIAL and (
             self.partial_max_rows is None
             and self.partial_expire_after_write is None
@@ -200,20 +246,16 @@ class LookupOptions:
                     raise ConfigurationError(
                         PERIODIC_INTERVAL,
                         None,
-                        OPTIONS[PERIODIC_INTERVAL][0],
+                        OPTIONS[PERIODIC_INTERVAL].allowed,
                         reason=f"required when {RELOAD_STRATEGY!r} is PERIODIC",
                     )
             elif self.full_timed_iso_time is None:
                 raise ConfigurationError(
                     ISO_TIME,
                     None,
-                    OPTIONS[ISO_TIME][0],
+                    OPTIONS[ISO_TIME].allowed,
                     reason=f"required when {RELOAD_STRATEGY!r} is TIMED",
                 )
-        if self.full_timed_interval_in_days < 1:
-            raise ConfigurationError(
-                INTERVAL_IN_DAYS, self.full_timed_interval_in_days, OPTIONS[INTERVAL_IN_DAYS][0]
-            )
 
     def build_cache(self, clock: Clock = MONOTONIC) -> DefaultLookupCache | None:
         """The partial cache these options describe (None unless ``lookup.cache`` is PARTIAL)."""
@@ -242,27 +284,10 @@ class LookupOptions:
         return TimedCacheReloadTrigger(self.full_timed_iso_time, self.full_timed_interval_in_days)
 
     def to_dict(self) -> dict[str, str]:
-        """Every option as ``lookup.*`` strings that :meth:`from_dict` parses back to these."""
-        out: dict[str, str] = {
-            CACHE: self.cache.value,
-            MAX_RETRIES: str(self.max_retries),
-            CACHE_MISSING_KEY: "true" if self.partial_cache_missing_key else "false",
-            RELOAD_STRATEGY: self.full_reload_strategy.value,
-            SCHEDULE_MODE: self.full_periodic_schedule_mode.value,
-            INTERVAL_IN_DAYS: str(self.full_timed_interval_in_days),
-            BATCH_MAX_SIZE: str(self.batch_max_size),
-            BATCH_MAX_WAIT: _format_seconds(self.batch_max_wait),
-        }
-        optional: dict[str, float | int | None] = {
-            EXPIRE_AFTER_ACCESS: self.partial_expire_after_access,
-            EXPIRE_AFTER_WRITE: self.partial_expire_after_write,
-            PERIODIC_INTERVAL: self.full_periodic_interval,
-        }
-        for name, seconds in optional.items():
-            if seconds is not None:
-                out[name] = _format_seconds(float(seconds))
-        if self.partial_max_rows is not None:
-            out[MAX_ROWS] = str(self.partial_max_rows)
-        if self.full_timed_iso_time is not None:
-            out[ISO_TIME] = self.full_timed_iso_time.isoformat()
+        """Every option that is set, as text that :meth:`from_dict` parses back to these."""
+        out: dict[str, str] = {}
+        for name, option in OPTIONS.items():
+            value = getattr(self, option.field)
+            if value is not None:
+                out[name] = option.text(value)
         return dict(sorted(out.items()))

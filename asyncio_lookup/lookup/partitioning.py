@@ -32,6 +32,7 @@ import xxhash
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider, ScanRows
+from asyncio_lookup.validation import parse_int
 
 HashKind: TypeAlias = Literal["long", "double", "string", "binary", "native"]
 #: The kinds the dim side can hash exactly as Spark does ("native": Spark only, no dim filter).
@@ -160,10 +161,7 @@ class PartitionRouting:
     hot: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_partitions, bool) or not isinstance(self.num_partitions, int):
-            raise ConfigurationError("shuffle_partitions", self.num_partitions, "an int >= 1")
-        if self.num_partitions < 1:
-            raise ConfigurationError("shuffle_partitions", self.num_partitions, "an int >= 1")
+        parse_int("shuffle_partitions", self.num_partitions, minimum=1, text=False)
 
     @property
     def can_filter(self) -> bool:

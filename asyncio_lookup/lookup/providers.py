@@ -4,7 +4,7 @@ a ``LookupTableSource`` that ``LookupTable(connector=...)`` and ``LookupChain.cr
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable, Iterable
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import LookupCache
@@ -22,22 +22,36 @@ class Scannable(Protocol):
 
 
 ScanProvider: TypeAlias = "Scannable | Callable[[], ScanRows]"
+F = TypeVar("F", LookupFunction, AsyncLookupFunction)
 
 
-class LookupFunctionProvider:
+class _FunctionProvider(Generic[F]):
+    """What both function providers share: one function of the right kind, and no scan."""
+
+    _kind: ClassVar[type]
+    _allowed: ClassVar[str]
+
+    def __init__(self, function: F) -> None:
+        if not isinstance(function, self._kind):
+            raise ConfigurationError("function", function, self._allowed)
+        self.function: F = function
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.function!r})"
+
+    def scan(self) -> ScanRows | None:
+        return None
+
+
+class LookupFunctionProvider(_FunctionProvider[LookupFunction]):
     """A source with a sync lookup only: ``LookupFunctionProvider.of(fn)``."""
 
-    def __init__(self, function: LookupFunction) -> None:
-        if not isinstance(function, LookupFunction):
-            raise ConfigurationError("function", function, "a LookupFunction instance")
-        self.function = function
+    _kind = LookupFunction
+    _allowed = "a LookupFunction instance"
 
     @classmethod
     def of(cls, function: LookupFunction) -> LookupFunctionProvider:
         return cls(function)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.function!r})"
 
     def create_lookup_function(self) -> LookupFunction:
         return self.function
@@ -48,24 +62,16 @@ class LookupFunctionProvider:
     def async_lookup_function(self) -> AsyncLookupFunction | None:
         return None
 
-    def scan(self) -> ScanRows | None:
-        return None
 
-
-class AsyncLookupFunctionProvider:
+class AsyncLookupFunctionProvider(_FunctionProvider[AsyncLookupFunction]):
     """A source with an async lookup only: ``AsyncLookupFunctionProvider.of(fn)``."""
 
-    def __init__(self, function: AsyncLookupFunction) -> None:
-        if not isinstance(function, AsyncLookupFunction):
-            raise ConfigurationError("function", function, "an AsyncLookupFunction instance")
-        self.function = function
+    _kind = AsyncLookupFunction
+    _allowed = "an AsyncLookupFunction instance"
 
     @classmethod
     def of(cls, function: AsyncLookupFunction) -> AsyncLookupFunctionProvider:
         return cls(function)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.function!r})"
 
     def create_async_lookup_function(self) -> AsyncLookupFunction:
         return self.function
@@ -76,9 +82,6 @@ class AsyncLookupFunctionProvider:
     def async_lookup_function(self) -> AsyncLookupFunction | None:
         return self.function
 
-    def scan(self) -> ScanRows | None:
-        return None
-
 
 def _check_cache(cache: LookupCache) -> LookupCache:
     if not isinstance(cache, LookupCache):
@@ -86,6 +89,8 @@ def _check_cache(cache: LookupCache) -> LookupCache:
     return cache
 
 
+# The two partial-caching providers differ only in the kind of function, as in Flink's API
+# (PartialCachingLookupProvider / PartialCachingAsyncLookupProvider), which they mirror.
 class PartialCachingLookupProvider(LookupFunctionProvider):
     """A sync lookup with its own partial cache: ``PartialCachingLookupProvider.of(fn, cache)``."""
 

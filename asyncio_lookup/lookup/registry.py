@@ -12,28 +12,15 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.shared import Lease, Shared
 
 DEFAULT_IDLE_TIMEOUT = 600.0
 
-
-@dataclass
-class _Slot:
-    loop: asyncio.AbstractEventLoop
-    opening: asyncio.Future[LookupChain]
-    chain: LookupChain | None = None
-    users: int = 0
-    idle_since: float | None = field(default=None)
-
-
-_slots: dict[str, _Slot] = {}
-# acquire runs on the loop's thread; release may come from the task's thread
-_users_lock = threading.Lock()
+_chains: Shared[str, LookupChain] = Shared()
 _settings = {"idle_timeout": DEFAULT_IDLE_TIMEOUT}
 
 
@@ -42,15 +29,11 @@ def set_idle_timeout(seconds: float) -> None:
     _settings["idle_timeout"] = float(seconds)
 
 
-def _usable(slot: _Slot, loop: asyncio.AbstractEventLoop) -> bool:
-    return slot.loop is loop and not (slot.chain is not None and slot.chain.failed)
-
-
-async def _discard(slot: _Slot, loop: asyncio.AbstractEventLoop) -> None:
-    chain = slot.chain
+async def _discard(lease: Lease[LookupChain], loop: asyncio.AbstractEventLoop) -> None:
+    chain = lease.resource
     if chain is None:
         return
-    if slot.loop is loop:
+    if lease.loop is loop:
         with contextlib.suppress(Exception):
             await chain.close()
     else:  # its loop is gone or elsewhere: close what needs no loop, leave the rest to GC
@@ -61,16 +44,14 @@ async def _discard(slot: _Slot, loop: asyncio.AbstractEventLoop) -> None:
 async def _sweep(loop: asyncio.AbstractEventLoop) -> None:
     now = time.monotonic()
     timeout = _settings["idle_timeout"]
-    doomed: list[_Slot] = []
-    with _users_lock:
-        for table_id, slot in list(_slots.items()):
-            unused = slot.users == 0 and slot.chain is not None
-            idle = slot.idle_since is not None and now - slot.idle_since >= timeout
-            if unused and (idle or slot.loop is not loop):
-                del _slots[table_id]
-                doomed.append(slot)
-    for slot in doomed:
-        await _discard(slot, loop)
+
+    def doomed(lease: Lease[LookupChain]) -> bool:
+        unused = lease.users == 0 and lease.opened
+        idle = lease.idle_since is not None and now - lease.idle_since >= timeout
+        return unused and (idle or lease.loop is not loop)
+
+    for lease in _chains.evict_where(doomed):
+        await _discard(lease, loop)
 
 
 async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> LookupChain:
@@ -81,44 +62,25 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
     """
     loop = asyncio.get_running_loop()
     await _sweep(loop)
-    slot = _slots.get(table_id)
-    if slot is not None and not _usable(slot, loop) and slot.chain is not None:
-        del _slots[table_id]
-        await _discard(slot, loop)
-        slot = None
-    if slot is not None:
-        with _users_lock:
-            slot.users += 1
-            slot.idle_since = None
-        if slot.chain is not None:
-            return slot.chain
-        try:
-            return await asyncio.shield(slot.opening)
-        except BaseException:
-            with _users_lock:
-                slot.users -= 1
-            raise
-    slot = _Slot(loop=loop, opening=loop.create_future(), users=1)
-    slot.opening.add_done_callback(lambda f: f.cancelled() or f.exception())
-    _slots[table_id] = slot
-    chain: LookupChain | None = None
-    try:
+    lease = _chains.get(table_id)
+    chain = None if lease is None else lease.resource
+    if lease is not None and chain is not None and (lease.loop is not loop or chain.failed):
+        _chains.evict(lease)
+        await _discard(lease, loop)
+
+    async def open_chain() -> LookupChain:
         chain = factory()
-        await chain.open()
-    except BaseException as error:
-        if _slots.get(table_id) is slot:
-            del _slots[table_id]
-        if chain is not None:
+        try:
+            await chain.open()
+        except BaseException:
             with contextlib.suppress(Exception):
                 await chain.close()
-        if isinstance(error, Exception):
-            slot.opening.set_exception(error)
-        else:
-            slot.opening.cancel()
-        raise
-    slot.chain = chain
-    slot.opening.set_result(chain)
-    return chain
+            raise
+        return chain
+
+    acquired = await _chains.acquire(table_id, open_chain)
+    assert acquired is not None and acquired.resource is not None  # JOIN never declines
+    return acquired.resource
 
 
 def release_chain(table_id: str, chain: LookupChain | None = None) -> None:
@@ -127,40 +89,33 @@ def release_chain(table_id: str, chain: LookupChain | None = None) -> None:
     Pass the ``chain`` the task acquired: if it has been replaced meanwhile (its FULL reload
     failed), the release is then not counted against its successor, which other tasks use.
     """
-    slot = _slots.get(table_id)
-    if slot is None or (chain is not None and slot.chain is not chain):
+    lease = _chains.get(table_id)
+    if lease is None or (chain is not None and lease.resource is not chain):
         return
-    with _users_lock:
-        slot.users = max(0, slot.users - 1)
-        if slot.users == 0:
-            slot.idle_since = time.monotonic()
+    _chains.release(lease)
 
 
 def chain_ids() -> list[str]:
     """The table ids with a chain in this process (for inspection and tests)."""
-    return list(_slots)
+    return _chains.keys()
 
 
 async def close_all_chains() -> None:
     """Close every chain of this process (those of other loops as far as possible)."""
     loop = asyncio.get_running_loop()
-    slots = list(_slots.values())
-    _slots.clear()
-    for slot in slots:
-        await _discard(slot, loop)
+    for lease in _chains.drain():
+        await _discard(lease, loop)
 
 
 @atexit.register
 def _close_at_exit() -> None:
-    slots = list(_slots.values())
-    _slots.clear()
-    for slot in slots:
-        chain = slot.chain
+    for lease in _chains.drain():
+        chain = lease.resource
         if chain is None:
             continue
         try:
-            if not slot.loop.is_closed() and not slot.loop.is_running():
-                slot.loop.run_until_complete(chain.close())
+            if not lease.loop.is_closed() and not lease.loop.is_running():
+                lease.loop.run_until_complete(chain.close())
             else:
                 chain.abandon()
         except Exception:  # best effort at interpreter exit

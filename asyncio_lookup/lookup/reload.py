@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup.durations import parse_duration
+from asyncio_lookup.lookup.option_names import (
+    INTERVAL_IN_DAYS,
+    ISO_TIME,
+    PERIODIC_INTERVAL,
+    SCHEDULE_MODE,
+)
+from asyncio_lookup.validation import parse_choice, parse_duration, parse_int
 
-INTERVAL_OPTION = "lookup.full-cache.periodic-reload.interval"
-SCHEDULE_MODE_OPTION = "lookup.full-cache.periodic-reload.schedule-mode"
-ISO_TIME_OPTION = "lookup.full-cache.timed-reload.iso-time"
-INTERVAL_IN_DAYS_OPTION = "lookup.full-cache.timed-reload.interval-in-days"
 ISO_TIME_ALLOWED = "an ISO-8601 time such as '10:15', '10:15:30', '10:15Z' or '10:15+07:00'"
 
 
@@ -58,11 +60,8 @@ class PeriodicCacheReloadTrigger(CacheReloadTrigger):
         interval: float | timedelta | str,
         schedule_mode: ScheduleMode | str = ScheduleMode.FIXED_DELAY,
     ) -> None:
-        seconds = parse_duration(INTERVAL_OPTION, interval)
-        if seconds <= 0:
-            raise ConfigurationError(INTERVAL_OPTION, interval, "a duration > 0 such as '1h'")
-        self.interval = seconds
-        self.schedule_mode = _schedule_mode(schedule_mode)
+        self.interval = parse_duration(PERIODIC_INTERVAL, interval, positive=True)
+        self.schedule_mode = parse_schedule_mode(SCHEDULE_MODE, schedule_mode)
 
     def __repr__(self) -> str:
         return f"PeriodicCacheReloadTrigger({self.interval}s, {self.schedule_mode.name})"
@@ -82,12 +81,8 @@ class TimedCacheReloadTrigger(CacheReloadTrigger):
     """
 
     def __init__(self, reload_time: time | str, interval_in_days: int = 1) -> None:
-        self.reload_time = parse_iso_time(ISO_TIME_OPTION, reload_time)
-        if isinstance(interval_in_days, bool) or not isinstance(interval_in_days, int):
-            raise ConfigurationError(INTERVAL_IN_DAYS_OPTION, interval_in_days, "an integer >= 1")
-        if interval_in_days < 1:
-            raise ConfigurationError(INTERVAL_IN_DAYS_OPTION, interval_in_days, "an integer >= 1")
-        self.interval_in_days = interval_in_days
+        self.reload_time = parse_iso_time(ISO_TIME, reload_time)
+        self.interval_in_days = parse_int(INTERVAL_IN_DAYS, interval_in_days, minimum=1, text=False)
 
     def __repr__(self) -> str:
         return f"TimedCacheReloadTrigger({self.reload_time.isoformat()}, {self.interval_in_days})"
@@ -130,10 +125,8 @@ def parse_iso_time(option: str, value: time | str) -> time:
     return parsed
 
 
-def _schedule_mode(value: ScheduleMode | str) -> ScheduleMode:
+def parse_schedule_mode(option: str, value: ScheduleMode | str) -> ScheduleMode:
+    """A :class:`ScheduleMode` or its name (any case)."""
     if isinstance(value, ScheduleMode):
         return value
-    try:
-        return ScheduleMode[str(value).strip().upper()]
-    except KeyError:
-        raise ConfigurationError(SCHEDULE_MODE_OPTION, value, "FIXED_DELAY or FIXED_RATE") from None
+    return ScheduleMode[parse_choice(option, value, [m.value for m in ScheduleMode])]

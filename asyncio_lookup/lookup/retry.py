@@ -1,25 +1,38 @@
-"""Failure retries below the cache (``lookup.max-retries``), with tenacity.
+"""Retries below the cache: two policies of one kind, both run by tenacity.
 
-A connector call that raised a transient error (``TransientError``, ``ConnectionError``,
-``OSError``) is retried with exponential backoff, never sooner than the error's ``retry_after``.
-When the retries run out the lookup raises ``LookupFailedError`` naming the key, with the last
-error as ``__cause__``. Other errors propagate at once.
+- :class:`FailureRetry` (``lookup.max-retries``): a call that raised a transient error
+  (``TransientError``, ``ConnectionError``, ``OSError``) is retried with exponential backoff and
+  jitter, capped at ``lookup.max-retry-backoff``, never sooner than the error's ``retry_after``.
+  With the defaults (3 retries after 0.5-1, 1.5-2 and 4.5-5 s) it rides out an outage of 6.5 s.
+  When the retries run out the lookup raises ``LookupFailedError`` naming the table, the key, the
+  attempts and the last error (also its ``__cause__``). Other errors propagate at once.
+- :class:`MissRetry` (the LOOKUP hint's ``retry-predicate=lookup_miss``): an empty result is
+  retried after a fixed delay; when the attempts run out the empty result stands.
+
+A policy's first attempt runs outside tenacity (:meth:`RetryPolicy.resume` takes over after
+it): building tenacity's machinery costs more than most lookups, so the common case, success at
+once, never does.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
-from asyncio_lookup.errors import ConfigurationError, LookupFailedError, TransientError
+from asyncio_lookup.errors import LookupFailedError, TransientError
 from asyncio_lookup.lookup.functions import Key
+from asyncio_lookup.validation import format_duration, parse_duration, parse_int
 
 T = TypeVar("T")
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientError, ConnectionError, OSError)
+
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_MAX_BACKOFF = 10.0
 
 
 def is_transient(error: BaseException) -> bool:
@@ -27,52 +40,58 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, TRANSIENT_ERRORS)
 
 
-def _replay_first(error: Exception, attempt: Callable[[], T]) -> Callable[[], T]:
-    """``attempt`` whose first call raises ``error`` again: tenacity takes over after a first
-    attempt made outside it (building tenacity's machinery costs more than most lookups, so
-    the common case, success at once, never does)."""
-    replay = [error]
+class _Replay:
+    """The outcome of the attempt made before tenacity took over, given back as its first."""
 
-    def run() -> T:
-        if replay:
-            raise replay.pop()
-        return attempt()
+    def __init__(self, outcome: Any, failed: bool) -> None:
+        self.pending = True
+        self.outcome = outcome
+        self.failed = failed
 
-    return run
+    def take(self) -> Any:
+        self.pending = False
+        if self.failed:
+            raise self.outcome
+        return self.outcome
 
 
-@dataclass(frozen=True)
-class FailureRetry:
-    """``max_retries`` retries of a failed call; waits ``initial * multiplier**n`` (capped at
-    ``maximum``) plus up to ``jitter`` seconds, and at least the error's ``retry_after``."""
+class RetryPolicy(ABC):
+    """When a lookup below the cache is tried again and how long it waits first."""
 
-    max_retries: int
-    initial: float = 0.1
-    maximum: float = 5.0
-    multiplier: float = 2.0
-    jitter: float = 0.05
+    @abstractmethod
+    def retries(self, outcome: Any, failed: bool) -> bool:
+        """True when this outcome (a result, or an error when ``failed``) is worth a retry."""
 
-    def _wait(self) -> Callable[[tenacity.RetryCallState], float]:
-        backoff = tenacity.wait_exponential(
-            multiplier=self.initial, max=self.maximum, exp_base=self.multiplier
-        ) + tenacity.wait_random(0, self.jitter)
+    @abstractmethod
+    def _tenacity(self) -> dict[str, Any]:
+        """tenacity's ``stop`` and ``wait`` for this policy."""
 
-        def wait(state: tenacity.RetryCallState) -> float:
-            seconds = float(backoff(state))
-            error = state.outcome.exception() if state.outcome is not None else None
-            if isinstance(error, TransientError) and error.retry_after is not None:
-                seconds = max(seconds, float(error.retry_after))
-            return seconds
+    @abstractmethod
+    def _give_up(self, key: Key, state: tenacity.RetryCallState) -> Any:
+        """What the lookup returns (or raises) when the retries run out."""
 
-        return wait
+    def _take_over(self, first: Any, failed: bool) -> _Replay | None:
+        """The replay of ``first`` for tenacity when it is worth a retry; else None when it
+        stands as the result, or ``first`` raised again when it is an error."""
+        if self.retries(first, failed):
+            return _Replay(first, failed)
+        if failed:
+            raise first
+        return None
 
-    def _settings(self, on_retry: Callable[[], None]) -> dict[str, object]:
+    def _settings(self, key: Key, on_retry: Callable[[], None]) -> dict[str, Any]:
+        def retry(state: tenacity.RetryCallState) -> bool:
+            outcome = state.outcome
+            assert outcome is not None
+            if outcome.failed:
+                return self.retries(outcome.exception(), True)
+            return self.retries(outcome.result(), False)
+
         return {
-            "stop": tenacity.stop_after_attempt(self.max_retries + 1),
-            "wait": self._wait(),
-            "retry": tenacity.retry_if_exception(is_transient),
+            **self._tenacity(),
+            "retry": retry,
             "before_sleep": lambda _state: on_retry(),
-            "reraise": False,
+            "retry_error_callback": lambda state: self._give_up(key, state),
         }
 
     def call(
@@ -83,31 +102,31 @@ class FailureRetry:
         sleep: Callable[[float], None],
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
-        """Run ``attempt()`` with retries, sleeping with ``sleep`` (blocking)."""
+        """Run ``attempt()`` until this policy is satisfied, sleeping with ``sleep`` (blocks)."""
         try:
-            return attempt()
+            result = attempt()
         except Exception as error:
-            if not is_transient(error):
-                raise
-            failed: Exception = error
-        return self.retry(key, failed, attempt, sleep=sleep, on_retry=on_retry)
+            return self.resume(key, attempt, error, failed=True, sleep=sleep, on_retry=on_retry)
+        return self.resume(key, attempt, result, failed=False, sleep=sleep, on_retry=on_retry)
 
-    def retry(
+    def resume(
         self,
         key: Key,
-        failed: Exception,
         attempt: Callable[[], T],
+        first: Any,
         *,
+        failed: bool,
         sleep: Callable[[float], None],
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
-        """Continue after a first attempt, made by the caller, raised the transient ``failed``
-        (callers on a hot path make the first attempt inline and call this only on failure)."""
-        retrying = tenacity.Retrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
-        try:
-            return retrying(_replay_first(failed, attempt))
-        except tenacity.RetryError as exhausted:
-            raise self._failed(key, exhausted) from exhausted.last_attempt.exception()
+        """:meth:`call` after its first attempt, made by the caller, gave ``first`` (its error
+        when ``failed``): a hot path makes that attempt inline and calls this only when it
+        did not succeed at once."""
+        replay = self._take_over(first, failed)
+        if replay is None:
+            return first  # type: ignore[no-any-return]
+        retrying = tenacity.Retrying(sleep=sleep, **self._settings(key, on_retry))
+        return retrying(lambda: replay.take() if replay.pending else attempt())
 
     async def call_async(
         self,
@@ -117,49 +136,101 @@ class FailureRetry:
         sleep: Callable[[float], Awaitable[None]],
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
-        """Await ``attempt()`` with retries, waiting with ``sleep`` (loop timers)."""
+        """:meth:`call` for async attempts, waiting with ``sleep`` (loop timers)."""
         try:
-            return await attempt()
+            result = await attempt()
         except Exception as error:
-            if not is_transient(error):
-                raise
-            failed: Exception = error
-        return await self.retry_async(key, failed, attempt, sleep=sleep, on_retry=on_retry)
+            return await self.resume_async(
+                key, attempt, error, failed=True, sleep=sleep, on_retry=on_retry
+            )
+        return await self.resume_async(
+            key, attempt, result, failed=False, sleep=sleep, on_retry=on_retry
+        )
 
-    async def retry_async(
+    async def resume_async(
         self,
         key: Key,
-        failed: Exception,
         attempt: Callable[[], Awaitable[T]],
+        first: Any,
         *,
+        failed: bool,
         sleep: Callable[[float], Awaitable[None]],
         on_retry: Callable[[], None] = lambda: None,
     ) -> T:
-        """:meth:`retry` for async attempts."""
-        retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(on_retry))  # type: ignore[arg-type]
-        replay = [failed]
+        """:meth:`resume` for async attempts."""
+        replay = self._take_over(first, failed)
+        if replay is None:
+            return first  # type: ignore[no-any-return]
+        retrying = tenacity.AsyncRetrying(sleep=sleep, **self._settings(key, on_retry))
 
         async def run() -> T:  # tenacity awaits only coroutine functions, not lambdas
-            if replay:
-                raise replay.pop()
-            return await attempt()
+            return replay.take() if replay.pending else await attempt()
 
-        try:
-            return await retrying(run)
-        except tenacity.RetryError as exhausted:
-            raise self._failed(key, exhausted) from exhausted.last_attempt.exception()
+        return await retrying(run)
 
-    def _failed(self, key: Key, exhausted: tenacity.RetryError) -> LookupFailedError:
-        last = exhausted.last_attempt.exception()
-        attempts = exhausted.last_attempt.attempt_number
-        return LookupFailedError(
-            f"lookup of key {key!r} failed after {attempts} attempt(s) "
-            f"(lookup.max-retries={self.max_retries}): {type(last).__name__}: {last}"
-        )
+
+class _wait_backoff(tenacity.wait.wait_base):
+    """``backoff`` capped at ``maximum``, but never sooner than a ``TransientError``'s
+    ``retry_after`` (the server's word wins over the cap)."""
+
+    def __init__(self, backoff: tenacity.wait.wait_base, maximum: float) -> None:
+        self.backoff = backoff
+        self.maximum = maximum
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        seconds = min(float(self.backoff(retry_state)), self.maximum)
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None and outcome.failed else None
+        if isinstance(error, TransientError) and error.retry_after is not None:
+            seconds = max(seconds, float(error.retry_after))
+        return seconds
 
 
 @dataclass(frozen=True)
-class MissRetry:
+class FailureRetry(RetryPolicy):
+    """``max_retries`` retries of a call that failed transiently; retry ``n`` waits
+    ``initial * multiplier**(n-1)`` plus up to ``jitter`` seconds, at most ``maximum`` seconds,
+    and at least the error's ``retry_after``. ``table`` names the table in the final error."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    maximum: float = DEFAULT_MAX_BACKOFF
+    initial: float = 0.5
+    multiplier: float = 3.0
+    jitter: float = 0.5
+    table: str = ""
+
+    def __post_init__(self) -> None:
+        parse_int("lookup.max-retries", self.max_retries, minimum=0, text=False)
+        maximum = parse_duration("lookup.max-retry-backoff", self.maximum, positive=True)
+        object.__setattr__(self, "maximum", maximum)
+
+    def retries(self, outcome: Any, failed: bool) -> bool:
+        return failed and is_transient(outcome)
+
+    def _tenacity(self) -> dict[str, Any]:
+        backoff = tenacity.wait_exponential(
+            multiplier=self.initial, exp_base=self.multiplier
+        ) + tenacity.wait_random(0, self.jitter)
+        return {
+            "stop": tenacity.stop_after_attempt(self.max_retries + 1),
+            "wait": _wait_backoff(backoff, self.maximum),
+        }
+
+    def _give_up(self, key: Key, state: tenacity.RetryCallState) -> Any:
+        outcome = state.outcome
+        assert outcome is not None
+        last = outcome.exception()
+        table = f" in table {self.table!r}" if self.table else ""
+        raise LookupFailedError(
+            f"lookup of key {key!r}{table} failed after {state.attempt_number} attempt(s), "
+            f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="
+            f"{self.max_retries}, lookup.max-retry-backoff={format_duration(self.maximum)}); "
+            f"last error: {type(last).__name__}: {last}"
+        ) from last
+
+
+@dataclass(frozen=True)
+class MissRetry(RetryPolicy):
     """The LOOKUP hint's retry on lookup miss (``retry-predicate=lookup_miss``, ``fixed_delay``):
     an empty result is retried after ``delay`` seconds, at most ``max_attempts`` times."""
 
@@ -167,9 +238,25 @@ class MissRetry:
     max_attempts: int
 
     def __post_init__(self) -> None:
-        delay: object = self.delay
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay > 0:
-            raise ConfigurationError("fixed-delay", self.delay, "a duration > 0, in seconds")
-        attempts: object = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigurationError("max-attempts", self.max_attempts, "an integer > 0")
+        delay = parse_duration(
+            "fixed-delay",
+            self.delay,
+            positive=True,
+            allowed="a duration > 0, in seconds",
+            text=False,
+        )
+        object.__setattr__(self, "delay", delay)
+        parse_int("max-attempts", self.max_attempts, minimum=1, text=False)
+
+    def retries(self, outcome: Any, failed: bool) -> bool:
+        return not failed and not outcome
+
+    def _tenacity(self) -> dict[str, Any]:
+        return {
+            "stop": tenacity.stop_after_attempt(self.max_attempts + 1),
+            "wait": tenacity.wait_fixed(self.delay),
+        }
+
+    def _give_up(self, key: Key, state: tenacity.RetryCallState) -> Any:
+        assert state.outcome is not None
+        return state.outcome.result()

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from asyncio_lookup.lookup.cache import LookupCache
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.metrics import CacheMetricGroup
+from asyncio_lookup.lookup.shared import Lease, Reuse, Shared
 
 ScopeKey = tuple[str, tuple[str, ...]]
 
@@ -31,21 +31,18 @@ ScopeKey = tuple[str, tuple[str, ...]]
 class SharedCache:
     """The cache of one scope: exactly one of ``cache`` / ``full_cache`` is set."""
 
-    key: ScopeKey
     cache: LookupCache | None
     full_cache: FullCache | None
     metrics: CacheMetricGroup
-    loop: asyncio.AbstractEventLoop
-    opening: asyncio.Future[None]
-    users: int = 1
 
     @property
     def failed(self) -> bool:
         return self.full_cache is not None and self.full_cache.failed
 
 
-_scopes: dict[ScopeKey, SharedCache] = {}
-_lock = threading.Lock()  # release may come from a thread other than the loop's
+CacheLease = Lease[SharedCache]
+
+_scopes: Shared[ScopeKey, SharedCache] = Shared()
 
 
 def scope_key(cache_scope: str, key_columns: Sequence[str]) -> ScopeKey:
@@ -58,7 +55,7 @@ async def acquire_cache(
     cache: LookupCache | None,
     full_cache: FullCache | None,
     metrics: CacheMetricGroup,
-) -> SharedCache | None:
+) -> CacheLease | None:
     """The opened cache of scope ``key``; the caller's (unopened) ``cache`` or ``full_cache``
     and ``metrics`` become it when the scope has none yet (they are opened here).
 
@@ -67,58 +64,32 @@ async def acquire_cache(
     open). Pair with :func:`release_cache`.
     """
     loop = asyncio.get_running_loop()
-    opener = False
-    with _lock:
-        shared = _scopes.get(key)
-        if shared is not None and shared.opening.done() and shared.failed:
-            del _scopes[key]  # its users keep it; a newcomer loads afresh
-            shared = None
-        if shared is None:
-            shared = SharedCache(key, cache, full_cache, metrics, loop, loop.create_future())
-            shared.opening.add_done_callback(lambda f: f.cancelled() or f.exception())
-            _scopes[key] = shared
-            opener = True
-        elif not shared.opening.done() and shared.loop is not loop:
-            return None
-        else:
-            shared.users += 1
-    if not opener:
-        if not shared.opening.done():
-            try:
-                await asyncio.shield(shared.opening)
-            except BaseException:
-                release_cache(shared)
-                raise
-        return shared
-    try:
+
+    def reuse(lease: CacheLease) -> Reuse:
+        if lease.resource is not None and lease.resource.failed:
+            return Reuse.REPLACE  # its users keep it; a newcomer loads afresh
+        if lease.resource is None and lease.loop is not loop:
+            return Reuse.DECLINE
+        return Reuse.JOIN
+
+    async def open_cache() -> SharedCache:
         if full_cache is not None:
             await full_cache.open()
         elif cache is not None:
             cache.open(metrics)
-    except BaseException as error:
-        with _lock:
-            if _scopes.get(key) is shared:
-                del _scopes[key]
-            shared.users = 0
-        if isinstance(error, Exception):
-            shared.opening.set_exception(error)
-        else:
-            shared.opening.cancel()
-        raise
-    shared.opening.set_result(None)
-    return shared
+        return SharedCache(cache, full_cache, metrics)
+
+    return await _scopes.acquire(key, open_cache, reuse=reuse)
 
 
-def release_cache(shared: SharedCache) -> None:
-    """A chain is done with ``shared``; the last user closes the cache (no loop needed)."""
-    with _lock:
-        if shared.users <= 0:
-            return
-        shared.users -= 1
-        if shared.users > 0:
-            return
-        if _scopes.get(shared.key) is shared:
-            del _scopes[shared.key]
+def release_cache(lease: CacheLease) -> None:
+    """A chain is done with the scope's cache; the last user closes it (no loop needed)."""
+    if not _scopes.release(lease):
+        return
+    _scopes.evict(lease)
+    shared = lease.resource
+    if shared is None:
+        return
     with contextlib.suppress(Exception):
         if shared.full_cache is not None:
             shared.full_cache.close(timeout=0)
@@ -128,5 +99,4 @@ def release_cache(shared: SharedCache) -> None:
 
 def scope_keys() -> list[ScopeKey]:
     """The scopes with a cache in this process (for inspection and tests)."""
-    with _lock:
-        return list(_scopes)
+    return _scopes.keys()

@@ -30,7 +30,12 @@ from asyncio_lookup.spark.schema import (
     key_types_compatible,
     large_var_types,
 )
-from asyncio_lookup.spark.shuffle import PARTITION_COLUMN, SkewOptions, plan_shuffle
+from asyncio_lookup.spark.shuffle import (
+    PARTITION_COLUMN,
+    SkewOptions,
+    check_shuffle_partitions,
+    plan_shuffle,
+)
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
 from asyncio_lookup.spark.worker_gc import gc_threshold_from_conf
@@ -244,12 +249,10 @@ def plan_lookup_join(
     large = large_var_types(df)
     dim_columns = _dim_columns(table, left, columns, rename, prefix, large)
     # The source must offer a usable mode for these options and hints (opens nothing).
-    LookupChain.create(
+    LookupChain.validate(
         table.connector,
         table.options,
         prefer_async=settings.prefer_async,
-        miss_retry=settings.miss_retry(),
-        name=table.name,
         key_columns=spec.key_columns,
     )
     dim_fields = {f.name: f for f in table.schema.fields}
@@ -325,16 +328,8 @@ def lookup_join(
         alias=alias,
     )
     skew_options = SkewOptions.of(skew)
-    if shuffle_partitions is not None and (
-        isinstance(shuffle_partitions, bool)
-        or not isinstance(shuffle_partitions, int)
-        or shuffle_partitions < 1
-    ):
-        raise ConfigurationError(
-            "shuffle_partitions",
-            shuffle_partitions,
-            "an int >= 1, or None for the input's number of partitions",
-        )
+    if shuffle_partitions is not None:
+        check_shuffle_partitions(shuffle_partitions)
     if task.settings.shuffle:
         df, task = hash_partition(df, task, table, shuffle_partitions, skew_options)
     return df.mapInArrow(task, output)

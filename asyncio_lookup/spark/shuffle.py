@@ -29,6 +29,7 @@ from asyncio_lookup.lookup.partitioning import (
     salt_count,
 )
 from asyncio_lookup.spark.schema import key_family
+from asyncio_lookup.validation import parse_int, parse_number
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +70,23 @@ class SkewOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ConfigurationError("skew.enabled", self.enabled, "True or False")
-        if self.threshold is not None and not (
-            isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1
-        ):
-            raise ConfigurationError("skew.threshold", self.threshold, "a share in (0, 1] or None")
-        if not (isinstance(self.sample_fraction, (int, float)) and 0 < self.sample_fraction <= 1):
-            raise ConfigurationError(
-                "skew.sample_fraction", self.sample_fraction, "a number in (0, 1]"
+        if self.threshold is not None:
+            parse_number(
+                "skew.threshold",
+                self.threshold,
+                above=0,
+                maximum=1,
+                allowed="a share in (0, 1] or None",
             )
+        parse_number(
+            "skew.sample_fraction",
+            self.sample_fraction,
+            above=0,
+            maximum=1,
+            allowed="a number in (0, 1]",
+        )
         for name in ("max_hot_keys", "min_sampled_rows"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"skew.{name}", value, "an int >= 1")
+            parse_int(f"skew.{name}", getattr(self, name), minimum=1, text=False)
 
     @classmethod
     def of(cls, value: SkewOptions | bool | Mapping[str, Any] | None) -> SkewOptions:
@@ -119,13 +125,20 @@ def _canonical(column: Column, kind: str) -> Column:
     return column
 
 
+def check_shuffle_partitions(value: Any) -> int:
+    """``shuffle_partitions`` given to ``lookup_join``: an int >= 1."""
+    return parse_int(
+        "shuffle_partitions",
+        value,
+        minimum=1,
+        allowed="an int >= 1, or None for the input's number of partitions",
+        text=False,
+    )
+
+
 def _num_partitions(df: DataFrame, override: int | None) -> int:
     if override is not None:
-        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
-            raise ConfigurationError(
-                "shuffle_partitions", override, "an int >= 1, or None for the input's partitions"
-            )
-        return override
+        return check_shuffle_partitions(override)
     if df.isStreaming:
         return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
     return max(1, df.rdd.getNumPartitions())

@@ -66,11 +66,10 @@ class LookupTable:
         self.table_id = uuid.uuid4().hex
         # Checks the connector's capabilities against the options, opening nothing. A join
         # checks again with its real key columns; a FULL cache only needs some here.
-        LookupChain.create(
+        LookupChain.validate(
             connector,
             self.options,
             prefer_async=True,
-            name=self.name,
             key_columns=tuple(getattr(connector, "key_columns", ()) or ("key",)),
         )
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.validation import parse_int
 
 CONF_GC_YOUNG_THRESHOLD = "asyncio_lookup.worker.gc-young-threshold"
 DEFAULT_GC_YOUNG_THRESHOLD = 10_000
@@ -31,13 +31,7 @@ def parse_gc_threshold(value: Any) -> int:
     """The young-generation threshold from a conf value (``None``: the default)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return DEFAULT_GC_YOUNG_THRESHOLD
-    try:
-        threshold = int(str(value).strip())
-    except ValueError:
-        threshold = -1
-    if isinstance(value, bool) or not 0 <= threshold <= _MAX:
-        raise ConfigurationError(CONF_GC_YOUNG_THRESHOLD, value, _ALLOWED)
-    return threshold
+    return parse_int(CONF_GC_YOUNG_THRESHOLD, value, minimum=0, maximum=_MAX, allowed=_ALLOWED)
 
 
 def gc_threshold_from_conf(conf: Any) -> int:

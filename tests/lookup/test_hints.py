@@ -106,7 +106,9 @@ def test_to_text_round_trips() -> None:
         ("LOOKUP('table'='T', 'capacity'='0')", "capacity", "0", "> 0"),
         ("LOOKUP('table'='T', 'capacity'='-3')", "capacity", "-3", "> 0"),
         ("LOOKUP('table'='T', 'capacity'='ten')", "capacity", "ten", "whole number"),
-        ("LOOKUP('table'='T', 'timeout'='-1s')", "timeout", "-1s", "non-negative duration"),
+        ("LOOKUP('table'='T', 'timeout'='-1s')", "timeout", "-1s", "a duration > 0"),
+        ("LOOKUP('table'='T', 'timeout'='0')", "timeout", "'0'", "a duration > 0"),
+        ("LOOKUP('table'='T', 'capacity'='1000000000000')", "capacity", "1000000000000", "at most"),
         ("LOOKUP('table'='T', 'timeout'='3 parsecs')", "timeout", "3 parsecs", "duration"),
         ("LOOKUP('table'='T', 'shuffle'='1')", "shuffle", "1", "'true' or 'false'"),
         (
@@ -141,7 +143,7 @@ def test_to_text_round_trips() -> None:
             "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay',"
             " 'fixed-delay'='0s', 'max-attempts'='2')",
             "fixed-delay",
-            "0.0",
+            "'0s'",
             "> 0",
         ),
         (
@@ -149,7 +151,7 @@ def test_to_text_round_trips() -> None:
             " 'fixed-delay'='-5s', 'max-attempts'='2')",
             "fixed-delay",
             "-5s",
-            "non-negative",
+            "must not be negative",
         ),
         ("LOOKUP('table'='')", "table", "''", "non-empty"),
     ],
@@ -307,12 +309,23 @@ def test_async_false_and_retry_resolve_to_a_miss_retry() -> None:
     assert resolved.miss_retry() == MissRetry(delay=0.25, max_attempts=4)
 
 
-def test_zero_timeout_disables_it_but_not_with_retry() -> None:
-    assert resolve_lookup("LOOKUP('table'='T', 'timeout'='0s')", "T").timeout is None
-    with pytest.raises(HintError, match="needs a timeout"):
-        resolve_lookup(f"LOOKUP('table'='T', 'timeout'='0s', {RETRY})", "T")
-    with pytest.raises(HintError, match="job default"):
-        resolve_lookup(f"LOOKUP('table'='T', {RETRY})", "T", defaults=AsyncDefaults(timeout=0))
+def test_zero_timeout_is_rejected_in_hint_conf_and_defaults() -> None:
+    # '0' used to turn the timeout off silently
+    with pytest.raises(HintError, match="must be greater than 0") as error:
+        resolve_lookup("LOOKUP('table'='T', 'timeout'='0s')", "T")
+    assert error.value.option == "timeout"
+    with pytest.raises(ConfigurationError) as conf_error:
+        AsyncDefaults.from_conf({"table.exec.async-lookup.timeout": "0"})
+    assert conf_error.value.option == "table.exec.async-lookup.timeout"
+    with pytest.raises(ConfigurationError):
+        AsyncDefaults(timeout=0)
+
+
+def test_unknown_option_suggests_the_nearest_name() -> None:
+    with pytest.raises(HintError, match="did you mean 'timeout'"):
+        parse_hints("LOOKUP('table'='T', 'time-out'='10s')")
+    with pytest.raises(HintError, match="did you mean 'max-attempts'"):
+        LookupHint.from_options({"table": "T", "max_attempts": "3"})
 
 
 def test_first_lookup_hint_for_the_table_wins() -> None:

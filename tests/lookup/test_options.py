@@ -44,11 +44,12 @@ def test_every_option_parses() -> None:
             "lookup.full-cache.timed-reload.interval-in-days": "2",
             "lookup.batch.max-size": "16",
             "lookup.batch.max-wait": "100ms",
-            "connector": "ignored",  # not a lookup.* option
+            "lookup.max-retry-backoff": "30 s",
         }
     )
     assert options.cache is CacheType.PARTIAL
     assert options.max_retries == 5
+    assert options.max_retry_backoff == 30
     assert options.partial_expire_after_access == 10
     assert options.partial_expire_after_write == 180
     assert options.partial_cache_missing_key is False
@@ -127,6 +128,11 @@ def test_round_trip_through_to_dict() -> None:
         ({"lookup.partial-cache.cache-missing-key": "yes"}, "cache-missing-key"),
         ({"lookup.partial-cache.max-rows": "1.5"}, "lookup.partial-cache.max-rows"),
         ({"lookup.partial-cache.max-rows": "-3"}, "lookup.partial-cache.max-rows"),
+        ({"lookup.partial-cache.max-rows": "0"}, "lookup.partial-cache.max-rows"),
+        ({"lookup.partial-cache.expire-after-write": "0"}, "expire-after-write"),
+        ({"lookup.partial-cache.expire-after-access": "0 s"}, "expire-after-access"),
+        ({"lookup.max-retry-backoff": "0"}, "lookup.max-retry-backoff"),
+        ({"lookup.max-retry-backoff": "-1s"}, "lookup.max-retry-backoff"),
         ({"lookup.full-cache.reload-strategy": "HOURLY"}, "reload-strategy"),
         ({"lookup.full-cache.periodic-reload.interval": "0s"}, "periodic-reload.interval"),
         ({"lookup.full-cache.periodic-reload.interval": "soon"}, "periodic-reload.interval"),
@@ -181,3 +187,68 @@ def test_triggers_validate_like_options() -> None:
         TimedCacheReloadTrigger("10:15", 0)
     with pytest.raises(ConfigurationError, match="iso-time"):
         TimedCacheReloadTrigger("quarter past ten")
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [
+        ("lookup-cache", "lookup.cache"),
+        ("cache", "lookup.cache"),
+        (" lookup.cache", "lookup.cache"),
+        ("LOOKUP.CACHE", "lookup.cache"),
+        ("lookup.max-retry", "lookup.max-retries"),
+        ("max-rows", "lookup.partial-cache.max-rows"),
+        ("lookup.partial-cache.expire-after-writes", "lookup.partial-cache.expire-after-write"),
+    ],
+)
+def test_every_key_must_be_known_and_a_near_miss_names_the_right_one(
+    name: str, suggested: str
+) -> None:
+    # these used to be ignored silently (the cache was then off)
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions.from_dict({name: "PARTIAL"})
+    assert raised.value.option == name
+    assert f"did you mean {suggested!r}?" in str(raised.value)
+
+
+def test_a_key_far_from_every_option_lists_them_without_a_guess() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions.from_dict({"connector": "redis"})
+    assert "did you mean" not in str(raised.value)
+    assert "'lookup.cache'" in raised.value.allowed
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("partial_max_rows", 0, "lookup.partial-cache.max-rows"),
+        ("partial_expire_after_write", 0.0, "lookup.partial-cache.expire-after-write"),
+        ("max_retries", -1, "lookup.max-retries"),
+        ("batch_max_size", True, "lookup.batch.max-size"),
+    ],
+)
+def test_direct_construction_validates_each_field_once_by_option_name(
+    field: str, value: object, option: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        LookupOptions(cache=CacheType.NONE, **{field: value})  # type: ignore[arg-type]
+    assert raised.value.option == option
+
+
+def test_options_given_as_python_values_parse_like_text() -> None:
+    options = LookupOptions.from_dict(
+        {
+            "lookup.cache": CacheType.PARTIAL,
+            "lookup.partial-cache.max-rows": 10,
+            "lookup.partial-cache.expire-after-write": timedelta(minutes=2),
+            "lookup.partial-cache.cache-missing-key": False,
+        }
+    )
+    assert options == LookupOptions.from_dict(
+        {
+            "lookup.cache": "PARTIAL",
+            "lookup.partial-cache.max-rows": "10",
+            "lookup.partial-cache.expire-after-write": "2 min",
+            "lookup.partial-cache.cache-missing-key": "false",
+        }
+    )

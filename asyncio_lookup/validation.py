@@ -1,0 +1,219 @@
+"""Durations and scalar settings: one parser for each kind of value, used by every layer.
+
+Each parser takes the option's name and the user's value and returns the parsed value or raises
+:class:`ConfigurationError` (or the subclass given as ``error``) naming the option, the value and
+what is allowed. Imports only the standard library and :mod:`asyncio_lookup.errors`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from asyncio_lookup.errors import ConfigurationError
+
+_UNIT_SECONDS: dict[str, float] = {}
+for _names, _seconds in (
+    (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1e-9),
+    (("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1e-6),
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1e-3),
+    (("s", "sec", "secs", "second", "seconds"), 1.0),
+    (("m", "min", "mins", "minute", "minutes"), 60.0),
+    (("h", "hour", "hours"), 3600.0),
+    (("d", "day", "days"), 86400.0),
+):
+    for _name in _names:
+        _UNIT_SECONDS[_name] = _seconds
+
+_DURATION = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([a-zµ]*)\s*$", re.IGNORECASE)
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+
+DURATION_ALLOWED = (
+    "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms)"
+)
+POSITIVE_DURATION_ALLOWED = "a duration > 0 such as '10s', '10 s', '100ms', '3 min', '1h'"
+BOOL_ALLOWED = "'true' or 'false'"
+
+
+def to_seconds(
+    option: str,
+    value: Any,
+    allowed: str = DURATION_ALLOWED,
+    *,
+    text: bool = True,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> float:
+    """``value`` in seconds: a ``timedelta``, a number of seconds or (when ``text``) Flink's
+    duration syntax, where a number with no unit is milliseconds. Any sign; not NaN or a bool."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        raise error(option, value, allowed)
+    if isinstance(value, (int, float)):
+        if math.isnan(value):
+            raise error(option, value, allowed)
+        return float(value)
+    if text and isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise error(option, value, allowed)
+        number, unit = match.groups()
+        unit_seconds = _UNIT_SECONDS.get(unit.lower()) if unit else 1e-3
+        if unit_seconds is None:
+            raise error(option, value, allowed, reason=f"unknown time unit {unit!r}")
+        return float(number) * unit_seconds
+    raise error(option, value, allowed)
+
+
+def parse_duration(
+    option: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    allowed: str | None = None,
+    text: bool = True,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> float:
+    """A finite duration in seconds (see :func:`to_seconds`), ``>= 0``, or ``> 0`` when
+    ``positive``."""
+    allowed = allowed or (POSITIVE_DURATION_ALLOWED if positive else DURATION_ALLOWED)
+    seconds = to_seconds(option, value, allowed, text=text, error=error)
+    if seconds < 0:
+        raise error(option, value, allowed, reason="must not be negative")
+    if math.isinf(seconds):
+        raise error(option, value, allowed, reason="must be finite")
+    if positive and seconds == 0:
+        raise error(option, value, allowed, reason="must be greater than 0")
+    return seconds
+
+
+def format_duration(seconds: float | timedelta) -> str:
+    """``'3 s'``, ``'1500 ms'``, ``'0.25 ms'``: whole seconds in s, the rest in ms. The text
+    parses back (:func:`parse_duration`) to the same number."""
+    value = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
+    if value == int(value):
+        return f"{int(value)} s"
+    millis = value * 1000
+    return f"{int(millis)} ms" if millis == int(millis) else f"{millis!r} ms"
+
+
+def parse_int(
+    option: str,
+    value: Any,
+    *,
+    minimum: int,
+    maximum: int | None = None,
+    allowed: str | None = None,
+    text: bool = True,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> int:
+    """An ``int`` (or, when ``text``, its decimal text) in ``[minimum, maximum]``; never a
+    bool or a float."""
+    if allowed is None:
+        allowed = (
+            f"an integer >= {minimum}"
+            if maximum is None
+            else f"an integer from {minimum} to {maximum:,}".replace(",", "_")
+        )
+    if isinstance(value, bool):
+        raise error(option, value, allowed)
+    if isinstance(value, int):
+        number = value
+    elif text and isinstance(value, str) and _INTEGER.fullmatch(value):
+        number = int(value)
+    else:
+        raise error(option, value, allowed)
+    if number < minimum:
+        raise error(option, value, allowed, reason=f"must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise error(option, value, allowed, reason=f"must be at most {maximum}")
+    return number
+
+
+def parse_number(
+    option: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    allowed: str,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> float:
+    """A finite ``int`` or ``float`` (not a bool, not text) ``> above``, ``>= minimum`` and
+    ``<= maximum`` where given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise error(option, value, allowed)
+    if (
+        (above is not None and not value > above)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        raise error(option, value, allowed)
+    return float(value)
+
+
+def parse_bool(
+    option: str, value: Any, *, error: type[ConfigurationError] = ConfigurationError
+) -> bool:
+    """A ``bool`` or the text ``'true'`` / ``'false'`` (any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise error(option, value, BOOL_ALLOWED)
+
+
+def parse_choice(
+    option: str,
+    value: Any,
+    choices: Iterable[str],
+    *,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> str:
+    """One of ``choices``, matched case-insensitively; returns the choice as spelled there."""
+    choices = tuple(choices)
+    if isinstance(value, str):
+        wanted = value.strip().lower()
+        for choice in choices:
+            if choice.lower() == wanted:
+                return choice
+    raise error(option, value, " or ".join(repr(c) for c in choices) + " (case-insensitive)")
+
+
+def did_you_mean(name: str, known: Iterable[str], *, prefixes: Iterable[str] = ()) -> str | None:
+    """The known name ``name`` most likely misspells, or None: the one it is the last part
+    of (``'max-rows'``), else the closest spelling, also with each of ``prefixes`` in front
+    (``' lookup.cache'``, ``'lookup-cache'`` and, with prefix ``'lookup.'``, ``'cache'``)."""
+    known = tuple(known)
+    text = str(name).strip().lower()
+    endings = [k for k in known if k.lower().endswith("." + text)]
+    if len(endings) == 1:
+        return endings[0]
+    for candidate in (text, *(prefix + text for prefix in prefixes)):
+        match = difflib.get_close_matches(candidate, known, n=1, cutoff=0.75)
+        if match:
+            return match[0]
+    return None
+
+
+def unknown_option(
+    name: Any,
+    value: Any,
+    known: Iterable[str],
+    *,
+    kind: str = "option",
+    prefixes: Iterable[str] = (),
+    error: type[ConfigurationError] = ConfigurationError,
+) -> ConfigurationError:
+    """The error for an option nobody knows: lists the known ones, suggests the nearest."""
+    known = tuple(known)
+    reason = f"unknown {kind}"
+    suggestion = did_you_mean(str(name), known, prefixes=prefixes)
+    if suggestion is not None:
+        reason += f"; did you mean {suggestion!r}?"
+    return error(str(name), value, "one of " + ", ".join(repr(k) for k in known), reason=reason)
