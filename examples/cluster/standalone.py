@@ -224,10 +224,15 @@ class StandaloneCluster:
         *,
         executor_python: Path,
         py_files: Sequence[Path] = (),
+        archives: Sequence[str] = (),
         args: Sequence[str] = (),
         timeout: float = 300,
     ) -> subprocess.CompletedProcess[str]:
-        """``spark-submit`` ``job`` in client mode; the driver runs this interpreter."""
+        """``spark-submit`` ``job`` in client mode; the driver runs this interpreter.
+
+        ``executor_python`` may be relative to the executors' working directory, as
+        ``./environment/bin/python`` with ``archives=["env.tar.gz#environment"]``.
+        """
         conf = {
             "spark.pyspark.python": str(executor_python),
             "spark.pyspark.driver.python": sys.executable,
@@ -246,6 +251,8 @@ class StandaloneCluster:
             cmd += ["--conf", f"{key}={value}"]
         if py_files:
             cmd += ["--py-files", ",".join(map(str, py_files))]
+        if archives:
+            cmd += ["--archives", ",".join(archives)]
         cmd += [str(job), *args]
         env = spark_env(PYSPARK_PYTHON=str(executor_python), PYSPARK_DRIVER_PYTHON=sys.executable)
         return subprocess.run(
