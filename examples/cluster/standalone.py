@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,12 +160,20 @@ class StandaloneCluster:
 
     def start(self, timeout: float = 90) -> StandaloneCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
         try:
             self._spawn(
                 "master",
                 "org.apache.spark.deploy.master.Master",
                 "--host", LOCAL_IP, "--port", str(self.port), "--webui-port", str(self.ui_port),
             )  # fmt: skip
+            # Spark moves to the next port when one was taken meanwhile: read what it bound.
+            self.url = self._wait_for_log(
+                "master", r"Starting Spark master at (spark://\S+)", deadline
+            )
+            self.ui_port = int(
+                self._wait_for_log("master", r"service 'MasterUI' on port (\d+)", deadline)
+            )
             self._spawn(
                 "worker",
                 "org.apache.spark.deploy.worker.Worker",
@@ -174,27 +183,39 @@ class StandaloneCluster:
                 "--work-dir", str(self.workdir / "work"),
                 self.url,
             )  # fmt: skip
-            self._wait_for_worker(timeout)
+            self._wait_for_worker(deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_for_worker(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def _check_alive(self) -> None:
+        for proc, name in zip(self.procs, ("master", "worker"), strict=False):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {name} exited: {self.log_tail(name)}")
+
+    def _wait_for_log(self, name: str, pattern: str, deadline: float) -> str:
+        regex = re.compile(pattern)
         while time.monotonic() < deadline:
-            for proc, name in zip(self.procs, ("master", "worker"), strict=True):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the {name} exited: {self.log_tail(name)}")
+            self._check_alive()
+            found = regex.search((self.workdir / f"{name}.log").read_text(errors="replace"))
+            if found:
+                return found.group(1)
+            time.sleep(0.3)
+        raise TimeoutError(f"the {name} did not log {pattern!r}: {self.log_tail(name)}")
+
+    def _wait_for_worker(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_alive()
             try:
                 url = f"http://{LOCAL_IP}:{self.ui_port}/json/"
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if json.load(resp).get("aliveworkers", 0) >= 1:
                         return
-            except OSError:
+            except (OSError, ValueError):  # not serving yet
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"no worker registered with {self.url} in {timeout:.0f} s")
+        raise TimeoutError(f"no worker registered with {self.url}: {self.log_tail('worker')}")
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.workdir / f"{name}.log"
