@@ -293,7 +293,7 @@ def main() -> int:
     print("1. build: pip wheel --no-deps . -w dist/, copied to dist/asyncio_lookup.zip")
     package = build_zip(REPO / "dist")
     print(f"   {package}")
-    print("2. a cluster node's Python: the dependencies installed, asyncio_lookup not")
+    print("2. a cluster node's Python: the core dependencies; no asyncio_lookup, pyspark, pandas")
     python = node_python(workdir / "node")
     print(f"   {python}")
     with StandaloneCluster(workdir) as cluster:
