@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo cluster-demo test test-fast bench lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) examples/quickstart.py
 
+# A local Spark standalone master + worker; the wheel shipped as a zip on --py-files; stopped after.
+cluster-demo: setup
+	$(PY) examples/cluster/standalone.py
+
 test: setup
 	$(PY) -m pytest -q
 
@@ -29,4 +33,4 @@ lint: setup
 	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache build dist *.egg-info
