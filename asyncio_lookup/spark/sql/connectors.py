@@ -29,15 +29,13 @@ def shown(option: str, value: str) -> str:
     """A value as it may appear in a message: secrets masked, URL passwords masked."""
     if is_secret(option):
         return "***"
-    if "://" in value and "@" in value:
-        try:
-            parts = urlsplit(value)
-            if parts.password is not None:
-                host = parts.netloc.rpartition("@")[2]
-                netloc = f"{parts.username or ''}:***@{host}"
-                return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-        except ValueError:
-            return "<url not shown>"
+    start = value.find("://")
+    at = value.find("@", start + 3) if start >= 0 else -1
+    if at > start and ":" in value[start + 3 : at]:
+        user = value[start + 3 : at].split(":", 1)[0]
+        value = f"{value[: start + 3]}{user}:***{value[at:]}"
+    if "password" in value.lower() and "?" in value:
+        value = value.split("?", 1)[0] + "?***"
     return value
 
 

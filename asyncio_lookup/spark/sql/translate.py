@@ -82,6 +82,7 @@ class _Hints:
     lookup: list[LookupHint] = field(default_factory=list)
     shuffle: list[str] = field(default_factory=list)
     spark: list[exp.Expr] = field(default_factory=list)
+    spark_shuffle: list[str] = field(default_factory=list)
     used_lookup: set[int] = field(default_factory=set)
     used_shuffle: set[str] = field(default_factory=set)
 
@@ -91,7 +92,7 @@ class _Hints:
         hint = select.args.get("hint")
         for item in hint.expressions if hint is not None else []:
             name = str(item.this if isinstance(item, (exp.JoinHint, exp.Anonymous)) else "")
-            text = _sql(item)
+            text = item if isinstance(item, str) else _sql(item)
             if name.upper() == "LOOKUP" or text.upper().startswith("LOOKUP"):
                 for parsed in parse_hints(text):
                     assert isinstance(parsed, LookupHint)
@@ -103,6 +104,7 @@ class _Hints:
                         hints.shuffle.append(target.name)
                     else:
                         others.append(target)
+                        hints.spark_shuffle.append(target.name)
                 if others:
                     hints.spark.append(exp.JoinHint(this="SHUFFLE_HASH", expressions=others))
             else:
@@ -134,7 +136,7 @@ class _Hints:
                     allowed,
                     reason="the hint names no lookup join of its SELECT",
                 )
-        for name in self.shuffle:
+        for name in self.shuffle + self.spark_shuffle:
             if name.lower() not in self.used_shuffle and name.lower() not in spark_sources:
                 raise SqlError(
                     "SHUFFLE_HASH",
@@ -326,9 +328,12 @@ class Translator:
 
         key, residual = self._key(definition, resolver, dim, join.args["on"])
         pushed = self._pushable_where(select, resolver, sources)
+        if pushed:
+            rest = and_all([c for c in conjuncts(_where(select)) if c not in pushed])
+            select.set("where", exp.Where(this=rest) if rest is not None else None)
         n = next(_counter)
         prefix = f"__lk{n}"
-        needed = self._needed(select, [*sources, dim])
+        needed = self._needed(select, [*sources, dim], join, residual)
         flat: dict[str, list[tuple[str, str]]] = {}
         columns: list[Column] = []
         for a, source in enumerate(sources):
@@ -354,9 +359,6 @@ class Translator:
             condition = and_all([self._qualified(p, resolver) for p in pushed])
             assert condition is not None
             probe_df = probe_df.where(F.expr(_sql(condition)))
-            where = [c for c in conjuncts(_where(select)) if c not in pushed]
-            rest = and_all(where)
-            select.set("where", exp.Where(this=rest) if rest is not None else None)
         probe_df = probe_df.select(*columns)
 
         dim_fields = needed[dim_alias] or [definition.columns[0]]
@@ -493,8 +495,11 @@ class Translator:
                 out.append(part)
         return out
 
-    def _needed(self, select: exp.Select, sources: list[Source]) -> dict[str, list[str]]:
-        """The fields of each source the statement can refer to (all of them after a ``*``)."""
+    def _needed(
+        self, select: exp.Select, sources: list[Source], join: exp.Join, residual: list[exp.Expr]
+    ) -> dict[str, list[str]]:
+        """The fields of each source the rest of the statement (and the ``ON`` conditions left
+        after the key) can refer to: all of them after a ``*``."""
         every = any(isinstance(e, exp.Star) for e in select.expressions) or any(
             isinstance(star.parent, exp.Expr)
             and not isinstance(star.parent, (exp.Column, exp.Count, exp.Select))
@@ -503,7 +508,12 @@ class Translator:
         qualified: dict[str, set[str]] = {s.alias.lower(): set() for s in sources}
         plain: set[str] = set()
         starred: set[str] = set()
-        for column in select.find_all(exp.Column):
+        outside = [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Join) is not join]
+        known = Resolver(sources[:-1], sources[-1])
+        in_scope = {id(node) for node in scope_nodes(select)}
+        for column in outside + [c for r in residual for c in r.find_all(exp.Column)]:
+            if column.table and column.table.lower() in qualified and id(column) in in_scope:
+                known.resolve(column)  # raises for a column the alias does not have
             if isinstance(column.this, exp.Star):
                 starred.add(column.table.lower())
             elif column.table:
