@@ -183,9 +183,9 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
             )
     names = [c for c, _ in columns]
     lowered = [c.lower() for c in names]
-    for key in primary:
-        if key.lower() not in lowered:
-            raise SqlError("PRIMARY KEY", key, f"columns of {name!r}: {names}")
+    for column in primary:
+        if column.lower() not in lowered:
+            raise SqlError("PRIMARY KEY", column, f"columns of {name!r}: {names}")
     if len(set(lowered)) != len(lowered):
         raise SqlError("CREATE TABLE", names, "distinct column names")
     options, _ = _options(create.args.get("properties"))

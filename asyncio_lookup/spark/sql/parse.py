@@ -13,7 +13,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from asyncio_lookup.errors import ConfigurationError
 
@@ -47,7 +47,7 @@ def is_secret(option: str) -> bool:
     return any(word in lowered for word in _SECRET_WORDS)
 
 
-class _Parser(Spark.Parser):  # type: ignore[misc,name-defined]
+class _Parser(Spark.Parser):  # type: ignore[misc,valid-type]
     def _parse_version(self) -> exp.Version | None:
         words = [t.text.upper() for t in (self._curr, self._next) if t is not None]
         system_time = (
@@ -56,7 +56,7 @@ class _Parser(Spark.Parser):  # type: ignore[misc,name-defined]
         version = super()._parse_version()
         if version is not None:
             version.meta[SYSTEM_TIME] = system_time
-        return version
+        return version  # type: ignore[no-any-return]
 
 
 class FlinkSpark(Spark):

@@ -123,11 +123,3 @@ def visible_ctes(select: exp.Expr) -> list[exp.CTE]:
                 found.append(list(with_.expressions))
         child, parent = parent, parent.parent
     return [cte for group in reversed(found) for cte in group]
-
-
-def cte_names(node: exp.Expr) -> set[str]:
-    """Names of every CTE in scope at ``node`` (lower case)."""
-    return {cte.alias_or_name.lower() for cte in visible_ctes(node)} | {
-        cte.alias_or_name.lower()
-        for cte in (node.args.get("with_").expressions if node.args.get("with_") else [])
-    }

@@ -165,6 +165,8 @@ class Translator:
     def translate(self, statement: exp.Expr) -> bool:
         """Rewrite every lookup join in ``statement`` in place; False when it has none."""
         if not self._check_tables(statement):
+            for select in statement.find_all(exp.Select):
+                _Hints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
             return False
         for select in selects_innermost_first(statement):
             self._select(select)
@@ -310,9 +312,8 @@ class Translator:
         if spark_join_hints:
             probe_query.set("hint", exp.Hint(expressions=spark_join_hints))
         structs = self.spark.sql(_sql(probe_query))
-        sources = [
-            Source(alias, tuple(structs.schema[alias].dataType.names)) for _, alias, _ in probe
-        ]
+        struct_types: dict[str, Any] = {f.name: f.dataType for f in structs.schema.fields}
+        sources = [Source(alias, tuple(struct_types[alias].names)) for _, alias, _ in probe]
         dim = Source(dim_alias, definition.columns)
         resolver = Resolver(sources, dim)
 
@@ -434,21 +435,21 @@ class Translator:
                         and not _refers_to(other, resolver, dim)
                         and other.find(exp.Query, exp.AggFunc, exp.Window) is None
                     ):
-                        column = dim.field(this.name)
-                        assert column is not None
-                        bound = (column, other, part)
+                        dim_column = dim.field(this.name)
+                        assert dim_column is not None
+                        bound = (dim_column, other, part)
                         break
             if bound is None:
-                for column in part.find_all(exp.Column):
-                    resolver.resolve(column)
+                for referenced in part.find_all(exp.Column):
+                    resolver.resolve(referenced)
                 residual.append(part)
             else:
                 candidates.append(bound)
         chosen: dict[str, exp.Expr] = {}
-        for column, other, part in candidates:
+        for dim_column, other, part in candidates:
             fixed = definition.key
-            if column not in chosen and (fixed is None or column in fixed):
-                chosen[column] = other
+            if dim_column not in chosen and (fixed is None or dim_column in fixed):
+                chosen[dim_column] = other
             else:
                 residual.append(part)
         if definition.key is not None:
