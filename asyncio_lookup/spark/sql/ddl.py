@@ -193,7 +193,10 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     lookup = {k: v for k, v in options.items() if k.lower().startswith("lookup.")}
     LookupOptions.from_dict(lookup)
     rest = {k: v for k, v in options.items() if k.lower() != "connector" and k not in lookup}
-    plan = plan_connector(connector, rest, tuple(names), dict(columns))
+    try:
+        plan = plan_connector(connector, rest, tuple(names), dict(columns))
+    except TypeError as error:  # a registered factory's required parameter is missing
+        raise SqlError("WITH", connector, "the connector's required options", reason=str(error))
     ordered_pk = tuple(c for c in names if c in primary)
     key = plan.fixed_key if plan.fixed_key is not None else None
     if key is None and plan.flexible is False:
@@ -209,7 +212,10 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
         options=lookup,
     )
     # Build one table now so that a bad connector setting fails at CREATE, not at the join.
-    definition.lookup_table(key or ordered_pk or (names[0],))
+    try:
+        definition.lookup_table(key or ordered_pk or (names[0],))
+    except TypeError as error:
+        raise SqlError("WITH", connector, "the connector's required options", reason=str(error))
     if key is None and not ordered_pk:
         definition.tables.clear()  # a flexible table's key comes from its first join
     return definition
