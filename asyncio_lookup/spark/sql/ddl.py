@@ -196,7 +196,9 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     try:
         plan = plan_connector(connector, rest, tuple(names), dict(columns))
     except TypeError as error:  # a registered factory's required parameter is missing
-        raise SqlError("WITH", connector, "the connector's required options", reason=str(error))
+        raise SqlError(
+            "WITH", connector, "the connector's required options", reason=str(error)
+        ) from None
     ordered_pk = tuple(c for c in names if c in primary)
     key = plan.fixed_key if plan.fixed_key is not None else None
     if key is None and plan.flexible is False:
@@ -215,7 +217,9 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     try:
         definition.lookup_table(key or ordered_pk or (names[0],))
     except TypeError as error:
-        raise SqlError("WITH", connector, "the connector's required options", reason=str(error))
+        raise SqlError(
+            "WITH", connector, "the connector's required options", reason=str(error)
+        ) from None
     if key is None and not ordered_pk:
         definition.tables.clear()  # a flexible table's key comes from its first join
     return definition
