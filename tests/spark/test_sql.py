@@ -300,3 +300,15 @@ def test_star_subquery_union_and_unqualified_names(spark: SparkSession, sql: Loo
     )
     assert df.columns == plain.columns
     assert rows(df) == rows(plain)
+
+
+def test_where_on_probe_columns_with_a_later_right_join(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    query = """SELECT o.order_id, c.zip, p.name FROM Orders o
+        JOIN {dim} ON o.customer_id = c.id
+        RIGHT JOIN customers_plain p ON p.id = c.id + 1
+        WHERE o.total >= 30 OR o.total IS NULL"""
+    df = sql.sql(query.format(dim="Customers FOR SYSTEM_TIME AS OF o.proc_time AS c"))
+    plain = spark.sql(query.format(dim="customers_plain AS c"))
+    assert rows(df) == rows(plain)

@@ -476,7 +476,13 @@ class Translator:
         self, select: exp.Select, resolver: Resolver, sources: list[Source]
     ) -> list[exp.Expr]:
         """WHERE conjuncts over probe columns alone (deterministic, no subquery): they filter
-        the probe side before any lookup."""
+        the probe side before any lookup (not when a RIGHT or FULL join follows, which would
+        bring back rows the condition removes)."""
+        if any(
+            str(j.args.get("side") or "").upper() in ("RIGHT", "FULL")
+            for j in select.args.get("joins") or []
+        ):
+            return []
         out = []
         for part in conjuncts(_where(select)):
             if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
