@@ -312,3 +312,34 @@ def test_where_on_probe_columns_with_a_later_right_join(
     df = sql.sql(query.format(dim="Customers FOR SYSTEM_TIME AS OF o.proc_time AS c"))
     plain = spark.sql(query.format(dim="customers_plain AS c"))
     assert rows(df) == rows(plain)
+
+
+@pytest.mark.redis
+def test_redis_ddl_lookup_join(spark: SparkSession, orders: DataFrame, redis_url: str) -> None:
+    import json
+
+    import redis
+
+    prefix = f"sqltest:{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for cid, name, country, _ in CUSTOMERS[:30]:
+            client.set(f"{prefix}:{cid}", json.dumps({"id": cid, "name": name, "country": country}))
+        lookup = LookupSQL(spark)
+        lookup.sql(
+            "CREATE TEMPORARY TABLE RedisCustomers (id BIGINT, name STRING, country STRING) WITH ("
+            f"'connector' = 'redis', 'url' = '{redis_url}', 'key-template' = '{prefix}:{{id}}', "
+            "'value-format' = 'json', 'lookup.cache' = 'PARTIAL', "
+            "'lookup.partial-cache.max-rows' = '100')"
+        )
+        df = lookup.sql(
+            "SELECT o.order_id, r.name FROM Orders o LEFT JOIN RedisCustomers "
+            "FOR SYSTEM_TIME AS OF o.proc_time AS r ON r.id = o.customer_id"
+        )
+        by_id = {c[0]: c[1] for c in CUSTOMERS[:30]}
+        assert rows(df) == Counter((o[0], by_id.get(o[1])) for o in ORDERS)
+    finally:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
