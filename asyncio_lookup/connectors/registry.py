@@ -66,6 +66,15 @@ def connector_names() -> list[str]:
     return sorted(_registry())
 
 
+def connector_factory(name: str) -> ConnectorFactory:
+    """The factory registered under ``name`` (for tools that map options onto its parameters)."""
+    key = _normalise(name)
+    factory = _registry().get(key)
+    if factory is None:
+        raise ConfigurationError("connector", name, " | ".join(connector_names()))
+    return factory
+
+
 def create_connector(name: str, **options: Any) -> Any:
     """The connector registered under ``name``, built with ``options``."""
     key = _normalise(name)

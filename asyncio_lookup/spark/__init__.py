@@ -7,6 +7,14 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.shuffle import SkewOptions
+from asyncio_lookup.spark.sql import LookupSQL
 from asyncio_lookup.spark.table import LookupTable
 
-__all__ = ["LookupTable", "SkewOptions", "async_map", "async_map_metrics", "lookup_join"]
+__all__ = [
+    "LookupSQL",
+    "LookupTable",
+    "SkewOptions",
+    "async_map",
+    "async_map_metrics",
+    "lookup_join",
+]

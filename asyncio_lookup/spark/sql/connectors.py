@@ -1,0 +1,328 @@
+"""DDL ``WITH`` options -> a connector: Flink's ``jdbc`` names, ``postgres``, ``http``, ``redis``,
+and any connector registered with :func:`~asyncio_lookup.connectors.register_connector`.
+
+A registered factory's options are its keyword parameters, spelled with ``-`` or ``_``; values
+are converted to the type of the parameter's default (durations like ``'10s'`` to seconds). A
+factory with a ``key_columns`` parameter is built per join key (as PostgreSQL), and one with a
+``columns`` parameter receives the DDL's column names. Secret values are never shown.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
+from asyncio_lookup.connectors.registry import connector_factory, connector_names
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup import LookupOptions, parse_duration
+from asyncio_lookup.spark.sql.parse import SqlError, is_secret
+
+Convert = Callable[[str, str], Any]
+BUILT_IN = ("jdbc", "postgres", "http", "redis")
+
+
+def shown(option: str, value: str) -> str:
+    """A value as it may appear in a message: secrets masked, URL passwords masked."""
+    if is_secret(option):
+        return "***"
+    start = value.find("://")
+    at = value.find("@", start + 3) if start >= 0 else -1
+    if at > start and ":" in value[start + 3 : at]:
+        user = value[start + 3 : at].split(":", 1)[0]
+        value = f"{value[: start + 3]}{user}:***{value[at:]}"
+    if "password" in value.lower() and "?" in value:
+        value = value.split("?", 1)[0] + "?***"
+    return value
+
+
+def _str(option: str, value: str) -> str:
+    return value
+
+
+def _int(option: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise SqlError(option, shown(option, value), "a whole number") from None
+
+
+def _seconds(option: str, value: str) -> float:
+    try:
+        return parse_duration(option, value)
+    except ConfigurationError as error:
+        raise SqlError(option, value, error.allowed, reason=error.reason) from None
+
+
+def _bool(option: str, value: str) -> bool:
+    if value.strip().lower() not in ("true", "false"):
+        raise SqlError(option, value, "'true' or 'false'")
+    return value.strip().lower() == "true"
+
+
+def _ints(option: str, value: str) -> tuple[int, ...]:
+    return tuple(_int(option, part) for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class ConnectorPlan:
+    """How to build a DDL table's connector. ``fixed_key``: the key the connector always looks
+    up by (URL / key template placeholders); ``flexible``: built per join key."""
+
+    name: str
+    factory: Callable[..., Any]
+    kwargs: Mapping[str, Any]
+    fixed_key: tuple[str, ...] | None = None
+    flexible: bool = False
+    key_param: str | None = None
+
+    def build(self, key: tuple[str, ...]) -> Any:
+        kwargs = dict(self.kwargs)
+        if self.key_param is not None and key:
+            kwargs[self.key_param] = key
+        return self.factory(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"ConnectorPlan(name={self.name!r}, fixed_key={self.fixed_key!r})"
+
+
+def _valid(connector: str, names: list[str]) -> str:
+    try:
+        LookupOptions.from_dict({"lookup.?": ""})
+        lookup = "lookup.* options"
+    except ConfigurationError as error:
+        lookup = "lookup.* options (" + error.allowed.removeprefix("one of ") + ")"
+    return (
+        f"'connector' = '{connector}' takes "
+        + ", ".join(repr(n) for n in names)
+        + f"; and {lookup}"
+    )
+
+
+def _take(
+    connector: str,
+    options: Mapping[str, str],
+    spec: Mapping[str, tuple[str, Convert]],
+    prefixes: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        key = name.lower()
+        if key in spec:
+            kwarg, convert = spec[key]
+            out[kwarg] = convert(name, value)
+        elif any(key.startswith(p) for p in prefixes):
+            out.setdefault("__prefixed", {})[name] = value
+        else:
+            allowed = list(spec) + [p + "<name>" for p in prefixes]
+            raise SqlError(
+                name, shown(name, value), _valid(connector, allowed), reason="unknown option"
+            )
+    return out
+
+
+def _required(connector: str, given: Mapping[str, Any], kwarg: str, option: str) -> None:
+    if kwarg not in given:
+        raise SqlError(
+            option, None, f"'{option}' = '...' for 'connector' = '{connector}'", reason="missing"
+        )
+
+
+def _with_credentials(url: str, user: str | None, password: str | None) -> str:
+    if user is None and password is None:
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = quote(user or parts.username or "", safe="")
+    if password is not None:
+        userinfo += ":" + quote(password, safe="")
+    return urlunsplit((parts.scheme, f"{userinfo}@{host}", parts.path, parts.query, parts.fragment))
+
+
+_JDBC = {
+    "url": ("url", _str),
+    "table-name": ("table", _str),
+    "username": ("username", _str),
+    "password": ("password", _str),
+    "driver": ("driver", _str),
+    "connection.max-retry-timeout": ("connect_timeout", _seconds),
+    "scan.fetch-size": ("scan_batch_size", _int),
+}
+_POSTGRES = {
+    "url": ("url", _str),
+    "table-name": ("table", _str),
+    "query": ("query", _str),
+    "username": ("username", _str),
+    "password": ("password", _str),
+    "pool-size": ("pool_size", _int),
+    "command-timeout": ("command_timeout", _seconds),
+    "connect-timeout": ("connect_timeout", _seconds),
+    "scan-batch-size": ("scan_batch_size", _int),
+    "application-name": ("application_name", _str),
+}
+
+
+def _postgres(
+    connector: str, options: Mapping[str, str], columns: tuple[str, ...]
+) -> ConnectorPlan:
+    kwargs = _take(connector, options, _JDBC if connector == "jdbc" else _POSTGRES)
+    _required(connector, kwargs, "url", "url")
+    url = str(kwargs.pop("url"))
+    user, password = kwargs.pop("username", None), kwargs.pop("password", None)
+    if connector == "jdbc":
+        driver = kwargs.pop("driver", "org.postgresql.Driver")
+        if not url.lower().startswith("jdbc:postgresql://") or driver != "org.postgresql.Driver":
+            raise SqlError(
+                "url",
+                shown("url", url),
+                "'jdbc:postgresql://host:port/database' (PostgreSQL serves the jdbc connector; "
+                "'driver', if given, 'org.postgresql.Driver')",
+            )
+        url = url[len("jdbc:") :]
+        _required(connector, kwargs, "table", "table-name")
+    if "://" in url:
+        dsn = _with_credentials(url, user, password)
+    else:
+        extra = [f"user={user}" if user else "", f"password='{password}'" if password else ""]
+        dsn = " ".join([url, *[e for e in extra if e]])
+    kwargs.update(dsn=dsn, columns=columns)
+    return ConnectorPlan(
+        connector, PostgresConnector, kwargs, flexible=True, key_param="key_columns"
+    )
+
+
+_HTTP = {
+    "url": ("url", _str),
+    "rows-field": ("rows_field", _str),
+    "batch-rows-field": ("batch_rows_field", _str),
+    "scan-rows-field": ("scan_rows_field", _str),
+    "miss-statuses": ("miss_statuses", _ints),
+    "transient-statuses": ("transient_statuses", _ints),
+    "username": ("username", _str),
+    "password": ("password", _str),
+    "bearer-token": ("bearer_token", _str),
+    "timeout": ("timeout", _seconds),
+    "batch-url": ("batch_url", _str),
+    "batch-mode": ("batch_mode", _str),
+    "batch-field": ("batch_field", _str),
+    "batch-size": ("batch_size", _int),
+    "scan-url": ("scan_url", _str),
+    "next-field": ("next_field", _str),
+    "cursor-param": ("cursor_param", _str),
+    "max-connections": ("max_connections", _int),
+}
+_REDIS = {
+    "url": ("url", _str),
+    "key-template": ("key_template", _str),
+    "value-format": ("value_format", _str),
+    "username": ("username", _str),
+    "password": ("password", _str),
+    "max-connections": ("max_connections", _int),
+    "socket-timeout": ("socket_timeout", _seconds),
+    "client-name": ("client_name", _str),
+    "scan-count": ("scan_count", _int),
+    "pool-timeout": ("pool_timeout", _seconds),
+}
+_INTEGRAL = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+
+
+def _in_ddl_order(
+    factory: Callable[..., Any], kwargs: dict[str, Any], columns: tuple[str, ...], name: str
+) -> tuple[str, ...]:
+    """The template's placeholders in DDL column order (the order lookup keys come in)."""
+    placeholders = tuple(factory(**kwargs).key_columns)
+    missing = [p for p in placeholders if p not in columns]
+    if missing:
+        raise SqlError(name, missing, f"placeholders naming columns of the table: {list(columns)}")
+    return tuple(c for c in columns if c in placeholders)
+
+
+def _http(options: Mapping[str, str], columns: tuple[str, ...]) -> ConnectorPlan:
+    kwargs = _take("http", options, _HTTP, prefixes=("header.",))
+    _required("http", kwargs, "url", "url")
+    headers = kwargs.pop("__prefixed", {})
+    if headers:
+        kwargs["headers"] = {k[len("header.") :]: v for k, v in headers.items()}
+    user, password = kwargs.pop("username", None), kwargs.pop("password", None)
+    if user is not None or password is not None:
+        kwargs["basic_auth"] = (user or "", password or "")
+    key = _in_ddl_order(HttpConnector, kwargs, columns, "url")
+    kwargs["key_columns"] = key
+    return ConnectorPlan("http", HttpConnector, kwargs, fixed_key=key)
+
+
+def _redis(
+    options: Mapping[str, str], columns: tuple[str, ...], types: Mapping[str, str]
+) -> ConnectorPlan:
+    kwargs = _take("redis", options, _REDIS)
+    _required("redis", kwargs, "url", "url")
+    _required("redis", kwargs, "key_template", "key-template")
+    user, password = kwargs.pop("username", None), kwargs.pop("password", None)
+    kwargs["url"] = _with_credentials(kwargs["url"], user, password)
+    key = _in_ddl_order(RedisConnector, kwargs, columns, "key-template")
+    converters: dict[str, Callable[[str], Any]] = {}
+    for column in key:
+        kind = types[column].split("(")[0].split()[0].upper()
+        if kind in _INTEGRAL:
+            converters[column] = int
+        elif kind in ("FLOAT", "DOUBLE"):
+            converters[column] = float
+    kwargs.update(key_columns=key, key_types=converters or None)
+    return ConnectorPlan("redis", RedisConnector, kwargs, fixed_key=key)
+
+
+def _convert_like(default: Any) -> Convert:
+    if isinstance(default, bool):
+        return _bool
+    if isinstance(default, int):
+        return _int
+    if isinstance(default, float):
+        return lambda o, v: float(v) if v.strip().replace(".", "", 1).isdigit() else _seconds(o, v)
+    if isinstance(default, (tuple, list)):
+        return lambda o, v: tuple(p.strip() for p in v.split(",") if p.strip())
+    return _str
+
+
+def _registered(name: str, options: Mapping[str, str], columns: tuple[str, ...]) -> ConnectorPlan:
+    factory = connector_factory(name)
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        parameters = {}  # type: ignore[assignment]
+    spec = {
+        p.name.replace("_", "-"): (p.name, _convert_like(p.default))
+        for p in parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    spelled = {k.replace("_", "-"): v for k, v in options.items()}
+    kwargs = _take(name, spelled, spec)
+    key_param = "key_columns" if "key-columns" in spec and "key_columns" not in kwargs else None
+    if "columns" in spec and "columns" not in kwargs:
+        kwargs["columns"] = columns
+    fixed = None
+    if key_param is None:
+        declared = getattr(factory(**kwargs), "key_columns", None)
+        fixed = tuple(declared) if isinstance(declared, (list, tuple)) and declared else None
+    return ConnectorPlan(
+        name, factory, kwargs, fixed_key=fixed, key_param=key_param, flexible=key_param is not None
+    )
+
+
+def plan_connector(
+    connector: str, options: Mapping[str, str], columns: tuple[str, ...], types: Mapping[str, str]
+) -> ConnectorPlan:
+    """Check the options for ``connector`` and say how to build it (raises naming the option)."""
+    name = connector.strip().lower()
+    if name in ("jdbc", "postgres"):
+        return _postgres(name, options, columns)
+    if name == "http":
+        return _http(options, columns)
+    if name == "redis":
+        return _redis(options, columns, types)
+    known = sorted({*BUILT_IN, *connector_names()})
+    if name not in connector_names():
+        raise SqlError("connector", connector, " | ".join(repr(k) for k in known))
+    return _registered(name, options, columns)

@@ -1,0 +1,230 @@
+"""Flink's ``CREATE TABLE ... WITH (...)`` as a lookup table definition.
+
+The column list is the dim schema; ``PRIMARY KEY (...) NOT ENFORCED`` is the lookup key for
+connectors that look rows up by a fixed key. ``'connector'`` picks how rows are looked up
+(:mod:`asyncio_lookup.spark.sql.connectors`); every ``lookup.*`` option is a table option.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from asyncio_lookup.lookup import LookupOptions
+from asyncio_lookup.spark.sql.connectors import ConnectorPlan, plan_connector, shown
+from asyncio_lookup.spark.sql.parse import SqlError
+from asyncio_lookup.spark.table import LookupTable
+
+_TEXT_TYPES = {
+    exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.CHAR,
+    exp.DataType.Type.NVARCHAR,
+    exp.DataType.Type.NCHAR,
+}
+
+
+@dataclass
+class TableDefinition:
+    """A lookup table known to a :class:`LookupSQL`: from DDL, or a registered LookupTable.
+
+    ``key`` is the fixed lookup key (dim-schema order), or ``None`` when the connector looks
+    rows up by whichever dim columns a join's ``ON`` equates (PostgreSQL). Such a table builds
+    one :class:`LookupTable` per key (each with its own cache and metrics).
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...] | None
+    primary_key: tuple[str, ...] = ()
+    plan: ConnectorPlan | None = None
+    schema: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    tables: dict[tuple[str, ...], LookupTable] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of_table(cls, table: LookupTable, name: str) -> TableDefinition:
+        declared = getattr(table.connector, "key_columns", None)
+        key = tuple(declared) if isinstance(declared, (list, tuple)) and declared else None
+        definition = cls(name=name, columns=tuple(table.schema.names), key=key)
+        definition.tables[key or ()] = table
+        return definition
+
+    def lookup_table(self, key: tuple[str, ...]) -> LookupTable:
+        """The LookupTable a join with this key runs through (built once per key)."""
+        slot = key if self.key is None else self.key
+        with self._lock:
+            table = self.tables.get(slot) or self.tables.get(())
+            if table is None:
+                assert self.plan is not None and self.schema is not None
+                table = LookupTable(
+                    self.name, self.schema, self.plan.build(slot), options=dict(self.options)
+                )
+                self.tables[slot] = table
+            return table
+
+    def default_table(self) -> LookupTable:
+        """The table ``LookupSQL.table(name)`` returns: its fixed key's, the PRIMARY KEY's, or
+        the one built for the first join."""
+        if self.key is not None or () in self.tables:
+            return self.lookup_table(self.key or ())
+        if self.primary_key:
+            return self.lookup_table(self.primary_key)
+        if self.tables:
+            return next(iter(self.tables.values()))
+        raise SqlError(
+            "table",
+            self.name,
+            "a lookup table that has a PRIMARY KEY or has been joined",
+            reason=f"{self.name!r} looks rows up by the columns each join's ON equates and has "
+            "no PRIMARY KEY; its LookupTable exists once a query joins it",
+        )
+
+    def __repr__(self) -> str:
+        connector = self.plan.name if self.plan is not None else "python"
+        return f"TableDefinition(name={self.name!r}, connector={connector!r}, key={self.key!r})"
+
+
+def _column_type(kind: exp.DataType) -> str:
+    kind = kind.copy()
+    for node in kind.find_all(exp.DataType):
+        if node.this in _TEXT_TYPES:
+            node.set("this", exp.DataType.Type.TEXT)
+            node.set("expressions", [])
+    return kind.sql(dialect="spark")
+
+
+def _literal(value: exp.Expr, option: str) -> str:
+    if isinstance(value, exp.Literal):
+        return str(value.this)
+    if isinstance(value, exp.Boolean):
+        return "true" if value.this else "false"
+    raise SqlError(option, "<expression>", "a quoted string: 'option' = 'value'")
+
+
+def _options(properties: exp.Properties | None) -> tuple[dict[str, str], bool]:
+    options: dict[str, str] = {}
+    temporary = False
+    for prop in properties.expressions if properties is not None else []:
+        if isinstance(prop, exp.TemporaryProperty):
+            temporary = True
+            continue
+        if not isinstance(prop, exp.Property) or not isinstance(prop.this, exp.Literal):
+            raise SqlError(
+                "WITH",
+                prop.sql(dialect="spark")[:60] if not isinstance(prop, exp.Property) else "",
+                "WITH ('option' = 'value', ...) options of a lookup table",
+            )
+        name = str(prop.this.this)
+        value = _literal(prop.args["value"], name)
+        if name in options:
+            raise SqlError(name, shown(name, value), "each option once", reason="given twice")
+        options[name] = value
+    return options, temporary
+
+
+def is_lookup_ddl(create: exp.Create) -> bool:
+    """True for ``CREATE TABLE ... WITH ('connector' = ...)`` (Flink DDL, not Spark's)."""
+    if str(create.args.get("kind") or "").upper() != "TABLE":
+        return False
+    properties = create.args.get("properties")
+    return any(
+        isinstance(p, exp.Property)
+        and isinstance(p.this, exp.Literal)
+        and str(p.this.this).lower() == "connector"
+        for p in (properties.expressions if properties is not None else [])
+    )
+
+
+def table_name(table: exp.Table, what: str) -> str:
+    """An unqualified table name (lookup tables live in no database)."""
+    if table.args.get("db") or table.args.get("catalog"):
+        raise SqlError(
+            what, table.sql(dialect="spark"), "an unqualified name: lookup tables have no database"
+        )
+    return table.name
+
+
+def definition_from_ddl(create: exp.Create) -> TableDefinition:
+    """Validate a lookup table's DDL and build its definition (the connector is checked too)."""
+    schema = create.this
+    if not isinstance(schema, exp.Schema) or not isinstance(schema.this, exp.Table):
+        raise SqlError("CREATE TABLE", "", "CREATE TABLE name (column type, ...) WITH (...)")
+    name = table_name(schema.this, "CREATE TABLE")
+    columns: list[tuple[str, str]] = []
+    primary: list[str] = []
+    for item in schema.expressions:
+        if isinstance(item, exp.ColumnDef):
+            kind = item.args.get("kind")
+            if kind is None:
+                raise SqlError(
+                    "CREATE TABLE",
+                    item.name,
+                    "columns with a type (computed and metadata columns are not supported)",
+                )
+            not_null = ""
+            for constraint in item.args.get("constraints") or []:
+                if isinstance(constraint.args.get("kind"), exp.PrimaryKeyColumnConstraint):
+                    primary.append(item.name)
+                elif isinstance(constraint.args.get("kind"), exp.NotNullColumnConstraint):
+                    not_null = " NOT NULL"
+            columns.append((item.name, _column_type(kind) + not_null))
+        elif isinstance(item, exp.PrimaryKey):
+            primary.extend(e.name for e in item.expressions)
+        else:
+            raise SqlError(
+                "CREATE TABLE",
+                item.sql(dialect="spark")[:80],
+                "column definitions and PRIMARY KEY (...) NOT ENFORCED",
+            )
+    names = [c for c, _ in columns]
+    lowered = [c.lower() for c in names]
+    for column in primary:
+        if column.lower() not in lowered:
+            raise SqlError("PRIMARY KEY", column, f"columns of {name!r}: {names}")
+    if len(set(lowered)) != len(lowered):
+        raise SqlError("CREATE TABLE", names, "distinct column names")
+    options, _ = _options(create.args.get("properties"))
+    connector = next(v for k, v in options.items() if k.lower() == "connector")
+    lookup = {k: v for k, v in options.items() if k.lower().startswith("lookup.")}
+    LookupOptions.from_dict(lookup)
+    rest = {k: v for k, v in options.items() if k.lower() != "connector" and k not in lookup}
+    try:
+        plan = plan_connector(connector, rest, tuple(names), dict(columns))
+    except TypeError as error:  # a registered factory's required parameter is missing
+        raise SqlError(
+            "WITH", connector, "the connector's required options", reason=str(error)
+        ) from None
+    ordered_pk = tuple(c for c in names if c in primary)
+    key = plan.fixed_key if plan.fixed_key is not None else None
+    if key is None and plan.flexible is False:
+        key = ordered_pk or None
+    ddl = ", ".join(f"`{c.replace('`', '``')}` {t}" for c, t in columns)
+    definition = TableDefinition(
+        name=name,
+        columns=tuple(names),
+        key=key,
+        primary_key=ordered_pk,
+        plan=plan,
+        schema=ddl,
+        options=lookup,
+    )
+    # Build one table now so that a bad connector setting fails at CREATE, not at the join.
+    try:
+        definition.lookup_table(key or ordered_pk or (names[0],))
+    except TypeError as error:
+        raise SqlError(
+            "WITH", connector, "the connector's required options", reason=str(error)
+        ) from None
+    if key is None and not ordered_pk:
+        definition.tables.clear()  # a flexible table's key comes from its first join
+    return definition
+
+
+def describe_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """Options for display, secrets masked."""
+    return {k: shown(k, str(v)) for k, v in options.items()}

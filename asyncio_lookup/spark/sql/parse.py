@@ -1,0 +1,136 @@
+"""Parsing one statement with sqlglot's Spark dialect, plus what Flink SQL adds to it.
+
+The dialect records whether a table's time-travel clause was written ``FOR SYSTEM_TIME AS OF``
+(sqlglot folds it into ``TIMESTAMP AS OF``), so a lookup join can be told from Spark's time
+travel. Parse errors carry the line and column; a secret option's value never appears in them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
+
+from asyncio_lookup.errors import ConfigurationError
+
+SYSTEM_TIME = "system_time"
+STATEMENT_ALLOWED = "one Spark SQL statement, with Flink's lookup-join syntax and DDL"
+_SECRET_WORDS = ("password", "secret", "token", "credential")
+
+
+class SqlError(ConfigurationError):
+    """A SQL statement that cannot run: names what is wrong and what is allowed."""
+
+
+class SqlParseError(SqlError):
+    """A statement that does not parse; ``line`` and ``column`` are 1-based."""
+
+    def __init__(self, message: str, line: int | None, column: int | None, near: str) -> None:
+        self.line = line
+        self.column = column
+        where = f"line {line}, column {column}" if line is not None else "unknown position"
+        super().__init__(
+            "sql", near, STATEMENT_ALLOWED, reason=f"parse error at {where}: {message}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.line, self.column, self.value))
+
+
+def is_secret(option: str) -> bool:
+    """True for an option whose value must never be shown (passwords, tokens)."""
+    lowered = option.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+class _Parser(Spark.Parser):  # type: ignore[misc,valid-type]
+    def _parse_version(self) -> exp.Version | None:
+        words = [t.text.upper() for t in (self._curr, self._next) if t is not None]
+        system_time = (
+            len(words) == 2 and words[0] == "FOR" and words[1] in ("SYSTEM_TIME", "SYSTEM")
+        )
+        version = super()._parse_version()
+        if version is not None:
+            version.meta[SYSTEM_TIME] = system_time
+        return version  # type: ignore[no-any-return]
+
+
+class FlinkSpark(Spark):
+    """Spark SQL that remembers ``FOR SYSTEM_TIME AS OF`` (Flink's lookup-join clause)."""
+
+    Parser = _Parser
+
+
+def parse_statement(sql: str) -> exp.Expr:
+    """Parse exactly one statement (a trailing ``;`` allowed)."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise SqlError("sql", sql, STATEMENT_ALLOWED, reason="empty statement")
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect=FlinkSpark) if s is not None]
+    except ParseError as error:
+        first = error.errors[0] if error.errors else {}
+        raise SqlParseError(
+            _describe(sql, first, error),
+            first.get("line"),
+            first.get("col"),
+            _near(sql, first.get("line"), first.get("col")),
+        ) from None
+    except TokenError:
+        raise SqlParseError(
+            "the statement does not tokenize (an unterminated string, quoted name or comment?)",
+            None,
+            None,
+            "",
+        ) from None
+    if len(statements) != 1:
+        raise SqlError(
+            "sql",
+            f"{len(statements)} statements",
+            "exactly one statement per call (a trailing ';' is allowed)",
+        )
+    return statements[0]
+
+
+def _describe(sql: str, first: dict[str, Any], error: ParseError) -> str:
+    description = str(first.get("description") or error).splitlines()[0]
+    highlight = str(first.get("highlight") or "")
+    if "<Token" in description:
+        description = description.split("<Token")[0].rstrip()
+        shown = highlight if highlight and highlight in mask_secrets(sql) else "***"
+        description += f" {shown!r}"
+    return description
+
+
+def _near(sql: str, line: int | None, column: int | None) -> str:
+    """The text of the failing line, with secret option values masked."""
+    if line is None:
+        return ""
+    masked = mask_secrets(sql)
+    lines = masked.splitlines() or [""]
+    text = lines[min(max(line, 1), len(lines)) - 1].strip()
+    return text[:200]
+
+
+def mask_secrets(sql: str) -> str:
+    """``sql`` with the values of secret options (``'password' = '...'``) replaced by ``***``."""
+    try:
+        tokens = sqlglot.tokenize(sql, dialect=FlinkSpark)
+    except TokenError:
+        return "<statement not shown>" if any(w in sql.lower() for w in _SECRET_WORDS) else sql
+    spans: list[tuple[int, int]] = []
+    for i in range(len(tokens) - 2):
+        key, eq, value = tokens[i], tokens[i + 1], tokens[i + 2]
+        if (
+            key.token_type == TokenType.STRING
+            and eq.token_type == TokenType.EQ
+            and value.token_type == TokenType.STRING
+            and (is_secret(key.text) or "@" in value.text)
+        ):
+            spans.append((value.start, value.end))
+    for start, end in reversed(spans):
+        sql = sql[:start] + "'***'" + sql[end + 1 :]
+    return sql

@@ -1,0 +1,655 @@
+"""Lookup joins in a parsed statement -> temporary views of ``lookup_join`` results.
+
+For each ``SELECT`` (innermost first) and each of its lookup joins, left to right: the probe
+side (``FROM`` and the joins before the lookup join) is analysed by Spark as
+``SELECT struct(o.*) AS o, ...``; its rows go through :func:`lookup_join` with the key the
+``ON`` equalities give; the result, shaped as one struct column per alias (``o``, ``c``), becomes
+a temporary view that replaces the probe side and the lookup join in the ``SELECT``. ``o.total``
+and ``c.zip`` then resolve as struct fields, so the rest of the statement stays Spark SQL.
+``WHERE`` conditions on probe columns alone are applied before the lookups. Other ``ON``
+conditions filter the looked-up rows (for ``LEFT JOIN`` a probe row whose dim rows all fail
+keeps NULLs). Nothing here runs a Spark job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup import LookupHint, ShuffleHashHint, parse_hints
+from asyncio_lookup.spark.join import lookup_join
+from asyncio_lookup.spark.sql.ddl import TableDefinition
+from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SqlError
+from asyncio_lookup.spark.sql.scope import (
+    Resolver,
+    Source,
+    and_all,
+    conjuncts,
+    lambda_bound,
+    scope_nodes,
+    visible_ctes,
+)
+
+DIALECT = "spark"
+JOIN_ALLOWED = "JOIN / INNER JOIN or LEFT [OUTER] JOIN ... ON (as Flink's lookup join)"
+_NONDETERMINISTIC = {"rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id"}
+_counter = itertools.count(1)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql(node: exp.Expr) -> str:
+    return node.sql(dialect=DIALECT)
+
+
+def system_time(table: exp.Table) -> bool:
+    version = table.args.get("version")
+    return isinstance(version, exp.Version) and bool(version.meta.get(SYSTEM_TIME))
+
+
+def _query_children(node: exp.Expr) -> Iterator[exp.Expr]:
+    with_ = node.args.get("with_")
+    if isinstance(with_, exp.Expr):
+        yield with_
+    for child in node.iter_expressions():
+        if child is not with_:
+            yield child
+
+
+def selects_innermost_first(node: exp.Expr) -> list[exp.Select]:
+    out: list[exp.Select] = []
+    for child in _query_children(node):
+        out.extend(selects_innermost_first(child))
+    if isinstance(node, exp.Select):
+        out.append(node)
+    return out
+
+
+@dataclass
+class _Hints:
+    """A SELECT's hints, split into ours (LOOKUP, SHUFFLE_HASH on lookup tables) and Spark's."""
+
+    lookup: list[LookupHint] = field(default_factory=list)
+    shuffle: list[str] = field(default_factory=list)
+    spark: list[exp.Expr] = field(default_factory=list)
+    spark_shuffle: list[str] = field(default_factory=list)
+    used_lookup: set[int] = field(default_factory=set)
+    used_shuffle: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, select: exp.Select, lookup_names: set[str]) -> _Hints:
+        hints = cls()
+        hint = select.args.get("hint")
+        for item in hint.expressions if hint is not None else []:
+            name = str(item.this if isinstance(item, (exp.JoinHint, exp.Anonymous)) else "")
+            text = item if isinstance(item, str) else _sql(item)
+            if name.upper() == "LOOKUP" or text.upper().startswith("LOOKUP"):
+                for parsed in parse_hints(text):
+                    assert isinstance(parsed, LookupHint)
+                    hints.lookup.append(parsed)
+            elif name.upper() == "SHUFFLE_HASH":
+                others = []
+                for target in item.expressions:
+                    if target.name.lower() in lookup_names:
+                        hints.shuffle.append(target.name)
+                    else:
+                        others.append(target)
+                        hints.spark_shuffle.append(target.name)
+                if others:
+                    hints.spark.append(exp.JoinHint(this="SHUFFLE_HASH", expressions=others))
+            else:
+                hints.spark.append(item)
+        return hints
+
+    def for_join(self, names: tuple[str, str]) -> list[LookupHint | ShuffleHashHint]:
+        wanted = {n.lower() for n in names}
+        out: list[LookupHint | ShuffleHashHint] = []
+        for index, hint in enumerate(self.lookup):
+            if hint.table.lower() in wanted:
+                self.used_lookup.add(index)
+                out.append(hint)
+        for name in self.shuffle:
+            if name.lower() in wanted:
+                self.used_shuffle.add(name.lower())
+                out.append(ShuffleHashHint((name,)))
+        return out
+
+    def check_used(self, joined: list[str], spark_sources: set[str]) -> None:
+        allowed = "a lookup table (or alias) joined in this SELECT: " + (
+            ", ".join(repr(j) for j in joined) or "none"
+        )
+        for index, hint in enumerate(self.lookup):
+            if index not in self.used_lookup:
+                raise SqlError(
+                    "LOOKUP",
+                    hint.table,
+                    allowed,
+                    reason="the hint names no lookup join of its SELECT",
+                )
+        for name in self.shuffle + self.spark_shuffle:
+            if name.lower() not in self.used_shuffle and name.lower() not in spark_sources:
+                raise SqlError(
+                    "SHUFFLE_HASH",
+                    name,
+                    allowed,
+                    reason="the hint names no lookup join of its SELECT",
+                )
+
+
+class Translator:
+    """Rewrites the lookup joins of statements for one :class:`LookupSQL`."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        tables: Callable[[str], TableDefinition | None],
+        skew: Any = False,
+    ) -> None:
+        self.spark = spark
+        self.tables = tables
+        self.skew = skew
+        self.views: dict[str, list[Source]] = {}
+
+    # ------------------------------------------------------------------ statement level
+
+    def translate(self, statement: exp.Expr) -> bool:
+        """Rewrite every lookup join in ``statement`` in place; False when it has none."""
+        if not self._check_tables(statement):
+            for select in statement.find_all(exp.Select):
+                _Hints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
+            return False
+        for select in selects_innermost_first(statement):
+            self._select(select)
+        return True
+
+    def _check_tables(self, statement: exp.Expr) -> bool:
+        found = False
+        for table in statement.find_all(exp.Table):
+            if table.find_ancestor(exp.Hint) is not None:
+                continue
+            name = table.name
+            ctes = {c.alias_or_name.lower() for c in visible_ctes(table)}
+            query = table.find_ancestor(exp.Query)
+            while query is not None:
+                with_ = query.args.get("with_")
+                if with_ is not None:
+                    ctes |= {c.alias_or_name.lower() for c in with_.expressions}
+                query = query.find_ancestor(exp.Query)
+            qualified = bool(table.args.get("db") or table.args.get("catalog"))
+            definition = None if qualified or name.lower() in ctes else self.tables(name)
+            if system_time(table):
+                if definition is None:
+                    raise SqlError(
+                        "FOR SYSTEM_TIME AS OF",
+                        name,
+                        "a lookup table created with CREATE TEMPORARY TABLE ... WITH "
+                        "('connector' = ...) or LookupSQL.register()",
+                        reason=f"{name!r} is not a lookup table",
+                    )
+                join = table.parent
+                if not isinstance(join, exp.Join) or not isinstance(join.parent, exp.Select):
+                    raise SqlError(
+                        "FOR SYSTEM_TIME AS OF",
+                        name,
+                        "the right side of a JOIN: FROM Orders AS o JOIN "
+                        f"{name} FOR SYSTEM_TIME AS OF o.proc_time AS c ON ...",
+                    )
+                found = True
+            elif definition is not None:
+                raise SqlError(
+                    "table",
+                    name,
+                    f"JOIN {name} FOR SYSTEM_TIME AS OF <probe column> [AS alias] ON ...",
+                    reason=f"{name!r} is a lookup table: it can only be joined with "
+                    "FOR SYSTEM_TIME AS OF",
+                )
+        return found
+
+    # ------------------------------------------------------------------ one SELECT
+
+    def _lookup_index(self, select: exp.Select) -> int | None:
+        for index, join in enumerate(select.args.get("joins") or []):
+            if isinstance(join.this, exp.Table) and system_time(join.this):
+                return index
+        return None
+
+    def _select(self, select: exp.Select) -> None:
+        joins = select.args.get("joins") or []
+        lookup_names: set[str] = set()
+        joined: list[str] = []
+        for join in joins:
+            if isinstance(join.this, exp.Table) and system_time(join.this):
+                lookup_names |= {join.this.name.lower(), join.this.alias_or_name.lower()}
+                joined.append(join.this.alias_or_name)
+        hints = _Hints.of(select, lookup_names)
+        if not joined and not hints.lookup and not hints.shuffle:
+            return
+        while (index := self._lookup_index(select)) is not None:
+            self._lookup_join(select, index, hints)
+        spark_sources = {s.lower() for s in self._plain_aliases(select)}
+        hints.check_used(joined, spark_sources)
+        if hints.spark:
+            select.set("hint", exp.Hint(expressions=hints.spark))
+        else:
+            select.set("hint", None)
+        if joined:
+            self._finish(select)
+
+    def _plain_aliases(self, select: exp.Select) -> list[str]:
+        out = []
+        for source in self._from_items(select):
+            if not (isinstance(source, exp.Table) and source.name in self.views):
+                out += [source.alias_or_name, getattr(source, "name", "")]
+        return out
+
+    def _from_items(self, select: exp.Select, upto: int | None = None) -> list[exp.Expr]:
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_")
+        first = [from_.this] if from_ is not None else []
+        return first + [j.this for j in joins[: len(joins) if upto is None else upto]]
+
+    def _sources(self, items: list[exp.Expr], schema: Any = None) -> list[tuple[str, str, Source]]:
+        """(expression to select, struct name, Source) per alias of the probe side."""
+        out = []
+        for item in items:
+            if isinstance(item, exp.Table) and item.name in self.views:
+                for source in self.views[item.name]:
+                    out.append((f"{_quoted(item.alias_or_name)}.{_quoted(source.alias)}", source))
+                continue
+            alias = item.alias_or_name
+            if not alias:
+                raise SqlError(
+                    "FROM",
+                    _sql(item)[:80],
+                    "a table or a subquery with an alias (FROM (SELECT ...) AS o)",
+                    reason="the probe side of a lookup join needs a name for each input",
+                )
+            out.append((f"struct({_quoted(alias)}.*)", Source(alias, ())))
+        return [(expr, src.alias, src) for expr, src in out]
+
+    def _lookup_join(self, select: exp.Select, index: int, hints: _Hints) -> None:
+        joins = list(select.args.get("joins") or [])
+        join = joins[index]
+        table: exp.Table = join.this
+        definition = self.tables(table.name)
+        assert definition is not None
+        name, dim_alias = definition.name, table.alias_or_name
+        side, kind = str(join.args.get("side") or "").upper(), str(join.args.get("kind") or "")
+        if (side, kind.upper()) not in (("", ""), ("", "INNER"), ("LEFT", ""), ("LEFT", "OUTER")):
+            raise SqlError(
+                "join", f"{side} {kind} JOIN {name}".strip(), JOIN_ALLOWED, reason="unsupported"
+            )
+        if join.args.get("using") or join.args.get("method") or join.args.get("on") is None:
+            raise SqlError("join", f"JOIN {name}", JOIN_ALLOWED, reason="a lookup join needs ON")
+        how = "left" if side == "LEFT" else "inner"
+
+        # The probe side as Spark sees it: one struct per alias.
+        items = self._from_items(select, upto=index)
+        probe = self._sources(items)
+        if dim_alias.lower() in {alias.lower() for _, alias, _ in probe}:
+            raise SqlError("alias", dim_alias, "an alias not used by the probe side")
+        ctes = visible_ctes(select)
+        if select.args.get("with_") is not None:
+            ctes += list(select.args["with_"].expressions)
+        spark_join_hints = [h.copy() for h in hints.spark if isinstance(h, exp.JoinHint)]
+        probe_query = exp.Select(
+            expressions=[exp.alias_(exp.maybe_parse(e, dialect=DIALECT), a) for e, a, _ in probe],
+            from_=select.args["from_"].copy(),
+            joins=[j.copy() for j in joins[:index]],
+        )
+        if ctes:
+            probe_query.set("with_", exp.With(expressions=[c.copy() for c in ctes]))
+        if spark_join_hints:
+            probe_query.set("hint", exp.Hint(expressions=spark_join_hints))
+        structs = self.spark.sql(_sql(probe_query))
+        struct_types: dict[str, Any] = {f.name: f.dataType for f in structs.schema.fields}
+        sources = [Source(alias, tuple(struct_types[alias].names)) for _, alias, _ in probe]
+        dim = Source(dim_alias, definition.columns)
+        resolver = Resolver(sources, dim)
+
+        # FOR SYSTEM_TIME AS OF <probe column>: checked, not used (processing time).
+        moment = table.args["version"].expression
+        if not isinstance(moment, exp.Column) or resolver.resolve(moment) in (None, dim):
+            raise SqlError(
+                "FOR SYSTEM_TIME AS OF",
+                _sql(moment) if moment is not None else None,
+                "a column of the probe side, such as o.proc_time",
+                reason=f"in the lookup join of {name!r}",
+            )
+
+        key, residual = self._key(definition, resolver, dim, join.args["on"])
+        pushed = self._pushable_where(select, resolver, sources)
+        if pushed:
+            rest = and_all([c for c in conjuncts(_where(select)) if c not in pushed])
+            select.set("where", exp.Where(this=rest) if rest is not None else None)
+        n = next(_counter)
+        prefix = f"__lk{n}"
+        needed = self._needed(select, [*sources, dim], join, residual)
+        flat: dict[str, list[tuple[str, str]]] = {}
+        columns: list[Column] = []
+        for a, source in enumerate(sources):
+            fields = needed[source.alias] or [source.fields[0]]
+            flat[source.alias] = [(f, f"{prefix}_p{a}_{j}") for j, f in enumerate(fields)]
+            columns += [
+                F.col(f"{_quoted(source.alias)}.{_quoted(f)}").alias(c)
+                for f, c in flat[source.alias]
+            ]
+        on: list[tuple[str, str]] = []
+        readable: dict[str, str] = {}
+        for j, (dim_column, expression) in enumerate(key):
+            key_name = f"{prefix}_k{j}"
+            readable[key_name] = _sql(expression)
+            columns.append(F.expr(_sql(self._qualified(expression, resolver))).alias(key_name))
+            on.append((key_name, dim_column))
+        rid = f"{prefix}_rid"
+        consolidate = how == "left" and bool(residual)
+        if consolidate:
+            columns.append(F.monotonically_increasing_id().alias(rid))
+        probe_df = structs
+        if pushed:
+            condition = and_all([self._qualified(p, resolver) for p in pushed])
+            assert condition is not None
+            probe_df = probe_df.where(F.expr(_sql(condition)))
+        probe_df = probe_df.select(*columns)
+
+        dim_fields = needed[dim_alias] or [definition.columns[0]]
+        dim_flat = [(f, f"{prefix}_d{j}") for j, f in enumerate(dim_fields)]
+        lookup_table = definition.lookup_table(tuple(d for d, _ in key_order(key, definition)))
+        try:
+            joined = lookup_join(
+                probe_df,
+                lookup_table,
+                on=on,
+                how=how,
+                hints=hints.for_join((name, dim_alias)),
+                columns=[f for f, _ in dim_flat],
+                rename=dict(dim_flat),
+                alias=dim_alias,
+                skew=self.skew,
+                shuffle_partitions=self._shuffle_partitions(),
+            )
+        except SqlError:
+            raise
+        except ConfigurationError as error:
+            raise _in_join(error, name, dim_alias, readable) from None
+
+        shaped = [
+            F.struct(*[F.col(c).alias(f) for f, c in flat[s.alias]]).alias(s.alias) for s in sources
+        ]
+        dim_struct = F.struct(*[F.col(c).alias(f) for f, c in dim_flat]).alias(dim_alias)
+        view = joined.select(*shaped, dim_struct, *([F.col(rid)] if consolidate else []))
+        if residual:
+            condition = and_all([self._qualified(r, resolver) for r in residual])
+            assert condition is not None
+            view = self._filter(view, F.expr(_sql(condition)), consolidate, rid, sources, dim_alias)
+        view_name = f"__asyncio_lookup_{n}_{uuid.uuid4().hex[:8]}"
+        view.createOrReplaceTempView(view_name)
+        self.views[view_name] = [
+            Source(s.alias, tuple(f for f, _ in flat[s.alias])) for s in sources
+        ] + [Source(dim_alias, tuple(dim_fields))]
+        select.set(
+            "from_",
+            exp.From(
+                this=exp.Table(
+                    this=exp.to_identifier(view_name),
+                    alias=exp.TableAlias(this=exp.to_identifier(prefix)),
+                )
+            ),
+        )
+        select.set("joins", joins[index + 1 :] or None)
+
+    # ------------------------------------------------------------------ pieces
+
+    def _shuffle_partitions(self) -> int:
+        """SHUFFLE_HASH's partitions: ``spark.sql.shuffle.partitions``, as Spark's own joins
+        (asking the input for its partitions would run its stages under adaptive execution)."""
+        value = self.spark.conf.get("spark.sql.shuffle.partitions", "200")
+        try:
+            return max(1, int(str(value)))
+        except ValueError:
+            return 200
+
+    def _key(
+        self, definition: TableDefinition, resolver: Resolver, dim: Source, on: exp.Expr
+    ) -> tuple[list[tuple[str, exp.Expr]], list[exp.Expr]]:
+        """ON -> the lookup key (dim column, probe expression or constant) and the rest."""
+        candidates: list[tuple[str, exp.Expr, exp.Expr]] = []
+        residual: list[exp.Expr] = []
+        for part in conjuncts(on):
+            bound = None
+            if isinstance(part, exp.EQ):
+                for this, other in ((part.this, part.expression), (part.expression, part.this)):
+                    if (
+                        isinstance(this, exp.Column)
+                        and resolver.resolve(this) is dim
+                        and not _refers_to(other, resolver, dim)
+                        and other.find(exp.Query, exp.AggFunc, exp.Window) is None
+                    ):
+                        dim_column = dim.field(this.name)
+                        assert dim_column is not None
+                        bound = (dim_column, other, part)
+                        break
+            if bound is None:
+                for referenced in part.find_all(exp.Column):
+                    resolver.resolve(referenced)
+                residual.append(part)
+            else:
+                candidates.append(bound)
+        chosen: dict[str, exp.Expr] = {}
+        for dim_column, other, part in candidates:
+            fixed = definition.key
+            if dim_column not in chosen and (fixed is None or dim_column in fixed):
+                chosen[dim_column] = other
+            else:
+                residual.append(part)
+        if definition.key is not None:
+            missing = [c for c in definition.key if c not in chosen]
+            if missing:
+                raise SqlError(
+                    "ON",
+                    _sql(on),
+                    f"equalities binding every key column of {definition.name!r}: "
+                    f"{list(definition.key)} (to probe expressions or constants)",
+                    reason=f"{missing} not bound",
+                )
+        if not chosen:
+            raise SqlError(
+                "ON",
+                _sql(on),
+                f"at least one equality between a column of {definition.name!r} and a probe "
+                "expression or a constant",
+                reason="no lookup key",
+            )
+        return list(chosen.items()), residual
+
+    def _pushable_where(
+        self, select: exp.Select, resolver: Resolver, sources: list[Source]
+    ) -> list[exp.Expr]:
+        """WHERE conjuncts over probe columns alone (deterministic, no subquery): they filter
+        the probe side before any lookup (not when a RIGHT or FULL join follows, which would
+        bring back rows the condition removes)."""
+        if any(
+            str(j.args.get("side") or "").upper() in ("RIGHT", "FULL")
+            for j in select.args.get("joins") or []
+        ):
+            return []
+        out = []
+        for part in conjuncts(_where(select)):
+            if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
+                continue
+            if any(
+                f.name.lower() in _NONDETERMINISTIC
+                for f in part.find_all(exp.Anonymous, exp.Func)
+                if hasattr(f, "name")
+            ):
+                continue
+            columns = list(part.find_all(exp.Column))
+            try:
+                owners = [resolver.resolve(c) for c in columns]
+            except SqlError:
+                continue
+            if columns and all(o is not None and o in sources for o in owners):
+                out.append(part)
+        return out
+
+    def _needed(
+        self, select: exp.Select, sources: list[Source], join: exp.Join, residual: list[exp.Expr]
+    ) -> dict[str, list[str]]:
+        """The fields of each source the rest of the statement (and the ``ON`` conditions left
+        after the key) can refer to: all of them after a ``*``."""
+        every = any(isinstance(e, exp.Star) for e in select.expressions) or any(
+            isinstance(star.parent, exp.Expr)
+            and not isinstance(star.parent, (exp.Column, exp.Count, exp.Select))
+            for star in select.find_all(exp.Star)
+        )
+        qualified: dict[str, set[str]] = {s.alias.lower(): set() for s in sources}
+        plain: set[str] = set()
+        starred: set[str] = set()
+        outside = [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Join) is not join]
+        known = Resolver(sources[:-1], sources[-1])
+        in_scope = {id(node) for node in scope_nodes(select)}
+        for column in outside + [c for r in residual for c in r.find_all(exp.Column)]:
+            if column.table and column.table.lower() in qualified and id(column) in in_scope:
+                known.resolve(column)  # raises for a column the alias does not have
+            if isinstance(column.this, exp.Star):
+                starred.add(column.table.lower())
+            elif column.table:
+                qualified.setdefault(column.table.lower(), set()).add(column.name.lower())
+            else:
+                plain.add(column.name.lower())
+        out: dict[str, list[str]] = {}
+        for source in sources:
+            alias = source.alias.lower()
+            out[source.alias] = [
+                f
+                for f in source.fields
+                if every
+                or alias in starred
+                or f.lower() in plain
+                or f.lower() in qualified.get(alias, set())
+            ]
+        return out
+
+    def _qualified(self, expression: exp.Expr, resolver: Resolver) -> exp.Expr:
+        copy = expression.copy()
+        for column in list(copy.find_all(exp.Column)):
+            if column.table or lambda_bound(column, copy):
+                continue
+            source = resolver.resolve(column)
+            if source is not None:
+                column.set("table", exp.to_identifier(source.alias))
+        return copy
+
+    def _filter(
+        self,
+        view: DataFrame,
+        condition: Column,
+        consolidate: bool,
+        rid: str,
+        sources: list[Source],
+        dim_alias: str,
+    ) -> DataFrame:
+        if not consolidate:
+            return view.where(condition)
+        ok, hit, first = f"{rid}_ok", f"{rid}_any", f"{rid}_first"
+        rows = Window.partitionBy(rid)
+        marked = (
+            view.withColumn(ok, F.coalesce(condition, F.lit(False)))
+            .withColumn(hit, F.max(F.col(ok).cast("int")).over(rows))
+            .withColumn(first, F.row_number().over(rows.orderBy(rid)))
+        )
+        kept = marked.where(F.col(ok) | ((F.col(hit) == 0) & (F.col(first) == 1)))
+        return kept.select(
+            *[F.col(_quoted(s.alias)) for s in sources],
+            F.when(F.col(ok), F.col(_quoted(dim_alias))).alias(dim_alias),
+        )
+
+    def _finish(self, select: exp.Select) -> None:
+        """Qualify plain column names and expand ``*`` over the views' struct columns."""
+        items = self._from_items(select)
+        view_sources = [
+            source
+            for item in items
+            if isinstance(item, exp.Table) and item.name in self.views
+            for source in self.views[item.name]
+        ]
+        resolver = Resolver(view_sources)
+        outputs = {e.alias_or_name.lower() for e in select.expressions}
+        late = [select.args.get("order"), select.args.get("having")]
+        for node in list(scope_nodes(select)):
+            if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+                continue
+            if node.table:
+                if node.table.lower() in resolver.by_alias:
+                    resolver.resolve(node)
+                    for part in ("db", "catalog"):
+                        node.set(part, None)
+                continue
+            if lambda_bound(node, select):
+                continue
+            if node.name.lower() in outputs and any(
+                clause is not None and node.find_ancestor(type(clause)) is clause for clause in late
+            ):
+                continue
+            source = resolver.resolve(node)
+            if source is not None:
+                node.set("table", exp.to_identifier(source.alias))
+        expanded: list[exp.Expr] = []
+        for projection in select.expressions:
+            if not isinstance(projection, exp.Star):
+                expanded.append(projection)
+                continue
+            for item in items:
+                if isinstance(item, exp.Table) and item.name in self.views:
+                    aliases = [s.alias for s in self.views[item.name]]
+                else:
+                    aliases = [item.alias_or_name]
+                expanded += [
+                    exp.Column(this=exp.Star(), table=exp.to_identifier(a, quoted=True))
+                    for a in aliases
+                ]
+        select.set("expressions", expanded)
+
+
+def _where(select: exp.Select) -> exp.Expr | None:
+    where = select.args.get("where")
+    return where.this if where is not None else None
+
+
+def key_order(
+    key: list[tuple[str, exp.Expr]], definition: TableDefinition
+) -> list[tuple[str, exp.Expr]]:
+    """The key in dim-schema order (the order lookups and connectors use)."""
+    position = {c: i for i, c in enumerate(definition.columns)}
+    return sorted(key, key=lambda item: position[item[0]])
+
+
+def _refers_to(expression: exp.Expr, resolver: Resolver, dim: Source) -> bool:
+    return any(resolver.resolve(c) is dim for c in expression.find_all(exp.Column))
+
+
+def _in_join(
+    error: ConfigurationError, name: str, alias: str, readable: Mapping[str, str]
+) -> SqlError:
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for internal, text in readable.items():
+                value = value.replace(internal, text)
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(clean(v) for v in value)
+        return value
+
+    where = f"in the lookup join of {name!r} AS {alias}"
+    reason = f"{where}: {clean(error.reason)}" if error.reason else where
+    return SqlError(error.option, clean(error.value), clean(error.allowed), reason=reason)

@@ -1,0 +1,147 @@
+"""The Flink design documents' SQL, run as written on Spark with ``LookupSQL``.
+
+FLIP-234's ``Customers`` DDL (its JDBC 'url' pointed at the machine's PostgreSQL, database
+``test``), its lookup join with and without the retry hint, and FLIP-204's ``SHUFFLE_HASH``
+form. The retry query starts while a few customers are still missing; they are inserted
+after the first lookup and joined by the retry (the hint's 10 s fixed delay). The example's
+PostgreSQL table is dropped at the end.
+
+    .venv/bin/python examples/flink_sql.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import psycopg
+from pyspark.sql import SparkSession
+
+from asyncio_lookup.spark import LookupSQL
+
+DSN = os.environ.get("POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+CREATE_CUSTOMERS = """
+CREATE TEMPORARY TABLE Customers (
+  id INT,
+  name STRING,
+  country STRING,
+  zip STRING
+) WITH (
+  'connector' = 'jdbc',
+  'url' = 'jdbc:postgresql://{host}:{port}/{database}',
+  'table-name' = '{table}',
+  'username' = '{user}'
+);"""
+
+LOOKUP_JOIN = """
+-- enrich each order with customer information
+SELECT o.order_id, o.total, c.country, c.zip
+FROM Orders AS o
+  JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+    ON o.customer_id = c.id;"""
+
+RETRY = """
+-- retry triggered by empty result, using 10s fixed-delay strategy, max attempts 3.
+SELECT /*+ LOOKUP('table'='Customers', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', 'fixed-delay'='10s','max-attempts'='3') */
+	o.order_id, o.total, c.country, c.zip
+FROM Orders AS o
+  JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+    ON o.customer_id = c.id;"""  # noqa: E501
+
+SHUFFLE_HASH = """
+SELECT /*+ SHUFFLE_HASH('Customers') */ o.order_id, o.total, c.country, c.zip
+FROM Orders AS o
+JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+ON o.customer_id = c.id;"""
+
+CUSTOMERS = [(i, f"customer {i}", ["NL", "DE", "FR"][i % 3], f"{1000 + i}") for i in range(1, 9)]
+LATE = [(9, "customer 9", "BE", "1009")]  # arrives after the first lookup
+
+
+def spark_session() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("flink-sql")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+def insert(table: str, rows: list[tuple[object, ...]]) -> None:
+    with psycopg.connect(DSN, autocommit=True) as conn, conn.cursor() as cursor:
+        cursor.executemany(f'INSERT INTO "{table}" VALUES (%s, %s, %s, %s)', rows)
+
+
+def insert_after_first_lookup(table: str) -> None:
+    """Wait until a lookup has queried the table, then add the late customer."""
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        for _ in range(3000):
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s "
+                "AND pid <> pg_backend_pid()",
+                (f"%{table}%",),
+            ).fetchone()
+            if row and row[0]:
+                break
+            time.sleep(0.02)
+    time.sleep(0.5)
+    insert(table, LATE)
+    print(f"  (customer 9 inserted into {table} after the first lookup)")
+
+
+def main() -> None:
+    table = f"example_customers_{uuid.uuid4().hex[:6]}"
+    url = urlsplit(DSN)
+    spark = None
+    try:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f'CREATE TABLE "{table}" (id INT, name TEXT, country TEXT, zip TEXT)')
+        insert(table, CUSTOMERS)
+        spark = spark_session()
+        spark.createDataFrame(
+            [(n, n % 9 + 1, n * 10.0, "proc") for n in range(1, 19)],
+            "order_id INT, customer_id INT, total DOUBLE, proc_time STRING",
+        ).createOrReplaceTempView("Orders")
+        sql = LookupSQL(spark)
+        sql.sql(
+            CREATE_CUSTOMERS.format(
+                host=url.hostname or "127.0.0.1",
+                port=url.port or 5432,
+                database=url.path.lstrip("/") or "test",
+                table=table,
+                user=url.username or "postgres",
+            )
+        )
+
+        print("FLIP-234, lookup join (customer 9 does not exist yet):")
+        sql.sql(LOOKUP_JOIN).orderBy("order_id").show()
+
+        print("FLIP-234, lookup join with retry on lookup miss:")
+        retried = sql.sql(RETRY)
+        threading.Thread(target=insert_after_first_lookup, args=(table,), daemon=True).start()
+        retried.orderBy("order_id").show()
+        print("Customers metrics:", sql.table("Customers").metrics())
+
+        print("FLIP-204, hash lookup join (SHUFFLE_HASH):")
+        shuffled = sql.sql(SHUFFLE_HASH)
+        shuffled.explain()
+        shuffled.orderBy("order_id").show()
+    finally:
+        if spark is not None:
+            spark.stop()
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+if __name__ == "__main__":
+    main()

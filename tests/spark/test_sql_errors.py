@@ -1,0 +1,277 @@
+"""LookupSQL's errors: every one raised by ``sql()`` on the driver before any Spark job, naming
+what is wrong and what is allowed; DDL handling; passwords never shown."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from asyncio_lookup.connectors import InMemoryConnector, register_connector
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.spark import LookupSQL, LookupTable
+from asyncio_lookup.spark.sql import SqlError, SqlParseError
+from tests.spark.conftest import no_spark_job
+
+pytestmark = pytest.mark.spark
+
+SECRET = "hunter2-s3cret"
+DDL = """CREATE TEMPORARY TABLE Customers (
+  id INT, name STRING, country STRING, zip STRING, PRIMARY KEY (id) NOT ENFORCED
+) WITH (
+  'connector' = 'jdbc',
+  'url' = 'jdbc:postgresql://127.0.0.1:5432/test',
+  'table-name' = 'customers',
+  'username' = 'postgres',
+  'password' = '{secret}'{extra}
+)"""
+JOIN = "FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c ON o.customer_id = c.id"
+
+
+@pytest.fixture(scope="module")
+def sql(spark: SparkSession) -> LookupSQL:
+    spark.createDataFrame(
+        [(1, 10, 2.0, "t")], "order_id INT, customer_id INT, total DOUBLE, proc_time STRING"
+    ).createOrReplaceTempView("Orders")
+    lookup = LookupSQL(spark)
+    lookup.sql(DDL.format(secret=SECRET, extra=""))
+    rows = [{"id": 1, "region": "EU", "name": "r"}]
+    lookup.register(
+        LookupTable(
+            "Regions",
+            "id INT, region STRING, name STRING",
+            InMemoryConnector(rows, ["id", "region"]),
+        )
+    )
+    return lookup
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("SELECT o.order_id\nFROM Orders o JOIN", ["line 2", "column"]),
+        ("SELECT 1; SELECT 2", ["exactly one statement"]),
+        (
+            "SELECT * FROM Orders o JOIN Orders FOR SYSTEM_TIME AS OF o.proc_time p "
+            "ON o.order_id = p.order_id",
+            ["'Orders' is not a lookup table", "FOR SYSTEM_TIME AS OF"],
+        ),
+        (
+            "SELECT * FROM Orders o JOIN Customers c ON o.customer_id = c.id",
+            ["'Customers'", "FOR SYSTEM_TIME"],
+        ),
+        ("SELECT * FROM Customers", ["'Customers' is a lookup table"]),
+        (f"SELECT c.nope {JOIN}", ["'c.nope'", "'country'", "no such column"]),
+        (f"SELECT o.nope {JOIN}", ["'o.nope'", "'proc_time'"]),
+        (
+            "SELECT 1 FROM Orders o RIGHT JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time c "
+            "ON o.customer_id = c.id",
+            ["RIGHT", "LEFT [OUTER] JOIN"],
+        ),
+        (
+            "SELECT 1 FROM Orders o FULL OUTER JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time c "
+            "ON o.customer_id = c.id",
+            ["FULL", "LEFT [OUTER] JOIN"],
+        ),
+        (
+            "SELECT 1 FROM Orders o CROSS JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time c",
+            ["CROSS", "LEFT [OUTER] JOIN"],
+        ),
+        (
+            "SELECT 1 FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF o.total + 1 c "
+            "ON o.customer_id = c.id",
+            ["a column of the probe side"],
+        ),
+        (
+            "SELECT 1 FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF c.id c "
+            "ON o.customer_id = c.id",
+            ["a column of the probe side"],
+        ),
+        (
+            "SELECT 1 FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time c "
+            "ON o.customer_id > c.id",
+            ["no lookup key"],
+        ),
+        (
+            "SELECT 1 FROM Orders o JOIN Regions FOR SYSTEM_TIME AS OF o.proc_time r "
+            "ON o.customer_id = r.id",
+            ["['region'] not bound", "'id', 'region'"],
+        ),
+        (f"SELECT /*+ LOOKUP('table'='c', 'async'='yes') */ 1 {JOIN}", ["'async'", "'yes'"]),
+        (
+            f"SELECT /*+ LOOKUP('table'='c', 'time-out'='1s') */ 1 {JOIN}",
+            ["'time-out'", "'timeout'"],
+        ),
+        (
+            f"SELECT /*+ LOOKUP('table'='Customers', 'retry-predicate'='lookup_miss') */ 1 {JOIN}",
+            ["all four of"],
+        ),
+        (f"SELECT /*+ LOOKUP('table'='Orders') */ 1 {JOIN}", ["'Orders'", "'c'"]),
+        (f"SELECT /*+ SHUFFLE_HASH(Nope) */ 1 {JOIN}", ["'Nope'", "'c'"]),
+        (f"SELECT /*+ LOOKUP('table'='Customers' */ 1 {JOIN}", ["expected"]),
+        (
+            "SELECT * FROM (SELECT /*+ LOOKUP('table'='c') */ * FROM Orders) o2, "
+            f"(SELECT 1 {JOIN})",
+            ["names no lookup join"],
+        ),
+        (
+            f"SELECT o.order_id {JOIN.replace('o.customer_id = c.id', 'o.proc_time = c.id')}",
+            ["'o.proc_time'", "compatible types"],
+        ),
+        (
+            "SELECT * FROM Nowhere n JOIN Customers FOR SYSTEM_TIME AS OF n.t c ON n.a = c.id",
+            ["Nowhere"],
+        ),
+    ],
+)
+def test_query_errors_raise_before_any_job(
+    spark: SparkSession, sql: LookupSQL, statement: str, named: list[str]
+) -> None:
+    with no_spark_job(spark), pytest.raises(Exception) as error:
+        sql.sql(statement)
+    for text in named:
+        assert text in str(error.value)
+
+
+def test_parse_errors_carry_line_and_column(sql: LookupSQL) -> None:
+    with pytest.raises(SqlParseError) as error:
+        sql.sql("SELECT o.order_id\n  FROM Orders o\n  JOIN WHERE")
+    assert error.value.line == 3
+    assert error.value.column is not None
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (",\n  'lookup.cache' = 'SOMETIMES'", ["'lookup.cache'", "'SOMETIMES'", "PARTIAL"]),
+        (",\n  'lookup.cash' = 'FULL'", ["'lookup.cash'", "lookup.cache"]),
+        (
+            ",\n  'fetch-size' = '10'",
+            ["'fetch-size'", "'table-name'", "'scan.fetch-size'", "lookup.partial-cache.max-rows"],
+        ),
+        (",\n  'driver' = 'com.mysql.Driver'", ["jdbc:postgresql://host:port/database"]),
+        (",\n  'password' = 'again'", ["'password'", "given twice"]),
+    ],
+)
+def test_ddl_errors_list_the_valid_options_and_hide_passwords(
+    spark: SparkSession, sql: LookupSQL, extra: str, named: list[str]
+) -> None:
+    statement = DDL.format(secret=SECRET, extra=extra).replace("Customers", "Customers2")
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        sql.sql(statement)
+    for text in named:
+        assert text in str(error.value)
+    assert SECRET not in str(error.value) and SECRET not in repr(error.value)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "named"),
+    [
+        ("CREATE TABLE T (id INT) WITH ('connector' = 'kafka')", ["'kafka'", "'jdbc'", "'http'"]),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'jdbc', "
+            "'url' = 'jdbc:mysql://u:" + SECRET + "@h:3306/db', 'table-name' = 't')",
+            ["jdbc:postgresql://host:port/database"],
+        ),
+        ("CREATE TABLE T (id INT) WITH ('connector' = 'jdbc', 'table-name' = 't')", ["'url'"]),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'http', 'url' = 'http://h/x/{nope}')",
+            ["'nope'"],
+        ),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'redis', 'url' = 'redis://h', "
+            "'key-template' = 'c:{id}', 'value-format' = 'xml')",
+            ["'xml'", "json"],
+        ),
+        (
+            "CREATE TABLE T (id INT, PRIMARY KEY (nope) NOT ENFORCED) WITH ("
+            "'connector' = 'postgres', 'url' = 'postgresql://h/db', 'table-name' = 't')",
+            ["'nope'"],
+        ),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'http', 'url' = 'http://h/{id}', "
+            "'bearer-token' = '" + SECRET + "', 'timeout' = 'soon')",
+            ["'timeout'", "'soon'"],
+        ),
+        (
+            "CREATE TABLE db.T (id INT) WITH ('connector' = 'http', 'url' = 'http://h/{id}')",
+            ["unqualified"],
+        ),
+    ],
+)
+def test_bad_ddl_raises_naming_the_problem(
+    spark: SparkSession, sql: LookupSQL, ddl: str, named: list[str]
+) -> None:
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        sql.sql(ddl)
+    for text in named:
+        assert text in str(error.value)
+    assert SECRET not in str(error.value)
+
+
+def test_passwords_never_appear_in_reprs_or_plans(spark: SparkSession, sql: LookupSQL) -> None:
+    df = sql.sql(f"SELECT o.order_id, c.zip {JOIN}")
+    shown = [repr(sql), repr(sql.table("Customers")), repr(sql.table("Customers").connector)]
+    shown.append(df._jdf.queryExecution().toString())
+    for text in shown:
+        assert SECRET not in text
+
+
+def test_ddl_if_not_exists_drop_and_register(spark: SparkSession) -> None:
+    lookup = LookupSQL(spark)
+    ddl = "CREATE TEMPORARY TABLE T (id INT, v STRING) WITH ('connector' = 'http', 'url' = 'http://h/{id}')"
+    with no_spark_job(spark):
+        assert lookup.sql(ddl + ";").columns == []
+        assert lookup.sql(ddl.replace("TABLE T", "TABLE IF NOT EXISTS T")).columns == []
+        with pytest.raises(SqlError, match="exists"):
+            lookup.sql(ddl)
+        assert lookup.tables() == ["T"]
+        assert lookup.table("t").connector.key_columns == ("id",)
+        lookup.sql("DROP TEMPORARY TABLE T")
+        lookup.sql("DROP TEMPORARY TABLE IF EXISTS T")
+        with pytest.raises(SqlError, match="no such table"):
+            lookup.sql("DROP TEMPORARY TABLE T")
+        with pytest.raises(SqlError, match="'T'"):
+            lookup.table("T")
+    table = LookupTable("Dim", "id INT, v STRING", InMemoryConnector([{"id": 1, "v": "x"}], ["id"]))
+    assert lookup.register(table, "Other") is table
+    assert lookup.table("other") is table
+
+
+def test_a_registered_connector_takes_its_parameters_as_options(spark: SparkSession) -> None:
+    class Fixed:
+        def __init__(
+            self,
+            rows: str,
+            key_columns: tuple[str, ...] = ("id",),
+            scale: int = 1,
+            delay: float = 0.0,
+        ) -> None:
+            parsed = [{"id": int(p), "v": int(p) * scale} for p in rows.split(",")]
+            self.inner = InMemoryConnector(parsed, list(key_columns))
+            self.delay = delay
+
+        def lookup_function(self):  # type: ignore[no-untyped-def]
+            return self.inner.lookup_function()
+
+        def async_lookup_function(self):  # type: ignore[no-untyped-def]
+            return self.inner.async_lookup_function()
+
+        def scan(self):  # type: ignore[no-untyped-def]
+            return self.inner.scan()
+
+    register_connector("sql-test-fixed", Fixed, replace=True)
+    lookup = LookupSQL(spark)
+    with pytest.raises(SqlError) as error:
+        lookup.sql("CREATE TABLE F (id INT, v INT) WITH ('connector'='sql-test-fixed', 'rowz'='1')")
+    assert "'rows'" in str(error.value) and "'key-columns'" in str(error.value)
+    lookup.sql(
+        "CREATE TABLE F (id INT, v INT) WITH ('connector'='sql-test-fixed', 'rows'='1,2,3', "
+        "'scale'='10', 'delay'='5 ms')"
+    )
+    spark.createDataFrame(
+        [(1, "t"), (3, "t"), (4, "t")], "k INT, pt STRING"
+    ).createOrReplaceTempView("Keys")
+    df = lookup.sql(
+        "SELECT k, f.v FROM Keys LEFT JOIN F FOR SYSTEM_TIME AS OF Keys.pt AS f ON f.id = k"
+    )
+    assert sorted(tuple(r) for r in df.collect()) == [(1, 10), (3, 30), (4, None)]
