@@ -37,7 +37,7 @@ class AsyncMapTask:
     schema: pa.Schema
     timeout: float | timedelta | None
     capacity: int
-    output_mode: OutputMode
+    output_mode: OutputMode | str
     retry_strategy: AsyncRetryStrategy
     metrics_id: str | None
     accumulator: Any
@@ -91,7 +91,7 @@ def async_map(
     schema: str | StructType,
     timeout: float | timedelta | None,
     capacity: int = 100,
-    output_mode: OutputMode = OutputMode.ORDERED,
+    output_mode: OutputMode | str = OutputMode.ORDERED,
     retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
     *,
     metrics_id: str | None = None,
@@ -101,7 +101,8 @@ def async_map(
     ``fn`` is an :class:`AsyncFunction` or ``async def fn(row: dict) -> Collection[dict]``;
     each returned dict is an output row of ``schema`` (flat-map: zero, one or many per input).
     ``timeout`` (seconds per row, across retries), ``capacity``, ``output_mode`` and
-    ``retry_strategy`` are the async wait operator's (FLIP-232). With ``metrics_id`` the
+    ``retry_strategy`` are the async wait operator's (FLIP-232; ``output_mode`` also as text,
+    e.g. ``'allow_unordered'``). With ``metrics_id`` the
     operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
     The function and its arguments are validated here, before any Spark job runs.
     """

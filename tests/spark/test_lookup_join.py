@@ -347,9 +347,10 @@ async def _twice_or_none(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"n": n, "copy": k, "label": f"#{n}"} for k in range(1 + n % 2)]
 
 
-@pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED])
-def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode) -> None:
+@pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED, "allow_unordered"])
+def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode | str) -> None:
     df = spark.range(0, 200, numPartitions=2).selectExpr("CAST(id AS INT) AS n")
+    metrics_id = f"twice-{mode}"
     out = async_map(
         df,
         _twice_or_none,
@@ -358,14 +359,14 @@ def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode
         capacity=16,
         output_mode=mode,
         retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=f"twice-{mode.name}",
+        metrics_id=metrics_id,
     )
     rows = [tuple(r) for r in out.collect()]
     want = [(n, k, f"#{n}") for n in range(200) if n % 5 for k in range(1 + n % 2)]
     assert Counter(rows) == Counter(want)
     if mode is OutputMode.ORDERED:
         assert rows == want
-    assert async_map_metrics(f"twice-{mode.name}")["numCompleted"] == 200
+    assert async_map_metrics(metrics_id)["numCompleted"] == 200
 
 
 def test_async_map_retry_strategy_and_errors(spark: SparkSession) -> None:
