@@ -28,6 +28,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
@@ -214,9 +215,7 @@ class _Probe:
 
 def _probes(batch: ProbeBatch[Any]) -> Iterator[_Probe]:
     left_rows = batch.left_rows
-    if left_rows is None:
-        return (_Probe(key, None) for key in batch.keys)
-    return map(_Probe, batch.keys, left_rows)
+    return map(_Probe, batch.keys, repeat(None) if left_rows is None else left_rows)
 
 
 class _LookupCall(AsyncFunction[_Probe, "Row | None"]):
