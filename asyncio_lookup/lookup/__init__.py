@@ -1,7 +1,11 @@
-"""Lookup functions, caches, options, metrics, hints and the join runner. Imports no Spark."""
+"""The lookup layer's public API: lookup functions and providers, caches and their reload
+triggers, ``lookup.*`` options, hints, key partitioners. Imports no Spark.
 
-from asyncio_lookup.lookup.cache import DefaultLookupCache, DefaultLookupCacheBuilder, LookupCache
-from asyncio_lookup.lookup.chain import LookupChain
+What a connector or cache author needs is exported here; the machinery that runs a lookup join
+(the chain, its per-process registry, metric deltas, partition routing) stays in its modules.
+"""
+
+from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
     Key,
@@ -10,14 +14,9 @@ from asyncio_lookup.lookup.functions import (
     Row,
 )
 from asyncio_lookup.lookup.hints import LookupHint, ShuffleHashHint, parse_hints
-from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics, metrics_delta
+from asyncio_lookup.lookup.metrics import CacheMetricGroup
 from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
-from asyncio_lookup.lookup.partitioning import (
-    HashPartitioner,
-    KeyPartitioner,
-    PartitionFilteredSource,
-    PartitionRouting,
-)
+from asyncio_lookup.lookup.partitioning import HashPartitioner, KeyPartitioner
 from asyncio_lookup.lookup.providers import (
     AsyncLookupFunctionProvider,
     FullCachingLookupProvider,
@@ -25,15 +24,12 @@ from asyncio_lookup.lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
-from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.lookup.reload import (
     CacheReloadTrigger,
     PeriodicCacheReloadTrigger,
     ScheduleMode,
     TimedCacheReloadTrigger,
 )
-from asyncio_lookup.lookup.retry import MissRetry
-from asyncio_lookup.validation import parse_duration
 
 __all__ = [
     "AsyncLookupFunction",
@@ -42,33 +38,23 @@ __all__ = [
     "CacheReloadTrigger",
     "CacheType",
     "DefaultLookupCache",
-    "DefaultLookupCacheBuilder",
     "FullCachingLookupProvider",
     "HashPartitioner",
     "Key",
     "KeyPartitioner",
     "LookupCache",
-    "LookupChain",
     "LookupFunction",
     "LookupFunctionProvider",
     "LookupHint",
     "LookupOptions",
     "LookupTableSource",
-    "MissRetry",
     "PartialCachingAsyncLookupProvider",
     "PartialCachingLookupProvider",
-    "PartitionFilteredSource",
-    "PartitionRouting",
     "PeriodicCacheReloadTrigger",
     "ReloadStrategy",
     "Row",
     "ScheduleMode",
     "ShuffleHashHint",
     "TimedCacheReloadTrigger",
-    "acquire_chain",
-    "merge_metrics",
-    "metrics_delta",
-    "parse_duration",
     "parse_hints",
-    "release_chain",
 ]

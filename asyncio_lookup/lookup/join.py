@@ -16,24 +16,31 @@ counts against its timeout.
 from __future__ import annotations
 
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
     Callable,
     Collection,
     Generator,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.hints import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
+from asyncio_lookup.runtime.rebatch import (
+    DEFAULT_FLUSH_ROWS,
+    Rebatcher,
+    aclose,
+    check_flush_rows,
+)
 
 P = TypeVar("P")
 
@@ -166,6 +173,9 @@ class ProbeBatch(Generic[P]):
     keys: Sequence[Key | None]
     left_rows: Sequence[Row] | None = None
 
+    def __len__(self) -> int:
+        return len(self.keys)
+
 
 @dataclass
 class JoinedBatch(Generic[P]):
@@ -193,23 +203,24 @@ class LookupChainLike(Protocol):
 class _Probe:
     """One input row on its way through the operator (a plain slotted class: one per row)."""
 
-    __slots__ = ("batch", "key", "left_row", "row")
+    __slots__ = ("key", "left_row")
 
-    def __init__(self, batch: int, row: int, key: Key | None, left_row: Row | None) -> None:
-        self.batch = batch
-        self.row = row
+    def __init__(self, key: Key | None, left_row: Row | None) -> None:
         self.key = key
         self.left_row = left_row
 
     def __repr__(self) -> str:
-        return f"row {self.row} of batch {self.batch} (key {self.key!r})"
+        return f"the row with key {self.key!r}"
 
 
-_Outcome = list[Row | None]  # the output dim rows of one input row (None: NULL-padded)
+def _probes(batch: ProbeBatch[Any]) -> Iterator[_Probe]:
+    left_rows = batch.left_rows
+    return map(_Probe, batch.keys, repeat(None) if left_rows is None else left_rows)
 
 
-class _LookupCall(AsyncFunction[_Probe, _Outcome]):
-    """One row's lookup through the chain; always returns exactly one outcome record."""
+class _LookupCall(AsyncFunction[_Probe, Row | None]):
+    """One row's lookup through the chain; its outputs are the row's output dim rows (``None``:
+    NULL-padded), none for an INNER join without a surviving dim row."""
 
     def __init__(self, chain: LookupChainLike, spec: JoinSpec, table: str, timeout: float | None):
         self.chain = chain
@@ -217,20 +228,20 @@ class _LookupCall(AsyncFunction[_Probe, _Outcome]):
         self.table = table
         self.timeout_seconds = timeout
 
-    def invoke_now(self, element: _Probe) -> Collection[_Outcome] | None:
+    def invoke_now(self, element: _Probe) -> Collection[Row | None] | None:
         """Answer a NULL key or a cache hit at admission, without a task."""
         if element.key is None:
-            return (self.spec.finish((), element.left_row),)
+            return self.spec.finish((), element.left_row)
         rows = self.chain.lookup_cached(element.key)
-        return None if rows is None else (self.spec.finish(rows, element.left_row),)
+        return None if rows is None else self.spec.finish(rows, element.left_row)
 
-    async def async_invoke(self, element: _Probe) -> Collection[_Outcome]:
+    async def async_invoke(self, element: _Probe) -> Collection[Row | None]:
         if element.key is None:
-            return (self.spec.finish((), element.left_row),)
+            return self.spec.finish((), element.left_row)
         rows = await self.chain.async_lookup(element.key)
-        return (self.spec.finish(rows, element.left_row),)
+        return self.spec.finish(rows, element.left_row)
 
-    async def timeout(self, element: _Probe) -> Collection[_Outcome]:
+    async def timeout(self, element: _Probe) -> Collection[Row | None]:
         limit = duration_text(self.timeout_seconds or 0.0)
         raise TimeoutError(
             f"Async function call has timed out: lookup of key {element.key!r} in table "
@@ -240,23 +251,25 @@ class _LookupCall(AsyncFunction[_Probe, _Outcome]):
 
 
 class LookupJoinRunner(Generic[P]):
-    """Runs a lookup join over probe batches, sync or async (chosen by the chain's mode)."""
+    """Runs a lookup join over probe batches, sync or async (chosen by the chain's mode).
+
+    ``hint`` is the join's LOOKUP hint resolved against the job defaults: the async operator's
+    capacity, output mode and timeout.
+    """
 
     def __init__(
         self,
         chain: LookupChainLike,
         spec: JoinSpec,
-        settings: ResolvedLookup,
+        hint: ResolvedLookup,
         *,
-        flush_rows: int = 8192,
+        flush_rows: int = DEFAULT_FLUSH_ROWS,
     ) -> None:
-        if flush_rows < 1:
-            raise ConfigurationError("flush_rows", flush_rows, "an integer >= 1")
         self.chain = chain
         self.spec = spec
-        self.settings = settings
-        self.flush_rows = flush_rows
-        self.operator: AsyncWaitOperator[_Probe, _Outcome] | None = None
+        self.hint = hint
+        self.flush_rows = check_flush_rows(flush_rows)
+        self.operator: AsyncWaitOperator[_Probe, Row | None] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -291,76 +304,20 @@ class LookupJoinRunner(Generic[P]):
         self, batches: AsyncIterable[ProbeBatch[P]] | Iterable[ProbeBatch[P]]
     ) -> AsyncIterator[JoinedBatch[P]]:
         """Join through the async wait operator; output order follows the output mode."""
-        settings = self.settings
-        operator: AsyncWaitOperator[_Probe, _Outcome] = AsyncWaitOperator(
-            _LookupCall(self.chain, self.spec, settings.table, settings.timeout),
-            timeout=settings.timeout,
-            capacity=settings.capacity,
-            output_mode=(
-                OutputMode.UNORDERED if settings.output_mode == "unordered" else OutputMode.ORDERED
-            ),
+        hint = self.hint
+        operator: AsyncWaitOperator[_Probe, Row | None] = AsyncWaitOperator(
+            _LookupCall(self.chain, self.spec, hint.table, hint.timeout),
+            timeout=hint.timeout,
+            capacity=hint.capacity,
+            output_mode=OutputMode(hint.output_mode),
         )
         self.operator = operator
-        pending: dict[int, list[Any]] = {}  # batch number -> [payload, rows left, output]
-
-        async def probes() -> AsyncGenerator[_Probe, None]:
-            number = 0
-            inputs = _aiter(batches)
-            try:
-                async for batch in inputs:
-                    if not batch.keys:
-                        continue
-                    pending[number] = [batch.payload, len(batch.keys), JoinedBatch(batch.payload)]
-                    left_rows = batch.left_rows
-                    if left_rows is None:
-                        for index, key in enumerate(batch.keys):
-                            yield _Probe(number, index, key, None)
-                    else:
-                        for index, key in enumerate(batch.keys):
-                            yield _Probe(number, index, key, left_rows[index])
-                    number += 1
-            finally:
-                # Close the input now, on this loop (not later from a garbage collector).
-                await _aclose(inputs)
-
-        source = probes()
-        stream = operator.process(source)
+        rebatcher: Rebatcher[ProbeBatch[P], _Probe, Row | None] = Rebatcher(
+            operator, _probes, flush_rows=self.flush_rows
+        )
+        joined = rebatcher.run(batches)
         try:
-            async for item in stream:
-                if not isinstance(item, tuple):
-                    continue  # a watermark: none are sent, nothing to emit
-                probe, outcomes = item
-                entry = pending[probe.batch]
-                out: JoinedBatch[P] = entry[2]
-                for outcome in outcomes:
-                    for dim_row in outcome:
-                        out.indices.append(probe.row)
-                        out.dim_rows.append(dim_row)
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del pending[probe.batch]
-                    if out.indices:
-                        yield out
-                elif len(out.indices) >= self.flush_rows:
-                    entry[2] = JoinedBatch(entry[0])
-                    yield out
+            async for out in joined:
+                yield JoinedBatch(out.batch.payload, out.indices, out.outputs)
         finally:
-            await _aclose(stream)
-            await source.aclose()
-
-
-def _aiter(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
-    if isinstance(items, AsyncIterable):
-        return aiter(items)
-    return _from_sync(items)
-
-
-async def _from_sync(items: Iterable[Any]) -> AsyncIterator[Any]:
-    for item in items:
-        yield item
-
-
-async def _aclose(stream: Any) -> None:
-    close = getattr(stream, "aclose", None)
-    if close is not None:
-        await close()
+            await aclose(joined)

@@ -44,15 +44,12 @@ def _check_capacity(capacity: Any) -> int:
 
 
 def _check_output_mode(output_mode: Any) -> OutputMode:
-    if isinstance(output_mode, OutputMode):
-        return output_mode
-    if isinstance(output_mode, str):
-        for mode in OutputMode:
-            if mode.value == output_mode.strip().lower():
-                return mode
-    raise ConfigurationError(
-        "output_mode", output_mode, "OutputMode.ORDERED or OutputMode.UNORDERED"
-    )
+    try:
+        return OutputMode(output_mode)
+    except ValueError:
+        raise ConfigurationError(
+            "output_mode", output_mode, "OutputMode.ORDERED or OutputMode.UNORDERED"
+        ) from None
 
 
 def _check_retry(retry_strategy: Any, timeout: float | None) -> AsyncRetryStrategy | None:
@@ -90,7 +87,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         *,
         timeout: float | timedelta | None,
         capacity: int = 100,
-        output_mode: OutputMode = OutputMode.ORDERED,
+        output_mode: OutputMode | str = OutputMode.ORDERED,
         retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
         metrics: OperatorMetrics | None = None,
         manage_lifecycle: bool = True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from asyncio_lookup.runtime import (
     OutputMode,
     RetryStrategies,
 )
+from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatcher
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.metrics import metrics_accumulator, report
@@ -37,11 +38,11 @@ class AsyncMapTask:
     schema: pa.Schema
     timeout: float | timedelta | None
     capacity: int
-    output_mode: OutputMode
+    output_mode: OutputMode | str
     retry_strategy: AsyncRetryStrategy
     metrics_id: str | None
     accumulator: Any
-    flush_rows: int = 8192
+    flush_rows: int = DEFAULT_FLUSH_ROWS
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
 
     def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
@@ -69,56 +70,20 @@ class AsyncMapTask:
                 f"{e.value!r}, which does not fit the schema's type {declared} ({e.reason})"
             ) from None
 
-    async def run(
-        self,
-        operator: AsyncWaitOperator[dict[str, Any], Mapping[str, Any]],
-        batches: Iterator[pa.RecordBatch],
-    ) -> AsyncIterator[pa.RecordBatch]:
-        owner: dict[int, int] = {}
-        remaining: dict[int, int] = {}
-
-        async def elements() -> AsyncGenerator[dict[str, Any], None]:
-            number = 0
-            inputs = bridge.read_ahead(batches, pa.RecordBatch.to_pylist)
-            try:
-                async for rows in inputs:
-                    if not rows:
-                        continue
-                    remaining[number] = len(rows)
-                    for row in rows:
-                        owner[id(row)] = number
-                        yield row
-                    number += 1
-            finally:
-                await inputs.aclose()
-
-        source = elements()
-        stream = operator.process(source)
-        buffer: list[Mapping[str, Any]] = []
-        try:
-            async for item in stream:
-                if not isinstance(item, tuple):
-                    continue
-                element, outputs = item
-                buffer.extend(outputs)
-                number = owner.pop(id(element))
-                remaining[number] -= 1
-                done = remaining[number] == 0
-                if done:
-                    del remaining[number]
-                if buffer and (done or len(buffer) >= self.flush_rows):
-                    batch, buffer = self.build(buffer), []
-                    yield batch
-            if buffer:
-                yield self.build(buffer)
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-            await source.aclose()
-
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         operator = self.operator()
+        rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
+            operator, iter, flush_rows=self.flush_rows
+        )
         with young_generation_threshold(self.gc_threshold):
-            yield from bridge.drive(self.run(operator, batches))
+            outputs = bridge.drive(
+                rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
+            )
+            try:
+                for out in outputs:
+                    yield self.build(out.outputs)
+            finally:
+                outputs.close()
         if self.metrics_id is not None:
             report(self.accumulator, self.metrics_id, operator.metrics.snapshot())
 
@@ -129,7 +94,7 @@ def async_map(
     schema: str | StructType,
     timeout: float | timedelta | None,
     capacity: int = 100,
-    output_mode: OutputMode = OutputMode.ORDERED,
+    output_mode: OutputMode | str = OutputMode.ORDERED,
     retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
     *,
     metrics_id: str | None = None,
@@ -139,7 +104,8 @@ def async_map(
     ``fn`` is an :class:`AsyncFunction` or ``async def fn(row: dict) -> Collection[dict]``;
     each returned dict is an output row of ``schema`` (flat-map: zero, one or many per input).
     ``timeout`` (seconds per row, across retries), ``capacity``, ``output_mode`` and
-    ``retry_strategy`` are the async wait operator's (FLIP-232). With ``metrics_id`` the
+    ``retry_strategy`` are the async wait operator's (FLIP-232; ``output_mode`` also as text,
+    e.g. ``'allow_unordered'``). With ``metrics_id`` the
     operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
     The function and its arguments are validated here, before any Spark job runs.
     """

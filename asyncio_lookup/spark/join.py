@@ -164,8 +164,6 @@ def _dim_columns(
     rename = dict(rename or {})
     for name in rename:
         _field(dim, name, "rename", f"dim table {table.name!r}")
-    if not isinstance(prefix, str):
-        raise ConfigurationError("prefix", prefix, "a string")
     provided = getattr(table.connector, "columns", None)
     if isinstance(provided, (list, tuple)) and all(isinstance(c, str) for c in provided):
         absent = [name for name in selected if name not in provided]
@@ -199,60 +197,74 @@ def _dim_columns(
     return tuple(out)
 
 
-def _check_callable(name: str, value: Any) -> None:
-    if value is not None and not callable(value):
-        raise ConfigurationError(name, value, "a callable or None")
+@dataclasses.dataclass(frozen=True)
+class LookupJoinArgs:
+    """The arguments of one :func:`lookup_join` besides ``df`` and ``table`` (documented there),
+    each checked on its own when built; :func:`plan_lookup_join` checks them against the
+    schemas and the table."""
+
+    on: OnInput
+    how: str = "inner"
+    hints: HintsInput = None
+    literals: Mapping[str, Any] | None = None
+    columns: Sequence[str] | None = None
+    rename: Mapping[str, str] | None = None
+    prefix: str = ""
+    dim_filter: Callable[[Row], bool] | None = None
+    condition: Callable[[Row, Row], bool] | None = None
+    left_condition: Callable[[Row], bool] | None = None
+    alias: str | None = None
+    shuffle_partitions: int | None = None
+    skew: SkewOptions | bool | Mapping[str, Any] | None = None
+    join_type: JoinType = dataclasses.field(init=False, repr=False)
+    skew_options: SkewOptions = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "join_type", JoinType.of(self.how))
+        for name in ("dim_filter", "condition", "left_condition"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigurationError(name, value, "a callable or None")
+        alias = self.alias
+        if alias is not None and (not isinstance(alias, str) or not alias.strip()):
+            raise ConfigurationError("alias", alias, "a non-empty string or None")
+        if not isinstance(self.prefix, str):
+            raise ConfigurationError("prefix", self.prefix, "a string")
+        if self.shuffle_partitions is not None:
+            check_shuffle_partitions(self.shuffle_partitions)
+        object.__setattr__(self, "skew_options", SkewOptions.of(self.skew))
 
 
 def plan_lookup_join(
-    df: DataFrame,
-    table: LookupTable,
-    on: OnInput,
-    how: str = "inner",
-    hints: HintsInput = None,
-    *,
-    literals: Mapping[str, Any] | None = None,
-    columns: Sequence[str] | None = None,
-    rename: Mapping[str, str] | None = None,
-    prefix: str = "",
-    dim_filter: Callable[[Row], bool] | None = None,
-    condition: Callable[[Row, Row], bool] | None = None,
-    left_condition: Callable[[Row], bool] | None = None,
-    alias: str | None = None,
+    df: DataFrame, table: LookupTable, args: LookupJoinArgs
 ) -> tuple[LookupJoinTask, StructType]:
     """Validate everything on the driver; return the executor task and the output schema."""
     if not isinstance(df, DataFrame):
         raise ConfigurationError("df", type(df).__name__, "a pyspark.sql.DataFrame")
     if not isinstance(table, LookupTable):
         raise ConfigurationError("table", table, "a LookupTable")
-    join_type = JoinType.of(how)
-    for name, value in (
-        ("dim_filter", dim_filter),
-        ("condition", condition),
-        ("left_condition", left_condition),
-    ):
-        _check_callable(name, value)
-    if alias is not None and (not isinstance(alias, str) or not alias.strip()):
-        raise ConfigurationError("alias", alias, "a non-empty string or None")
-    settings: ResolvedLookup = resolve_lookup(
-        hints, table.name, aliases=(alias,) if alias else (), defaults=async_defaults(df)
+    hint: ResolvedLookup = resolve_lookup(
+        args.hints,
+        table.name,
+        aliases=(args.alias,) if args.alias else (),
+        defaults=async_defaults(df),
     )
     left = df.schema
-    keys = _key_bindings(table, left, on, literals)
+    keys = _key_bindings(table, left, args.on, args.literals)
     spec = JoinSpec(
-        how=join_type,
+        how=args.join_type,
         keys=keys,
-        dim_filter=dim_filter,
-        condition=condition,
-        left_condition=left_condition,
+        dim_filter=args.dim_filter,
+        condition=args.condition,
+        left_condition=args.left_condition,
     )
     large = large_var_types(df)
-    dim_columns = _dim_columns(table, left, columns, rename, prefix, large)
+    dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large)
     # The source must offer a usable mode for these options and hints (opens nothing).
     LookupChain.validate(
         table.connector,
         table.options,
-        prefer_async=settings.prefer_async,
+        prefer_async=hint.prefer_async,
         key_columns=spec.key_columns,
     )
     dim_fields = {f.name: f for f in table.schema.fields}
@@ -265,7 +277,7 @@ def plan_lookup_join(
         table_name=table.name,
         connector=table.connector,
         options=table.options,
-        settings=settings,
+        hint=hint,
         spec=spec,
         dim_columns=dim_columns,
         accumulator=metrics_accumulator(df.sparkSession.sparkContext),
@@ -274,6 +286,8 @@ def plan_lookup_join(
     return task, output
 
 
+# The parameters after `table` are LookupJoinArgs's fields, listed again so that users and type
+# checkers see them (tests/spark/test_validation.py checks that the two lists match).
 def lookup_join(
     df: DataFrame,
     table: LookupTable,
@@ -312,9 +326,7 @@ def lookup_join(
     call -- and spreads hot keys over several partitions. With ``lookup.cache`` = FULL each task
     then loads only the rows its partition can be asked for.
     """
-    task, output = plan_lookup_join(
-        df,
-        table,
+    args = LookupJoinArgs(
         on,
         how,
         hints,
@@ -326,12 +338,12 @@ def lookup_join(
         condition=condition,
         left_condition=left_condition,
         alias=alias,
+        shuffle_partitions=shuffle_partitions,
+        skew=skew,
     )
-    skew_options = SkewOptions.of(skew)
-    if shuffle_partitions is not None:
-        check_shuffle_partitions(shuffle_partitions)
-    if task.settings.shuffle:
-        df, task = hash_partition(df, task, table, shuffle_partitions, skew_options)
+    task, output = plan_lookup_join(df, table, args)
+    if task.hint.shuffle:
+        df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
     return df.mapInArrow(task, output)
 
 

@@ -44,7 +44,7 @@ class LookupJoinTask:
     table_name: str
     connector: Any
     options: LookupOptions
-    settings: ResolvedLookup
+    hint: ResolvedLookup
     spec: JoinSpec
     dim_columns: tuple[DimColumn, ...]
     accumulator: Any
@@ -68,8 +68,8 @@ class LookupJoinTask:
         return LookupChain.create(
             source,
             self.options,
-            prefer_async=self.settings.prefer_async,
-            miss_retry=self.settings.miss_retry(),
+            prefer_async=self.hint.prefer_async,
+            miss_retry=self.hint.miss_retry(),
             name=self.table_name,
             key_columns=self.spec.key_columns,
             cache_scope=self.cache_scope(partition),
@@ -86,11 +86,11 @@ class LookupJoinTask:
         """Registry key: one chain (and cache) per table in a process. Joins of one table that
         differ in key columns, mode or lookup-miss retry need chains of their own, and so does
         each partition of a partitioned FULL cache (its snapshot holds that partition's rows)."""
-        settings = self.settings
+        hint = self.hint
         base = (
             f"{self.table_id}:{','.join(self.spec.key_columns)}:"
-            f"{'async' if settings.prefer_async else 'sync'}:"
-            f"{settings.retry_delay}:{settings.retry_max_attempts}"
+            f"{'async' if hint.prefer_async else 'sync'}:"
+            f"{hint.retry_delay}:{hint.retry_max_attempts}"
         )
         if partition is None or self.routing is None:
             return base
@@ -179,9 +179,7 @@ class LookupJoinTask:
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
         succeeded = False
         try:
-            runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(
-                chain, self.spec, self.settings
-            )
+            runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
             if runner.is_async:
                 joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, self.probe)))
             else:

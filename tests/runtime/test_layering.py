@@ -6,6 +6,8 @@ import ast
 from pathlib import Path
 
 import asyncio_lookup
+import asyncio_lookup.errors as errors
+import asyncio_lookup.lookup as lookup
 import asyncio_lookup.runtime as runtime
 
 RUNTIME = Path(runtime.__file__).parent
@@ -53,3 +55,46 @@ def test_public_names_are_exported_and_reexported() -> None:
     assert expected <= set(runtime.__all__)
     for name in runtime.__all__:
         assert getattr(asyncio_lookup, name) is getattr(runtime, name)
+
+
+def test_the_top_level_exports_the_public_api_and_nothing_internal() -> None:
+    exported = set(asyncio_lookup.__all__)
+    assert len(exported) == len(asyncio_lookup.__all__)  # no name twice
+    for name in exported:
+        assert getattr(asyncio_lookup, name) is not None, name
+    for name in lookup.__all__:
+        assert getattr(asyncio_lookup, name) is getattr(lookup, name)
+    exceptions = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, Exception)
+        and value.__module__ == errors.__name__
+    }
+    assert exceptions <= exported  # every exception of errors.py
+    user_facing = {
+        "LookupFunction",
+        "AsyncLookupFunction",
+        "LookupTableSource",
+        "FullCachingLookupProvider",
+        "DefaultLookupCache",
+        "LookupOptions",
+        "LookupHint",
+        "parse_hints",
+        "OutputMode",
+        "AsyncDataStream",
+    }
+    assert user_facing <= exported
+    internal = {
+        "acquire_chain",
+        "release_chain",
+        "merge_metrics",
+        "metrics_delta",
+        "LookupChain",
+        "MissRetry",
+        "PartitionRouting",
+        "PartitionFilteredSource",
+        "parse_duration",
+    }
+    assert not internal & exported
+    assert not internal & set(lookup.__all__)

@@ -14,7 +14,7 @@ from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.connectors.http_connector import HttpConnector
 from asyncio_lookup.runtime import OutputMode, RetryPredicates, RetryStrategies
 from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
-from asyncio_lookup.spark.join import plan_lookup_join
+from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
 from tests.spark.helpers import DimService, FailingConnector, FlakyDouble, FlakyError, ScanOnly
 
 pytestmark = pytest.mark.spark
@@ -154,19 +154,21 @@ def test_hint_defaults_come_from_the_spark_conf(
             HttpConnector(f"{dim_service.url}/customers/{{id}}?delay=3", timeout=10),
         )
         df = spark.createDataFrame([(1100,)], "cid INT")
-        task, _ = plan_lookup_join(df, slow, on=[("cid", "id")])
-        assert (task.settings.output_mode, task.settings.capacity, task.settings.timeout) == (
-            "unordered",
+        task, _ = plan_lookup_join(df, slow, LookupJoinArgs(on=[("cid", "id")]))
+        hint = task.hint
+        assert (OutputMode(hint.output_mode), hint.capacity, hint.timeout) == (
+            OutputMode.UNORDERED,
             3,
             0.2,
         )
         with pytest.raises(Exception, match="did not finish within 200 ms"):
             lookup_join(df, slow, on=[("cid", "id")]).collect()
         # a hint option beats the conf default
-        task, _ = plan_lookup_join(
-            df, slow, on=[("cid", "id")], hints="LOOKUP('table'='Customers', 'capacity'='9')"
+        args = LookupJoinArgs(
+            on=[("cid", "id")], hints="LOOKUP('table'='Customers', 'capacity'='9')"
         )
-        assert (task.settings.capacity, task.settings.timeout) == (9, 0.2)
+        task, _ = plan_lookup_join(df, slow, args)
+        assert (task.hint.capacity, task.hint.timeout) == (9, 0.2)
     finally:
         for key in keys:
             spark.conf.unset(key)
@@ -345,9 +347,10 @@ async def _twice_or_none(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"n": n, "copy": k, "label": f"#{n}"} for k in range(1 + n % 2)]
 
 
-@pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED])
-def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode) -> None:
+@pytest.mark.parametrize("mode", [OutputMode.ORDERED, OutputMode.UNORDERED, "allow_unordered"])
+def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode | str) -> None:
     df = spark.range(0, 200, numPartitions=2).selectExpr("CAST(id AS INT) AS n")
+    metrics_id = f"twice-{mode}"
     out = async_map(
         df,
         _twice_or_none,
@@ -356,14 +359,14 @@ def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode
         capacity=16,
         output_mode=mode,
         retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=f"twice-{mode.name}",
+        metrics_id=metrics_id,
     )
     rows = [tuple(r) for r in out.collect()]
     want = [(n, k, f"#{n}") for n in range(200) if n % 5 for k in range(1 + n % 2)]
     assert Counter(rows) == Counter(want)
     if mode is OutputMode.ORDERED:
         assert rows == want
-    assert async_map_metrics(f"twice-{mode.name}")["numCompleted"] == 200
+    assert async_map_metrics(metrics_id)["numCompleted"] == 200
 
 
 def test_async_map_retry_strategy_and_errors(spark: SparkSession) -> None:

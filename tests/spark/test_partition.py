@@ -52,7 +52,7 @@ def make_task(
         table_name="T",
         connector=connector,
         options=LookupOptions(),
-        settings=resolve_lookup(hint, "T"),
+        hint=resolve_lookup(hint, "T"),
         spec=JoinSpec(how, (KeyBinding("id", left_column="cid"),)),
         dim_columns=columns,
         accumulator=Collector(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from asyncio_lookup.connectors import InMemoryConnector, PostgresConnector
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
+from asyncio_lookup.spark.join import LookupJoinArgs
 from tests.spark.conftest import no_spark_job
 
 pytestmark = pytest.mark.spark
@@ -300,3 +303,17 @@ def test_shuffle_hash_without_a_left_key_column_is_ignored_with_a_warning(
             skew=False,  # hot-key sampling is the one Spark job a shuffled join starts early
         )
     assert "direct_shuffle_partition_id" in shuffled._jdf.queryExecution().logical().toString()
+
+
+def test_lookup_join_takes_exactly_the_fields_of_lookup_join_args() -> None:
+    # lookup_join lists LookupJoinArgs's fields again in its signature (for users and type
+    # checkers): the names, kinds and defaults must stay the same.
+    parameters = list(inspect.signature(lookup_join).parameters.values())[2:]  # after df, table
+    fields = [f for f in dataclasses.fields(LookupJoinArgs) if f.init]
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    for parameter, field in zip(parameters, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert parameter.default == default, parameter.name
+        assert parameter.annotation == field.type, parameter.name
+    keyword_only = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert keyword_only == [f.name for f in fields][3:]  # on, how, hints may be positional

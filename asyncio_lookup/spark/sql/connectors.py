@@ -18,8 +18,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
 from asyncio_lookup.connectors.registry import connector_factory, connector_names
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup import LookupOptions, parse_duration
+from asyncio_lookup.lookup import LookupOptions
 from asyncio_lookup.spark.sql.parse import SqlError, is_secret
+from asyncio_lookup.validation import parse_duration
 
 Convert = Callable[[str, str], Any]
 BUILT_IN = ("jdbc", "postgres", "http", "redis")

@@ -1,0 +1,150 @@
+"""Batches in, batches out: the elements of input batches through an async wait operator, and
+each batch's outputs gathered back into output batches.
+
+An engine adapter (Spark's ``mapInArrow``) receives batches and must return batches; the
+operator works on elements. :class:`Rebatcher` is the one place that splits a batch into
+elements and regroups what the operator emits. An output batch holds outputs of one input batch
+only, each with the index of the element it came from, so the adapter can gather input columns
+column-wise (Arrow ``take``) instead of per cell. A batch's outputs are yielded when its last
+element is emitted, or earlier in pieces of ``flush_rows`` outputs; the order of the outputs is
+the operator's output mode's.
+
+Per element the cost is one dict insert and one dict pop (the element's batch and index, found
+by identity, so the elements need no wrapper and the function sees them as they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Sized
+from typing import Any, Generic, TypeVar
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime.operator import AsyncWaitOperator
+
+B = TypeVar("B", bound=Sized)
+E = TypeVar("E")
+OUT = TypeVar("OUT")
+
+DEFAULT_FLUSH_ROWS = 8192
+
+
+def check_flush_rows(flush_rows: Any) -> int:
+    """``flush_rows``: the most outputs in one output batch, an int >= 1."""
+    if isinstance(flush_rows, bool) or not isinstance(flush_rows, int) or flush_rows < 1:
+        raise ConfigurationError("flush_rows", flush_rows, "an integer >= 1")
+    return flush_rows
+
+
+class Rebatched(Generic[B, OUT]):
+    """Outputs of (part of) one input ``batch``: ``outputs[i]`` came from element
+    ``indices[i]`` of it (an element repeats once per output; one with none is absent)."""
+
+    __slots__ = ("batch", "indices", "outputs")
+
+    def __init__(self, batch: B) -> None:
+        self.batch = batch
+        self.indices: list[int] = []
+        self.outputs: list[OUT] = []
+
+
+class _Pending(Generic[B, OUT]):
+    """An input batch with elements still in the operator, and its outputs gathered so far."""
+
+    __slots__ = ("left", "out")
+
+    def __init__(self, batch: B, left: int) -> None:
+        self.left = left
+        self.out: Rebatched[B, OUT] = Rebatched(batch)
+
+
+class Rebatcher(Generic[B, E, OUT]):
+    """Runs the elements of sized input batches through ``operator``; see the module docstring.
+
+    ``elements(batch)`` yields exactly ``len(batch)`` distinct objects (it may build them
+    lazily: the operator pulls them as capacity frees up). An empty batch is skipped.
+    """
+
+    def __init__(
+        self,
+        operator: AsyncWaitOperator[E, OUT],
+        elements: Callable[[B], Iterable[E]],
+        *,
+        flush_rows: int = DEFAULT_FLUSH_ROWS,
+    ) -> None:
+        self.operator = operator
+        self.elements = elements
+        self.flush_rows = check_flush_rows(flush_rows)
+
+    async def run(
+        self, batches: AsyncIterable[B] | Iterable[B]
+    ) -> AsyncIterator[Rebatched[B, OUT]]:
+        """The output batches; on every exit the operator's run and ``batches`` are closed."""
+        owner: dict[int, tuple[_Pending[B, OUT], int]] = {}
+        flush_rows = self.flush_rows
+        source = self._source(batches, owner)
+        stream = self.operator.process(source)
+        try:
+            async for item in stream:
+                if not isinstance(item, tuple):
+                    continue  # a watermark: none are sent, nothing to emit
+                element, outputs = item
+                pending, index = owner.pop(id(element))
+                out = pending.out
+                for output in outputs:
+                    out.indices.append(index)
+                    out.outputs.append(output)
+                pending.left -= 1
+                if pending.left == 0:
+                    if out.outputs:
+                        yield out
+                elif len(out.outputs) >= flush_rows:
+                    pending.out = Rebatched(out.batch)
+                    yield out
+        finally:
+            await aclose(stream)
+            await source.aclose()
+
+    async def _source(
+        self,
+        batches: AsyncIterable[B] | Iterable[B],
+        owner: dict[int, tuple[_Pending[B, OUT], int]],
+    ) -> AsyncGenerator[E, None]:
+        inputs = as_async_iterator(batches)
+        elements = self.elements
+        try:
+            async for batch in inputs:
+                size = len(batch)
+                if not size:
+                    continue
+                pending: _Pending[B, OUT] = _Pending(batch, size)
+                index = -1
+                for index, element in enumerate(elements(batch)):
+                    owner[id(element)] = (pending, index)
+                    yield element
+                if index + 1 != size:
+                    raise ValueError(
+                        f"a batch of {size} gave {index + 1} elements; elements() must give one "
+                        "per row"
+                    )
+        finally:
+            # Close the input now, on this loop (not later from a garbage collector).
+            await aclose(inputs)
+
+
+def as_async_iterator(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
+    """``items`` as an async iterator (a plain iterable is read without awaiting)."""
+    if isinstance(items, AsyncIterable):
+        return aiter(items)
+    return _from_sync(items)
+
+
+async def _from_sync(items: Iterable[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+async def aclose(stream: Any) -> None:
+    """Close an async generator (or anything with ``aclose``); other iterators need nothing."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
