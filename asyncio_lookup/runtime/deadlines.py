@@ -3,9 +3,10 @@
 Every user gives its entries one timeout and adds them in time order, so their deadlines are
 monotone: a deque in order of addition plus ONE ``call_at`` timer for the earliest armed
 deadline covers them all (no timer, context or ``asyncio.timeout`` per entry). An entry that
-settles before its deadline only clears ``armed``: settled entries leave the deque lazily, from
-its head when an entry is added or the timer fires, and all at once when one entry stuck at the
-head keeps too many behind it.
+settles before its deadline only clears ``armed``; settled entries leave the deque lazily: from
+its head when the timer fires or the owner calls ``trim()`` (the operator once per batch, the
+HTTP connector per request), all at once when one entry stuck at the head keeps too many
+behind it.
 """
 
 from __future__ import annotations
@@ -60,16 +61,21 @@ class DeadlineQueue(Generic[E]):
 
     def add(self, entry: E) -> None:
         """Add ``entry`` (its deadline not before any entry added earlier)."""
+        self._queue.append(entry)
+        if self._timer is None and entry.at != math.inf:
+            assert self._loop is not None
+            self._timer = self._loop.call_at(entry.at, self._fire)
+
+    def trim(self) -> None:
+        """Drop settled entries from the head, and rebuild the deque of its armed entries when
+        one stuck at the head keeps too many behind it. Call it now and then: the queue grows
+        by every entry added in between."""
         queue = self._queue
         while queue and not queue[0].armed:
             queue.popleft()
         if len(queue) > self._compact_at:
-            queue = self._queue = deque(e for e in queue if e.armed)
-            self._compact_at = max(self._min_compact_at, 2 * len(queue))
-        queue.append(entry)
-        if self._timer is None and entry.at != math.inf:
-            assert self._loop is not None
-            self._timer = self._loop.call_at(entry.at, self._fire)
+            self._queue = deque(e for e in queue if e.armed)
+            self._compact_at = max(self._min_compact_at, 2 * len(self._queue))
 
     def __iter__(self) -> Iterator[E]:
         """The entries that may still be armed, in deadline order."""
@@ -145,6 +151,7 @@ class Deadlines(DeadlineQueue[Deadline]):
         if loop is not self._loop:  # first use, or a new loop: the old one's requests are gone
             self.close()
             self._loop = loop
+        self.trim()
         deadline = Deadline(loop.time() + self.timeout, asyncio.current_task())
         self.add(deadline)
         return deadline

@@ -76,8 +76,6 @@ class ResultHandler:
     right after the handler is created.
     """
 
-    is_watermark: ClassVar[bool] = False
-
     __slots__ = ("admitted", "armed", "at", "element", "result", "run", "slot", "state", "task")
 
     def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
@@ -88,7 +86,7 @@ class ResultHandler:
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
         self.task: asyncio.Task[None] | None = None  # the running attempt or timeout hook
-        self.result: Collection[Any] = ()
+        self.result: Collection[Any] = ()  # the outputs, once DONE
         self.slot: Slot
 
     def start(self, receiver: Receiver) -> None:
@@ -125,7 +123,6 @@ class ResultHandler:
         self.armed = False
         self.result = result
         run = self.run
-        run._live -= 1
         metrics = run._metrics
         metrics.in_flight -= 1
         metrics.completed += 1
@@ -150,7 +147,6 @@ class ResultHandler:
         self.state = State.FAILED
         self.armed = False
         run = self.run
-        run._live -= 1
         run._metrics.in_flight -= 1
         run._metrics.errors += 1
         run._fail(error)
@@ -165,6 +161,7 @@ class ResultHandler:
             return
         self.state = State.TIMING_OUT
         self.armed = False
+        run._timing_out += 1
         self.task = run._loop.create_task(self._timeout_hook())
         run._track(self.task)
 
@@ -191,6 +188,8 @@ class ResultHandler:
             if not run._closed:
                 self.complete_exceptionally(error)
             return
+        finally:
+            run._timing_out -= 1
         if not run._closed:
             self.complete(result)
 
@@ -201,7 +200,6 @@ class ResultHandler:
 class WatermarkEntry:
     """A watermark in the queue: ready from the start (Flink's ``WatermarkQueueEntry``)."""
 
-    is_watermark: ClassVar[bool] = True
     state: ClassVar[State] = State.DONE  # emittable as soon as nothing before it holds it back
     result: ClassVar[Collection[Any]] = ()  # no outputs of its own
 

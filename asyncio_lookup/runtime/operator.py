@@ -18,6 +18,7 @@ from asyncio_lookup.runtime.function import (
     invoker,
     now_invoker,
 )
+from asyncio_lookup.runtime.handler import WatermarkEntry
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
 from asyncio_lookup.runtime.run import OperatorRun
@@ -163,7 +164,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
                 for entry in batch:
                     if run.failure is not None:
                         raise run.failure
-                    if entry.is_watermark:
+                    if type(entry) is WatermarkEntry:
                         yield entry.element
                     else:
                         yield (entry.element, entry.result)

@@ -1,7 +1,7 @@
 """Retry inside the operator, present only when a run has a retry strategy (FLIP-232).
 
-:class:`RetryPolicy` is the run's strategy with its predicates; it wraps each admitted record's
-handler in a :class:`RetryingHandler` (Flink's ``RetryableResultHandlerDelegator``), which
+:class:`RetryPolicy` is the run's strategy with its predicates; each admitted record's handler is
+wrapped in a :class:`RetryingHandler` (Flink's ``RetryableResultHandlerDelegator``), which
 receives every attempt's outcome and either schedules the next attempt or passes the outcome
 on to the handler as final. The delegator also stands for the record in the deadline queue, so
 that a deadline passing between two attempts cancels the retry timer.
@@ -29,10 +29,6 @@ class RetryPolicy:
         predicate = strategy.retry_predicate
         self.result_predicate = predicate.result_predicate
         self.exception_predicate = predicate.exception_predicate
-
-    def wrap(self, handler: ResultHandler) -> RetryingHandler:
-        """The receiver of ``handler``'s attempts."""
-        return RetryingHandler(handler, self)
 
     def delay(self, attempts: int) -> float | None:
         """Seconds before attempt ``attempts + 1``, or None when the strategy allows no more."""
@@ -66,8 +62,14 @@ class RetryingHandler:
         allows, else final. A result that is no collection is never retried."""
         handler = self.handler
         predicate = self.policy.result_predicate
-        if predicate is None or result_type_error(handler.element, result) is not None:
+        if predicate is None:
             handler.complete(result)
+            return
+        kind = type(result)  # list and tuple inline: result_type_error() is a call
+        if (kind is not list and kind is not tuple) and result_type_error(
+            handler.element, result
+        ) is not None:
+            handler.complete(result)  # fails with that error: never retried
             return
         try:
             retryable = predicate(result)

@@ -19,7 +19,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+)
 from types import GeneratorType
 from typing import Any
 
@@ -36,8 +44,9 @@ from asyncio_lookup.runtime.retry_policy import RetryingHandler, RetryPolicy
 class OperatorRun:
     """The state of one ``process()`` call; use ``start``, ``next_batch`` until None, ``stop``.
 
-    A batch holds queue entries: a watermark's ``is_watermark`` is true and its ``element`` is
-    the :class:`Watermark`; a record's ``element`` is the input and ``result`` its outputs.
+    A batch holds queue entries: a :class:`WatermarkEntry`, whose ``element`` is the
+    :class:`Watermark`, or a record's :class:`ResultHandler`, whose ``element`` is the input and
+    ``result`` its outputs.
     """
 
     def __init__(
@@ -79,7 +88,7 @@ class OperatorRun:
 
         self._occupied = 0  # admitted and not yet emitted (records and watermarks)
         self._handed = 0  # of those, in the batch the consumer is taking
-        self._live = 0  # records admitted and not final
+        self._timing_out = 0  # records whose timeout hook runs (not final, not armed)
         # Tasks no record points to: attempts cancelled at their deadline (until they finish)
         # and timeout hooks (until they finish).
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -122,6 +131,8 @@ class OperatorRun:
             if self._queue.ready:
                 ready = self._queue.take()
                 self._handed = len(ready)
+                # at most `capacity` records are admitted between two batches
+                self._deadlines.trim()
                 return ready
             if self._input_done and self._occupied == 0:
                 self._deadlines.close()
@@ -136,9 +147,11 @@ class OperatorRun:
         ``error`` as a note instead of replacing it.
         """
         self._closed = True
+        live = self._timing_out  # records admitted and not final
         outstanding: set[asyncio.Task[None]] = set()
         for entry in self._deadlines:
             if entry.armed:
+                live += 1
                 task = entry.cancel()
                 if task is not None:
                     outstanding.add(task)
@@ -155,8 +168,8 @@ class OperatorRun:
                 _, outstanding = await asyncio.wait(outstanding)
             except asyncio.CancelledError:
                 cancelled = True
-        self._metrics.in_flight -= self._live
-        self._live = 0
+        self._metrics.in_flight -= live
+        self._timing_out = 0
         if self._opened:
             self._opened = False
             try:
@@ -173,65 +186,74 @@ class OperatorRun:
     # ---------------------------------------------------------------- input side
 
     async def _feed(self, source: Iterable[Any] | AsyncIterable[Any]) -> None:
-        capacity = self._capacity
-        admit = self._admit
         try:
             if isinstance(source, AsyncIterable):
-                aiterator = source.__aiter__()
-                try:
-                    while self.failure is None:
-                        if self._occupied >= capacity:
-                            await self._slot_free()
-                            continue
-                        try:
-                            element = await aiterator.__anext__()
-                        except StopAsyncIteration:
-                            break
-                        if self.failure is not None:
-                            return  # failed while this element was being read
-                        admit(element)
-                    else:
-                        return  # failed: stop reading
-                finally:
-                    aclose = getattr(aiterator, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
+                read_all = await self._read_async(source.__aiter__())
             else:
-                iterator: Iterator[Any] = iter(source)
-                try:
-                    while self.failure is None:
-                        if self._occupied >= capacity:  # wait BEFORE reading: no read when full
-                            await self._slot_free()
-                            continue
-                        try:
-                            element = next(iterator)
-                        except StopIteration:
-                            break
-                        admit(element)
-                    else:
-                        return  # failed: stop reading
-                finally:
-                    # like an async source's aclose(): a generator's cleanup (a cursor, a file)
-                    # runs now, not whenever the generator is collected
-                    if isinstance(iterator, GeneratorType):
-                        iterator.close()
+                read_all = await self._read(iter(source))
         except asyncio.CancelledError:
             raise
         except Exception as error:
             self._fail(error)
             return
-        self._input_done = True
-        self._wake_consumer()
+        if read_all:
+            self._input_done = True
+            self._wake_consumer()
+
+    async def _read(self, iterator: Iterator[Any]) -> bool:
+        """Admit every element; False when the stream failed first. No read when full."""
+        capacity = self._capacity
+        admit = self._admit
+        try:
+            for element in iterator:
+                admit(element)
+                if (self._occupied >= capacity or self.failure is not None) and not (
+                    await self._room()
+                ):
+                    return False
+            return True
+        finally:
+            # like an async source's aclose(): a generator's cleanup (a cursor, a file)
+            # runs now, not whenever the generator is collected
+            if isinstance(iterator, GeneratorType):
+                iterator.close()
+
+    async def _read_async(self, aiterator: AsyncIterator[Any]) -> bool:
+        """Admit every element; False when the stream failed first. No read when full."""
+        capacity = self._capacity
+        admit = self._admit
+        try:
+            while True:
+                if (self._occupied >= capacity or self.failure is not None) and not (
+                    await self._room()
+                ):
+                    return False
+                try:
+                    element = await aiterator.__anext__()
+                except StopAsyncIteration:
+                    return True
+                if self.failure is not None:
+                    return False  # failed while this element was being read
+                admit(element)
+        finally:
+            aclose = getattr(aiterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _room(self) -> bool:
+        """Wait for a free slot; False when the stream fails first."""
+        while self.failure is None:
+            if self._occupied < self._capacity:
+                return True
+            waiter = self._feeder_waiter = self._loop.create_future()
+            await waiter
+        return False
 
     def _feeder_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and not self._closed:
             error = task.exception()
             if error is not None:
                 self._fail(error)
-
-    async def _slot_free(self) -> None:
-        waiter = self._feeder_waiter = self._loop.create_future()
-        await waiter
 
     def _admit(self, element: Any) -> None:
         if isinstance(element, Watermark):
@@ -242,22 +264,25 @@ class OperatorRun:
         now = self._time()
         handler = ResultHandler(self, element, now, now + self._timeout)
         self._occupied += 1
-        self._live += 1
         self._metrics.in_flight += 1
         self._queue.put(handler)
         retry = self._retry
-        receiver = handler if retry is None else retry.wrap(handler)
-        self._deadlines.add(receiver)
+        receiver = handler if retry is None else RetryingHandler(handler, retry)
         invoke_now = self._invoke_now
         if invoke_now is not None:  # the function's fast path: no task when it has the result
             try:
                 result = invoke_now(element)
             except Exception as error:
                 receiver.complete_exceptionally(error)
+                if handler.armed:  # a retry is scheduled
+                    self._deadlines.add(receiver)
                 return
             if result is not None:
                 receiver.complete(result)
+                if handler.armed:  # a retry is scheduled
+                    self._deadlines.add(receiver)
                 return
+        self._deadlines.add(receiver)
         handler.task = self._loop.create_task(handler.attempt(receiver))
 
     # ---------------------------------------------------------------- shared with the handlers
