@@ -76,7 +76,18 @@ class ResultHandler:
     right after the handler is created.
     """
 
-    __slots__ = ("admitted", "armed", "at", "element", "result", "run", "slot", "state", "task")
+    __slots__ = (
+        "admitted",
+        "armed",
+        "at",
+        "element",
+        "next_attempt",
+        "result",
+        "run",
+        "slot",
+        "state",
+        "task",
+    )
 
     def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
         self.run = run
@@ -86,6 +97,7 @@ class ResultHandler:
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
         self.task: asyncio.Task[None] | None = None  # the running attempt or timeout hook
+        self.next_attempt: asyncio.TimerHandle | None = None  # with retry, between attempts
         self.result: Collection[Any] = ()  # the outputs, once DONE
         self.slot: Slot
 
@@ -166,7 +178,11 @@ class ResultHandler:
         run._track(self.task)
 
     def cancel(self) -> asyncio.Task[None] | None:
-        """Cancel the running attempt; return its task if it has yet to finish."""
+        """Cancel the running attempt or the next one's timer; return the attempt's task if it
+        has yet to finish."""
+        if self.next_attempt is not None:
+            self.next_attempt.cancel()
+            self.next_attempt = None
         task = self.task
         if task is None or task.done():
             return None

@@ -3,13 +3,12 @@
 :class:`RetryPolicy` is the run's strategy with its predicates; each admitted record's handler is
 wrapped in a :class:`RetryingHandler` (Flink's ``RetryableResultHandlerDelegator``), which
 receives every attempt's outcome and either schedules the next attempt or passes the outcome
-on to the handler as final. The delegator also stands for the record in the deadline queue, so
-that a deadline passing between two attempts cancels the retry timer.
+on to the handler as final. The next attempt's timer is kept on the handler (``next_attempt``),
+so that the handler's deadline cancels it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,8 @@ if TYPE_CHECKING:
 
 class RetryPolicy:
     """A run's retry strategy: which outcomes are retried, how often and after what delay."""
+
+    __slots__ = ("exception_predicate", "result_predicate", "run", "strategy")
 
     def __init__(self, strategy: AsyncRetryStrategy, run: OperatorRun) -> None:
         self.strategy = strategy
@@ -44,18 +45,12 @@ class RetryPolicy:
 class RetryingHandler:
     """One record's attempts under a retry policy, delegating final outcomes to its handler."""
 
-    __slots__ = ("at", "attempts", "handler", "policy", "timer")
+    __slots__ = ("attempts", "handler", "policy")
 
     def __init__(self, handler: ResultHandler, policy: RetryPolicy) -> None:
         self.handler = handler
         self.policy = policy
-        self.at = handler.at
         self.attempts = 1  # the current attempt's number
-        self.timer: asyncio.TimerHandle | None = None  # the next attempt's, while waiting
-
-    @property
-    def armed(self) -> bool:
-        return self.handler.armed
 
     def complete(self, result: Any) -> None:
         """An attempt's result: retried when the result predicate says so and the strategy
@@ -105,27 +100,16 @@ class RetryingHandler:
             return True
         if delay is None:
             return False
-        self.timer = self.handler.run._loop.call_later(delay, self._next_attempt)
+        handler = self.handler
+        handler.next_attempt = handler.run._loop.call_later(delay, self._next_attempt)
         return True
 
     def _next_attempt(self) -> None:
-        self.timer = None
         handler = self.handler
+        handler.next_attempt = None
         run = handler.run
         if run._closed or handler.state is not State.PENDING:
             return
         run._metrics.retries += 1
         self.attempts += 1
         handler.start(self)
-
-    def expire(self) -> None:
-        """The deadline passed: no further attempt; the handler's timeout rules apply."""
-        self.cancel()
-        self.handler.expire()
-
-    def cancel(self) -> asyncio.Task[None] | None:
-        """Cancel the retry timer and the running attempt (see ``ResultHandler.cancel``)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        return self.handler.cancel()

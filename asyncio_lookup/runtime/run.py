@@ -10,8 +10,9 @@ no Task when the function's ``invoke_now`` has the result at admission (a cache 
 one Task per attempt, whose coroutine awaits the function and handles the outcome inline (a
 done callback would cost one more loop callback per element; no ``asyncio.wait`` or
 ``asyncio.timeout`` per element). Deadlines are monotone, so ONE ``call_at`` timer covers
-every timeout, and a finished record needs no timer work. Retries are ``call_later`` handles.
-Outputs leave in batches.
+every timeout; a finished record needs no timer work (the deadline queue drops it once per
+batch), and one finished at admission never enters the deadline queue. Retries are
+``call_later`` handles. Outputs leave in batches.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class OperatorRun:
         self._retry = RetryPolicy(retry_strategy, self) if retry_strategy is not None else None
         # Every record not final yet, in admission order = deadline order (a record without a
         # deadline never expires): the timeouts, and what stop() has to cancel.
-        self._deadlines: DeadlineQueue[ResultHandler | RetryingHandler] = DeadlineQueue(
+        self._deadlines: DeadlineQueue[ResultHandler] = DeadlineQueue(
             self._loop, self._time, compact_at=2 * capacity + 32
         )
 
@@ -275,14 +276,14 @@ class OperatorRun:
             except Exception as error:
                 receiver.complete_exceptionally(error)
                 if handler.armed:  # a retry is scheduled
-                    self._deadlines.add(receiver)
+                    self._deadlines.add(handler)
                 return
             if result is not None:
                 receiver.complete(result)
                 if handler.armed:  # a retry is scheduled
-                    self._deadlines.add(receiver)
+                    self._deadlines.add(handler)
                 return
-        self._deadlines.add(receiver)
+        self._deadlines.add(handler)
         handler.task = self._loop.create_task(handler.attempt(receiver))
 
     # ---------------------------------------------------------------- shared with the handlers
