@@ -10,23 +10,19 @@ so that the handler's deadline cancels it.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asyncio_lookup.runtime.handler import ResultHandler, State, result_type_error
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy
-
-if TYPE_CHECKING:
-    from asyncio_lookup.runtime.run import OperatorRun
 
 
 class RetryPolicy:
     """A run's retry strategy: which outcomes are retried, how often and after what delay."""
 
-    __slots__ = ("exception_predicate", "result_predicate", "run", "strategy")
+    __slots__ = ("exception_predicate", "result_predicate", "strategy")
 
-    def __init__(self, strategy: AsyncRetryStrategy, run: OperatorRun) -> None:
+    def __init__(self, strategy: AsyncRetryStrategy) -> None:
         self.strategy = strategy
-        self.run = run
         predicate = strategy.retry_predicate
         self.result_predicate = predicate.result_predicate
         self.exception_predicate = predicate.exception_predicate

@@ -80,7 +80,7 @@ class OperatorRun:
             else self._loop.time
         )
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
-        self._retry = RetryPolicy(retry_strategy, self) if retry_strategy is not None else None
+        self._retry = RetryPolicy(retry_strategy) if retry_strategy is not None else None
         # Every record not final yet, in admission order = deadline order (a record without a
         # deadline never expires): the timeouts, and what stop() has to cancel.
         self._deadlines: DeadlineQueue[ResultHandler] = DeadlineQueue(
