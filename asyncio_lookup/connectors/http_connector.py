@@ -39,12 +39,12 @@ import aiohttp
 from yarl import URL
 
 from asyncio_lookup.connectors._common import DataFormatError, Scan
-from asyncio_lookup.connectors._deadlines import Deadlines
 from asyncio_lookup.connectors._http_pool import HttpPool
 from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
 from asyncio_lookup.errors import AsyncLookupError, ConfigurationError, TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.runtime.deadlines import Deadlines
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from asyncio_lookup.runtime._run import MARK
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
+from asyncio_lookup.runtime.handler import WatermarkEntry
 from asyncio_lookup.runtime.loop import new_event_loop
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.operator import AsyncWaitOperator
@@ -60,7 +60,7 @@ class AsyncStream(Generic[IN, OUT]):
                     return
                 out: list[Any] = []
                 for entry in batch:
-                    if entry.state == MARK:
+                    if type(entry) is WatermarkEntry:
                         out.append(entry.element)
                     else:
                         out.extend(entry.result)

@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime._run import MARK, OperatorRun
 from asyncio_lookup.runtime._seconds import to_seconds
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import (
@@ -19,8 +18,10 @@ from asyncio_lookup.runtime.function import (
     invoker,
     now_invoker,
 )
+from asyncio_lookup.runtime.handler import WatermarkEntry
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
+from asyncio_lookup.runtime.run import OperatorRun
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -160,7 +161,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
                 for entry in batch:
                     if run.failure is not None:
                         raise run.failure
-                    if entry.state == MARK:
+                    if type(entry) is WatermarkEntry:
                         yield entry.element
                     else:
                         yield (entry.element, entry.result)

@@ -181,17 +181,17 @@ def test_the_timeout_timer_does_not_spin_under_uvloop(monkeypatch: pytest.Monkey
     import uvloop
 
     from asyncio_lookup.runtime import AsyncWaitOperator
-    from asyncio_lookup.runtime._run import OperatorRun
+    from asyncio_lookup.runtime.deadlines import DeadlineQueue
 
     calls = 0
-    on_timer = OperatorRun._on_timer
+    on_timer = DeadlineQueue._fire
 
-    def counting(self: OperatorRun) -> None:
+    def counting(self: DeadlineQueue[Any]) -> None:
         nonlocal calls
         calls += 1
         on_timer(self)
 
-    monkeypatch.setattr(OperatorRun, "_on_timer", counting)
+    monkeypatch.setattr(DeadlineQueue, "_fire", counting)
 
     async def slow(x: int) -> list[int]:
         await asyncio.sleep(1)

@@ -442,3 +442,31 @@ def test_a_generator_source_is_closed_when_the_stream_fails_or_stops_early() -> 
         assert closed == ["failed", "stopped"]
 
     run_virtual(scenario())
+
+
+class SlowHook(Scripted):
+    """A Scripted function whose timeout hook takes 5 s."""
+
+    async def timeout(self, element: Any) -> Any:
+        await asyncio.sleep(5.0)
+        return ["T"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_flight_is_zero_after_a_failure_during_a_timeout_hook(mode: OutputMode) -> None:
+    # admitted at 1, 2, 3: record 0 times out at 3 and its hook runs until 8; record 1 fails at
+    # 3.5, when record 2 (admitted at 3, an empty result) waits for its retry
+    boom = ValueError("record 1")
+    script = {0: (0.0, HANG), 1: (1.5, boom), 2: (0.0, [])}
+    fn = SlowHook(lambda e, a: script[e])
+    strategy = RetryStrategies.fixed_delay(100, 1.0, result_predicate=RetryPredicates.EMPTY_RESULT)
+    op = AsyncWaitOperator(fn, timeout=2.0, output_mode=mode, retry_strategy=strategy)
+    loop = VirtualTimeLoop()
+    try:
+        at, error = loop.run_until_complete(failing_at(op, aiter_of([0, 1, 2], delay=1.0)))
+        assert loop.pending_timers() == []
+    finally:
+        loop.close()
+    assert error is boom and at == 3.5
+    assert op.metrics.timeouts == 1 and fn.attempts_of(2) == 1
+    assert op.metrics.in_flight == 0

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from asyncio_lookup.connectors._deadlines import Deadlines
+from asyncio_lookup.runtime.deadlines import Deadlines
 
 
 async def request(deadlines: Deadlines, done: asyncio.Event) -> str:

@@ -1,0 +1,228 @@
+"""One record's way through the operator (Flink's ``ResultHandler`` and its queue entry).
+
+A :class:`ResultHandler` is created when its record is admitted and lives until the record is
+emitted. Its attempts report to a *receiver*: the handler itself, or the retry delegator
+(:mod:`asyncio_lookup.runtime.retry_policy`) wrapped around it when a retry strategy is given.
+The handler fixes the record's final outcome exactly once; late outcomes are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE
+from asyncio_lookup.runtime.metrics import SAMPLES
+
+if TYPE_CHECKING:
+    from asyncio_lookup.runtime.run import OperatorRun
+
+_SAMPLE_MASK = SAMPLES - 1
+
+
+class State(enum.Enum):
+    """Where a record is; only ``PENDING`` records have a deadline that still applies."""
+
+    PENDING = "an attempt is running or, with retry, the next one is scheduled"
+    TIMING_OUT = "the deadline passed; the function's timeout hook decides the outcome"
+    DONE = "final: a result, to be emitted"
+    FAILED = "final: an error, which fails the stream"
+
+
+_PENDING = State.PENDING
+_DONE = State.DONE
+
+
+class Slot(Protocol):
+    """Where a handler reports its final result: its queue (or the queue's segment)."""
+
+    def completed(self, handler: ResultHandler) -> bool:
+        """Take the handler's result; True when entries became ready to emit."""
+        ...
+
+
+class Receiver(Protocol):
+    """What an attempt reports its outcome to (Flink's ``ResultFuture``)."""
+
+    def complete(self, result: Any) -> None: ...
+
+    def complete_exceptionally(self, error: BaseException) -> None: ...
+
+
+def result_type_error(element: Any, result: Any) -> ResultTypeError | None:
+    """The failure for a result that is not a collection of outputs, else ``None``."""
+    kind = type(result)
+    if kind is list or kind is tuple:
+        return None
+    if (
+        result is None
+        or isinstance(result, (str, bytes, bytearray, Mapping))
+        or not isinstance(result, Collection)
+    ):
+        return ResultTypeError(
+            f"async function returned {result!r} ({kind.__name__}) for element {element!r}; "
+            "it must return a collection of outputs such as a list (empty for no output)"
+        )
+    return None
+
+
+class ResultHandler:
+    """An admitted record: its attempts, its deadline and its final outcome.
+
+    ``result`` is meaningful once the state is ``DONE``; ``slot`` is set by the queue's ``put``
+    right after the handler is created.
+    """
+
+    __slots__ = (
+        "admitted",
+        "armed",
+        "at",
+        "element",
+        "next_attempt",
+        "result",
+        "run",
+        "slot",
+        "state",
+        "task",
+    )
+
+    def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
+        self.run = run
+        self.element = element
+        self.admitted = admitted  # loop time of admission
+        self.at = at  # the deadline (math.inf without a timeout)
+        self.state = _PENDING
+        self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
+        self.task: asyncio.Task[None] | None = None  # the running attempt or timeout hook
+        self.next_attempt: asyncio.TimerHandle | None = None  # with retry, between attempts
+        self.result: Collection[Any] = ()  # the outputs, once DONE
+        self.slot: Slot
+
+    def start(self, receiver: Receiver) -> None:
+        """Start an attempt whose outcome goes to ``receiver``."""
+        self.task = self.run._loop.create_task(self.attempt(receiver))
+
+    async def attempt(self, receiver: Receiver) -> None:
+        """One call of the function; its outcome counts only while the record is pending."""
+        run = self.run
+        try:
+            result = await run._invoke(self.element)
+        except asyncio.CancelledError:
+            if self.state is _PENDING and not run._closed:
+                receiver.complete_exceptionally(
+                    RuntimeError(f"async function call for {self.element!r} was cancelled")
+                )
+            raise
+        except Exception as error:
+            if self.state is _PENDING and not run._closed:
+                receiver.complete_exceptionally(error)
+            return
+        if self.state is _PENDING and not run._closed:
+            receiver.complete(result)
+
+    def complete(self, result: Any) -> None:
+        """The record's final result (a result that is no collection fails it)."""
+        kind = type(result)
+        if kind is not list and kind is not tuple:
+            type_error = result_type_error(self.element, result)
+            if type_error is not None:
+                self.complete_exceptionally(type_error)
+                return
+        self.state = _DONE
+        self.armed = False
+        self.result = result
+        run = self.run
+        metrics = run._metrics
+        metrics.in_flight -= 1
+        metrics.completed += 1
+        # metrics.record_latency(), inlined: this runs once per record
+        ms = (run._time() - self.admitted) * 1000.0
+        count = metrics.latency_count
+        metrics.samples[count & _SAMPLE_MASK] = ms
+        metrics.latency_count = count + 1
+        metrics.latency_sum_ms += ms
+        if ms > metrics.latency_max_ms:
+            metrics.latency_max_ms = ms
+        if self.slot.completed(self):
+            # run._wake_consumer(), inlined: this runs once per record
+            waiter = run._consumer_waiter
+            if waiter is not None:
+                run._consumer_waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def complete_exceptionally(self, error: BaseException) -> None:
+        """The record's final error: the stream fails with it."""
+        self.state = State.FAILED
+        self.armed = False
+        run = self.run
+        run._metrics.in_flight -= 1
+        run._metrics.errors += 1
+        run._fail(error)
+
+    def expire(self) -> None:
+        """The deadline passed: cancel the running attempt; the timeout hook decides."""
+        run = self.run
+        run._metrics.timeouts += 1
+        self.cancel()
+        if not run._timeout_hook:
+            self.complete_exceptionally(TimeoutError(TIMEOUT_MESSAGE))
+            return
+        self.state = State.TIMING_OUT
+        self.armed = False
+        run._timing_out += 1
+        self.task = run._loop.create_task(self._timeout_hook())
+        run._track(self.task)
+
+    def cancel(self) -> asyncio.Task[None] | None:
+        """Cancel the running attempt or the next one's timer; return the attempt's task if it
+        has yet to finish."""
+        if self.next_attempt is not None:
+            self.next_attempt.cancel()
+            self.next_attempt = None
+        task = self.task
+        if task is None or task.done():
+            return None
+        task.cancel()
+        self.run._track(task)
+        return task
+
+    async def _timeout_hook(self) -> None:
+        run = self.run
+        try:
+            result = await run._fn.timeout(self.element)
+        except asyncio.CancelledError:
+            if not run._closed:
+                self.complete_exceptionally(
+                    RuntimeError(f"timeout() for {self.element!r} was cancelled")
+                )
+            raise
+        except Exception as error:
+            if not run._closed:
+                self.complete_exceptionally(error)
+            return
+        finally:
+            run._timing_out -= 1
+        if not run._closed:
+            self.complete(result)
+
+    def __repr__(self) -> str:
+        return f"ResultHandler({self.element!r}, {self.state.name})"
+
+
+class WatermarkEntry:
+    """A watermark in the queue: ready from the start (Flink's ``WatermarkQueueEntry``)."""
+
+    state: ClassVar[State] = State.DONE  # emittable as soon as nothing before it holds it back
+    result: ClassVar[Collection[Any]] = ()  # no outputs of its own
+
+    __slots__ = ("element",)
+
+    def __init__(self, element: Any) -> None:
+        self.element = element
+
+
+QueueEntry = ResultHandler | WatermarkEntry
