@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime._seconds import to_seconds
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import (
     AsyncFunction,
@@ -22,6 +21,7 @@ from asyncio_lookup.runtime.handler import WatermarkEntry
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
 from asyncio_lookup.runtime.run import OperatorRun
+from asyncio_lookup.validation import parse_int, to_seconds
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -32,16 +32,14 @@ _TIMEOUT_ALLOWED = "seconds (float) or a timedelta; None or <= 0 disables it (no
 def _check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    seconds = to_seconds("timeout", timeout, _TIMEOUT_ALLOWED)
+    seconds = to_seconds("timeout", timeout, _TIMEOUT_ALLOWED, text=False)
     if seconds <= 0 or math.isinf(seconds):
         return None
     return seconds
 
 
 def _check_capacity(capacity: Any) -> int:
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigurationError("capacity", capacity, "an int >= 1")
-    return capacity
+    return parse_int("capacity", capacity, minimum=1, allowed="an int >= 1", text=False)
 
 
 def _check_output_mode(output_mode: Any) -> OutputMode:

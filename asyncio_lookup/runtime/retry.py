@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime._seconds import to_seconds
+from asyncio_lookup.validation import parse_duration, parse_int, parse_number
 
 ResultPredicate = Callable[[Collection[Any]], bool]
 ExceptionPredicate = Callable[[BaseException], bool]
@@ -61,19 +61,13 @@ class NoRetryStrategy:
 
 
 def _check_max_attempts(max_attempts: Any) -> int:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts <= 0:
-        raise ConfigurationError(
-            "max_attempts", max_attempts, "an int > 0 (the number of retries after the first call)"
-        )
-    return max_attempts
+    allowed = "an int > 0 (the number of retries after the first call)"
+    return parse_int("max_attempts", max_attempts, minimum=1, allowed=allowed, text=False)
 
 
 def _check_delay(option: str, value: Any) -> float:
     allowed = "a delay > 0, in seconds (float) or a timedelta"
-    seconds = to_seconds(option, value, allowed)
-    if seconds <= 0:
-        raise ConfigurationError(option, value, allowed)
-    return seconds
+    return parse_duration(option, value, positive=True, allowed=allowed, text=False)
 
 
 @dataclass(frozen=True)
@@ -149,12 +143,7 @@ class RetryStrategies:
             raise ConfigurationError(
                 "max_delay", max_delay, f">= initial_delay ({initial_delay!r})"
             )
-        if (
-            isinstance(multiplier, bool)
-            or not isinstance(multiplier, (int, float))
-            or not multiplier >= 1.0
-        ):
-            raise ConfigurationError("multiplier", multiplier, "a number >= 1.0")
+        parse_number("multiplier", multiplier, minimum=1.0, allowed="a number >= 1.0")
         return ExponentialBackoffRetryStrategy(
             _check_max_attempts(max_attempts),
             initial,
