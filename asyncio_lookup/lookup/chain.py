@@ -1,4 +1,4 @@
-"""The lookup chain of one lookup table in one worker process (SEMANTICS §2.2-2.4):
+"""The lookup chain of one lookup table in one worker process (docs/semantics.md §2.2-2.4):
 
     cache -> lookup-miss retry -> failure retry (lookup.max-retries)
           -> batching/coalescing -> connector

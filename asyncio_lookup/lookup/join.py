@@ -1,4 +1,4 @@
-"""The lookup join runner (SEMANTICS §2.1), engine-agnostic.
+"""The lookup join runner (docs/semantics.md §2.1), engine-agnostic.
 
 An engine hands the runner *probe batches*: per input row the lookup key (or ``None`` when the
 row must not be looked up: a NULL in the key, or a failed LEFT pre-condition), plus an opaque

@@ -1,4 +1,4 @@
-"""Routing keys to partitions for a hash lookup join (FLIP-204, SEMANTICS §2.7).
+"""Routing keys to partitions for a hash lookup join (FLIP-204, docs/semantics.md §2.7).
 
 One partition function serves both sides of a shuffled lookup join: the engine computes it
 over the probe side's key columns (Spark: ``pmod(xxhash64(...), P)``, see :func:`key_hash`), and

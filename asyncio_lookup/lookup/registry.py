@@ -1,4 +1,5 @@
-"""One opened lookup chain per lookup table per Python worker process (SEMANTICS §2.3 Scope).
+"""One opened lookup chain per lookup table per Python worker process (docs/semantics.md §2.3
+Scope).
 
 Spark reuses Python workers across tasks; every task of this process that joins through the same
 ``LookupTable`` gets the same chain, so its cache (or full-cache snapshot) and its connection

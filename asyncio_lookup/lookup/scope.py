@@ -1,4 +1,5 @@
-"""Cache scopes: one cache per lookup table per Python worker process (SEMANTICS §2.3 Scope).
+"""Cache scopes: one cache per lookup table per Python worker process (docs/semantics.md §2.3
+Scope).
 
 Joins through one ``LookupTable`` may need chains of their own (sync and async, different
 lookup-miss retries), yet they must share that table's cache. Chains created with the same
@@ -8,8 +9,9 @@ first chain to open a scope opens its cache; the others adopt it. The scope is r
 counted: the cache is closed when the last chain using it closes (the chain registry closes idle
 chains, so a scope lives as long as a chain of its table stays open in the process).
 
-A FULL cache whose latest load failed is not handed to a chain opened later: that chain starts a
-fresh load (SEMANTICS §2.4), while the chains still holding the failed one keep it until closed.
+A FULL cache whose latest load failed is not handed to a chain opened later: that chain starts
+a fresh load (docs/semantics.md §2.4), while the chains still holding the failed one keep it
+until closed.
 """
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ def lookup_join(
     shuffle_partitions: int | None = None,
     skew: SkewOptions | bool | Mapping[str, Any] | None = None,
 ) -> DataFrame:
-    """Join each row of ``df`` with the rows ``table`` returns for its key (SEMANTICS §2.1).
+    """Join each row of ``df`` with the rows ``table`` returns for its key (docs/semantics.md §2.1).
 
     ``on``: ``'id'``, ``('customer_id', 'id')``, a list of these, or ``{'customer_id': 'id'}``.
     ``literals`` binds dim key columns to constants (``{'region': 'EU'}``). ``how`` is
@@ -354,8 +354,8 @@ def hash_partition(
     partitions: int | None = None,
     skew: SkewOptions | None = None,
 ) -> tuple[DataFrame, LookupJoinTask]:
-    """SHUFFLE_HASH / 'shuffle'='true' (SEMANTICS §2.7): exchange the probe side by the key's
-    left columns (or the connector's partitioner), so each key's lookups land on one task and
+    """SHUFFLE_HASH / 'shuffle'='true' (docs/semantics.md §2.7): exchange the probe side by the
+    key's left columns (or the connector's partitioner), so each key's lookups land on one task and
     its cache; hot keys are salted. Returns the exchanged input and the task routed with it."""
     if not task.spec.left_key_columns:
         warnings.warn(

@@ -1,4 +1,4 @@
-"""Hash lookup join on Spark (FLIP-204, SEMANTICS §2.7): route each key's rows to one task.
+"""Hash lookup join on Spark (FLIP-204, docs/semantics.md §2.7): route each key's rows to one task.
 
 The probe side gets a partition-id column computed by Spark expressions (no Python per row):
 ``pmod(xxhash64(key columns cast to a canonical type), n)``, or the connector's partitioner,

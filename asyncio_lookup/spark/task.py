@@ -38,7 +38,8 @@ class DimColumn:
 
 @dataclass(frozen=True)
 class LookupJoinTask:
-    """The ``mapInArrow`` function of a lookup join (see DESIGN "How a partition runs")."""
+    """The ``mapInArrow`` function of a lookup join (see docs/design.md "How a lookup join
+    runs")."""
 
     table_id: str
     table_name: str
@@ -55,7 +56,7 @@ class LookupJoinTask:
     @property
     def partitioned_full_cache(self) -> bool:
         """A shuffled join with a FULL cache whose rows the dim side can route: each task
-        loads only the rows its partition can be asked for (SEMANTICS §2.7)."""
+        loads only the rows its partition can be asked for (docs/semantics.md §2.7)."""
         full = self.options.cache is CacheType.FULL or isinstance(
             self.connector, FullCachingLookupProvider
         )
@@ -77,7 +78,7 @@ class LookupJoinTask:
 
     def cache_scope(self, partition: int | None = None) -> str:
         """Chains of one table share one cache in a process whatever their mode or retry
-        (SEMANTICS §2.3 Scope); a partitioned FULL cache is shared per partition."""
+        (docs/semantics.md §2.3 Scope); a partitioned FULL cache is shared per partition."""
         if partition is None or self.routing is None:
             return self.table_id
         return f"{self.table_id}:partition={partition}/{self.routing.fingerprint()}"

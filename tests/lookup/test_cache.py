@@ -1,4 +1,4 @@
-"""DefaultLookupCache: SEMANTICS §2.3 on a manual clock."""
+"""DefaultLookupCache: docs/semantics.md §2.3 on a manual clock."""
 
 from __future__ import annotations
 

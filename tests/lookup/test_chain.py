@@ -1,4 +1,5 @@
-"""LookupChain: cache -> lookup-miss retry -> failure retry -> connector (SEMANTICS §2.2-2.4)."""
+"""LookupChain: cache -> lookup-miss retry -> failure retry -> connector (docs/semantics.md
+§2.2-2.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Full cache and reload triggers: SEMANTICS §2.4 on a manual clock (and once on real time)."""
+"""Full cache and reload triggers: docs/semantics.md §2.4 on a manual clock (and once on real
+time)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LOOKUP / SHUFFLE_HASH hints: every option, default and validation rule of SEMANTICS §2.2."""
+"""LOOKUP / SHUFFLE_HASH hints: every option, default and validation rule of docs/semantics.md
+§2.2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The engine-agnostic lookup join runner (SEMANTICS §2.1) over real lookup chains."""
+"""The engine-agnostic lookup join runner (docs/semantics.md §2.1) over real lookup chains."""
 
 from __future__ import annotations
 

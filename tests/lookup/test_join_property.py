@@ -1,5 +1,6 @@
-"""Property: the runner emits exactly what SEMANTICS §2.1 says, whatever the batching, capacity,
-output mode, latencies and flush size (ordered: in input order; unordered: same multiset)."""
+"""Property: the runner emits exactly what docs/semantics.md §2.1 says, whatever the batching,
+capacity, output mode, latencies and flush size (ordered: in input order; unordered: same
+multiset)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LookupOptions: SEMANTICS §2.5 parsing, Flink defaults and every configuration error."""
+"""LookupOptions: docs/semantics.md §2.5 parsing, Flink defaults and every configuration error."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_round_trip_through_to_dict() -> None:
         ({"lookup.batch.max-wait": "later"}, "lookup.batch.max-wait"),
         ({"lookup.time-out": "1s"}, "lookup.time-out"),
         ({"LOOKUP.CACHE": "FULL"}, "LOOKUP.CACHE"),
-        # Flink's combination errors (SEMANTICS §2.3-2.4)
+        # Flink's combination errors (docs/semantics.md §2.3-2.4)
         ({"lookup.cache": "PARTIAL"}, "lookup.partial-cache.max-rows"),
         ({"lookup.cache": "FULL"}, "lookup.full-cache.periodic-reload.interval"),
         (

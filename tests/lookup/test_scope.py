@@ -1,4 +1,5 @@
-"""Cache scope (SEMANTICS §2.3): chains of one lookup table in one process share one cache."""
+"""Cache scope (docs/semantics.md §2.3): chains of one lookup table in one process share one
+cache."""
 
 from __future__ import annotations
 

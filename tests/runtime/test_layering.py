@@ -1,4 +1,5 @@
-"""The runtime layer imports no Spark and nothing from the lookup layer (DESIGN.md layers)."""
+"""The runtime layer imports no Spark and nothing from the lookup layer (docs/design.md
+"Layers")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SEMANTICS §1.1 capacity/backpressure and §1.2 output order, on virtual time."""
+"""docs/semantics.md §1.1 capacity/backpressure and §1.2 output order, on virtual time."""
 
 from __future__ import annotations
 

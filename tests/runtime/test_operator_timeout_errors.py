@@ -1,4 +1,4 @@
-"""SEMANTICS §1.3 timeout and §1.4 results and errors, on virtual time."""
+"""docs/semantics.md §1.3 timeout and §1.4 results and errors, on virtual time."""
 
 from __future__ import annotations
 

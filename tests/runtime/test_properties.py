@@ -1,4 +1,4 @@
-"""Hypothesis property tests for SEMANTICS §1.6 invariants 1-5, on virtual time.
+"""Hypothesis property tests for docs/semantics.md §1.6 invariants 1-5, on virtual time.
 
 Random per-attempt latencies and outcomes (result, empty result, retryable error, fatal error,
 hang), capacities, timeouts, retry settings, watermarks, and both output modes.

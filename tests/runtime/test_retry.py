@@ -1,4 +1,5 @@
-"""SEMANTICS §1.5 retry: strategies, predicates and the timer-driven retry in the operator."""
+"""docs/semantics.md §1.5 retry: strategies, predicates and the timer-driven retry in the
+operator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hash lookup join (SEMANTICS §2.7, issue 6): routing, connector partitioners, salting, and
+"""Hash lookup join (docs/semantics.md §2.7, issue 6): routing, connector partitioners, salting, and
 the partitioned FULL cache, checked from the task side."""
 
 from __future__ import annotations

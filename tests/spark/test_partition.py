@@ -1,5 +1,6 @@
 """The executor side of a lookup join, run in this process without Spark: one partition's
-Arrow batches in, Arrow batches out, on the process loop (DESIGN "How a partition runs")."""
+Arrow batches in, Arrow batches out, on the process loop (docs/design.md "How a lookup join
+runs")."""
 
 from __future__ import annotations
 

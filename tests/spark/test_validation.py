@@ -1,4 +1,5 @@
-"""Every driver-side check fails before any Spark job runs, naming the problem (SEMANTICS §2.8)."""
+"""Every driver-side check fails before any Spark job runs, naming the problem (docs/semantics.md
+§2.8)."""
 
 from __future__ import annotations
 
