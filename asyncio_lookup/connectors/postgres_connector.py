@@ -386,10 +386,8 @@ class _PostgresLookup(AsyncLookupFunction):
     async def open(self) -> None:
         """Open the pool; a failure a retry may fix is left to the first lookup (its failure
         retry then covers the open), any other one (bad password, no such table) raises."""
-        try:
+        with contextlib.suppress(TransientError):
             await self._pool()
-        except TransientError:
-            pass
 
     async def _pool(self) -> asyncpg.Pool:
         pool = self.pool
@@ -496,5 +494,7 @@ class _PostgresLookup(AsyncLookupFunction):
             pool, self.pool = self.pool, None
             try:
                 await asyncio.wait_for(pool.close(), self.connector.connect_timeout)
-            except (TimeoutError, *_CONNECTION_ERRORS):
+            except Exception as error:
+                if not is_connection_error(error):  # TimeoutError included
+                    raise
                 pool.terminate()

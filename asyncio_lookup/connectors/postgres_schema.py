@@ -27,8 +27,15 @@ _ARROW = {  # pyarrow str(type) -> Spark SQL name
     "large_binary": "binary",
     "date32[day]": "date",
 }
-_ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
-            "bool": "boolean", "real": "float", "str": "string"}
+_ALIASES = {
+    "integer": "int",
+    "long": "bigint",
+    "short": "smallint",
+    "byte": "tinyint",
+    "bool": "boolean",
+    "real": "float",
+    "str": "string",
+}
 _INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 # PostgreSQL type (format_type, without modifiers) -> (Spark types that hold every value,

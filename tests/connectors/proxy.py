@@ -2,7 +2,10 @@
 
 ``restart(downtime)`` drops every proxied connection mid-flight and refuses new ones for
 ``downtime`` seconds, then accepts again on the same port - what clients see when a server
-restarts. The shared Redis/PostgreSQL servers keep running for everyone else.
+restarts. ``blackhole(True)`` keeps connections open but stops passing bytes (new ones are
+accepted and go nowhere either) until ``blackhole(False)``, when the held bytes flow on - a
+network partition shorter than TCP's own timeouts. The shared Redis/PostgreSQL servers keep
+running for everyone else.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ class TcpProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -38,6 +43,11 @@ class TcpProxy:
         self._call(self._stop())
         threading.Event().wait(downtime)
         self._call(self._listen())
+
+    def blackhole(self, on: bool) -> None:
+        """Stop (``True``) or resume (``False``) passing bytes on every connection."""
+        flowing = self._flowing
+        self._loop.call_soon_threadsafe(flowing.clear if on else flowing.set)
 
     def _call(self, coroutine: object) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
@@ -57,6 +67,7 @@ class TcpProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -67,6 +78,7 @@ class TcpProxy:
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()

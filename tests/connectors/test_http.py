@@ -410,6 +410,11 @@ def test_point_path_fast_path_builds_the_same_url(template: str, value: object) 
 def test_point_path_is_not_used_for_query_placeholders_or_composite_keys() -> None:
     from asyncio_lookup.connectors.http_connector import _point_path
 
-    for template in ("http://h/c?id={id}", "http://h/x?{id}", "http://h/?{id}", "http://h/x?{id}&v=2"):
+    for template in (
+        "http://h/c?id={id}",
+        "http://h/x?{id}",
+        "http://h/?{id}",
+        "http://h/x?{id}&v=2",
+    ):
         assert _point_path(HttpConnector(template, ["id"])) is None
     assert _point_path(HttpConnector("http://h/o/{cid}/{oid}", ["cid", "oid"])) is None
