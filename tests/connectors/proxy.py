@@ -4,7 +4,9 @@
 ``downtime`` seconds, then accepts again on the same port - what clients see when a server
 restarts. ``blackhole(True)`` keeps connections open but stops passing bytes (new ones are
 accepted and go nowhere either) until ``blackhole(False)``, when the held bytes flow on - a
-network partition shorter than TCP's own timeouts. The shared Redis/PostgreSQL servers keep
+network partition shorter than TCP's own timeouts. ``silence()`` makes the connections open now
+go quiet for good (neither closed nor answered, as after a lost firewall/NAT state) while new
+connections work. The shared Redis/PostgreSQL servers keep
 running for everyone else.
 """
 
@@ -26,6 +28,8 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._generation = 0  # connections of an older generation than this are silenced
+        self._silenced_before = 0
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -49,6 +53,14 @@ class TcpProxy:
         flowing = self._flowing
         self._loop.call_soon_threadsafe(flowing.clear if on else flowing.set)
 
+    def silence(self) -> None:
+        """Every connection open now stops passing bytes, for good; new ones work."""
+
+        def cut() -> None:
+            self._silenced_before = self._generation = self._generation + 1
+
+        self._loop.call_soon_threadsafe(cut)
+
     def _call(self, coroutine: object) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
 
@@ -67,6 +79,7 @@ class TcpProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        generation = self._generation
         await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -79,6 +92,8 @@ class TcpProxy:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
                     await self._flowing.wait()
+                    if generation < self._silenced_before:
+                        continue  # silenced: the bytes go nowhere, the socket stays open
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()

@@ -125,6 +125,51 @@ async def test_blackhole_shorter_than_command_timeout_is_bounded_by_the_lookup(
             await fn.close()
 
 
+async def test_blackhole_shorter_than_the_lookup_timeout_is_waited_out(table: str) -> None:
+    with TcpProxy("127.0.0.1", 5432) as proxy:
+        c = PostgresConnector(f"postgresql://postgres@127.0.0.1:{proxy.port}/test", table, "id")
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            assert list(await fn.async_lookup((1,))) == [{"id": 1, "v": 3}]
+            proxy.blackhole(True)
+            timer = _later(0.3, lambda: proxy.blackhole(False))
+            started = time.monotonic()
+            rows = await asyncio.wait_for(fn.async_lookup((2,)), 2.0)
+            timer.join()
+            assert rows == [{"id": 2, "v": 6}]
+            assert 0.25 < time.monotonic() - started < 2.0
+        finally:
+            await fn.close()
+
+
+async def test_a_silently_dead_connection_is_abandoned_and_replaced(table: str) -> None:
+    """The pool's only connection stops answering for good (no FIN, no RST): the lookup that
+    hangs on it ends at its own time bound, and the next one runs on a new connection."""
+    with TcpProxy("127.0.0.1", 5432) as proxy:
+        c = PostgresConnector(
+            f"postgresql://postgres@127.0.0.1:{proxy.port}/test",
+            table,
+            "id",
+            ["v"],
+            pool_size=1,
+            command_timeout=30,
+        )
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            assert list(await fn.async_lookup((1,))) == [{"v": 3}]
+            proxy.silence()
+            await asyncio.sleep(0.05)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(fn.async_lookup((2,)), 0.5)
+            started = time.monotonic()
+            assert list(await asyncio.wait_for(fn.async_lookup((2,)), 5)) == [{"v": 6}]
+            assert time.monotonic() - started < 2
+        finally:
+            await fn.close()
+
+
 async def test_close_does_not_hang_on_a_blackholed_pool(table: str) -> None:
     with TcpProxy("127.0.0.1", 5432) as proxy:
         c = PostgresConnector(
