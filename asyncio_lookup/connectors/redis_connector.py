@@ -253,10 +253,10 @@ class _RedisLookup(AsyncLookupFunction):
         assert self.client is not None
         return self.client
 
-    async def _slot(self, slots: asyncio.Semaphore) -> None:
-        """A connection of the pool, waiting at most ``pool_timeout`` when all are busy."""
+    async def _wait_for_slot(self, slots: asyncio.Semaphore) -> None:
+        """A connection of the pool when all are busy, waiting at most ``pool_timeout``."""
         timeout = self.connector.pool_timeout
-        if timeout is None or not slots.locked():
+        if timeout is None:
             await slots.acquire()
             return
         try:
@@ -275,7 +275,10 @@ class _RedisLookup(AsyncLookupFunction):
         slots = self.slots
         assert slots is not None
         try:
-            await self._slot(slots)
+            if slots.locked():
+                await self._wait_for_slot(slots)
+            else:
+                await slots.acquire()
             try:
                 raw = await cast(Any, command)(redis_key)
             finally:
@@ -297,7 +300,10 @@ class _RedisLookup(AsyncLookupFunction):
         slots = self.slots
         assert slots is not None
         try:
-            await self._slot(slots)
+            if slots.locked():
+                await self._wait_for_slot(slots)
+            else:
+                await slots.acquire()
             try:
                 values = await c.fetch(client, wanted)
             finally:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import pickle
+import time
 import uuid
 
 import pytest
@@ -260,3 +261,31 @@ async def test_more_concurrent_calls_than_connections_wait_for_one(
         await fn.close()
     assert [list(r) for r in found] == [[{"v": i, "id": i}] for i in range(200)]
     assert [list(r) for b in batches for r in b] == [[{"v": i, "id": i}] for i in range(200)]
+
+
+async def test_pool_timeout_bounds_the_wait_for_a_connection(
+    redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}p:1", json.dumps({"v": 1}))
+    with TcpProxy("127.0.0.1", 6379) as proxy:
+        c = RedisConnector(
+            f"redis://127.0.0.1:{proxy.port}/15",
+            redis_prefix + "p:{id}",
+            max_connections=1,
+            pool_timeout=0.2,
+        )
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            assert list(await fn.async_lookup((1,))) == [{"v": 1, "id": 1}]
+            proxy.blackhole(True)
+            stuck = asyncio.ensure_future(fn.async_lookup((1,)))  # holds the only connection
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            with pytest.raises(TransientError, match="pool_timeout"):
+                await fn.async_lookup((1,))
+            assert time.monotonic() - started < 1.0
+            proxy.blackhole(False)
+            assert list(await stuck) == [{"v": 1, "id": 1}]
+        finally:
+            await fn.close()
