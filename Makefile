@@ -30,7 +30,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
-	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup
+	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup asyncio_lookup/connectors
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build dist *.egg-info

@@ -59,3 +59,18 @@ class LookupFailedError(AsyncLookupError):
 
 class CacheLoadError(AsyncLookupError):
     """A full-cache load (scan) failed; lookups raise it rather than serve stale data."""
+
+
+class DataFormatError(AsyncLookupError, ValueError):
+    """A stored value is not what the connector was configured to read (bad JSON, wrong type)."""
+
+
+class HttpStatusError(AsyncLookupError):
+    """The service answered with a status that is neither success, miss nor transient."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.status))

@@ -9,12 +9,15 @@ machine's PostgreSQL (database ``test``); the example's table is dropped at the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
 import uuid
+from decimal import Decimal
+from typing import Any
 
-import psycopg
+import asyncpg
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import PostgresConnector
@@ -38,17 +41,30 @@ def spark_session() -> SparkSession:
     )
 
 
+def sql(statement: str, table: str | None = None, rows: list[tuple[Any, ...]] = ()) -> None:
+    """Run one statement (and copy ``rows`` into ``table``) on a connection of its own."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(DSN)
+        try:
+            await conn.execute(statement)
+            if table is not None:
+                await conn.copy_records_to_table(table, records=rows)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
 def main() -> None:
     table = f"example_products_{uuid.uuid4().hex[:6]}"
     spark = None
     try:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(
-                f'CREATE TABLE "{table}" (sku text PRIMARY KEY, title text, price numeric)'
-            )
-            with conn.cursor().copy(f'COPY "{table}" (sku, title, price) FROM STDIN') as copy:
-                for i in range(10_000):
-                    copy.write_row((f"SKU-{i}", f"product {i}", f"{i % 100}.99"))
+        sql(
+            f'CREATE TABLE "{table}" (sku text PRIMARY KEY, title text, price numeric)',
+            table,
+            [(f"SKU-{i}", f"product {i}", Decimal(f"{i % 100}.99")) for i in range(10_000)],
+        )
         spark = spark_session()
         products = LookupTable(
             "Products",
@@ -67,8 +83,7 @@ def main() -> None:
         joined = lookup_join(orders, products, on="sku", how="left", columns=["title", "price"])
         print("before the price change:")
         joined.orderBy("order_id").show()
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(f"UPDATE \"{table}\" SET price = 0.01 WHERE sku = 'SKU-1'")
+        sql(f"UPDATE \"{table}\" SET price = 0.01 WHERE sku = 'SKU-1'")
         time.sleep(RELOAD_SECONDS * 2)  # let every worker's periodic reload run
         print(f"after the price change and a reload (every {RELOAD_SECONDS}s):")
         joined.orderBy("order_id").show()
@@ -76,8 +91,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        sql(f'DROP TABLE IF EXISTS "{table}"')
 
 
 if __name__ == "__main__":

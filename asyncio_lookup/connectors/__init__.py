@@ -1,6 +1,12 @@
-"""Connectors: HTTP (aiohttp), Redis (redis.asyncio), PostgreSQL (asyncpg), in memory."""
+"""Connectors: HTTP (aiohttp), Redis (redis.asyncio), PostgreSQL (asyncpg), in memory.
 
-from asyncio_lookup.connectors.http_connector import HttpConnector, HttpStatusError
+Each implements its lookups (point and batch) and its scan once, asynchronously; its sync
+lookup (``'async'='false'``) runs that code through
+:class:`~asyncio_lookup.lookup.blocking.BlockingLookupFunction`.
+"""
+
+from asyncio_lookup.connectors.http_connector import HttpConnector
+from asyncio_lookup.connectors.keys import KeyTemplate
 from asyncio_lookup.connectors.memory import InMemoryConnector
 from asyncio_lookup.connectors.postgres_connector import PostgresConnector
 from asyncio_lookup.connectors.redis_connector import RedisConnector
@@ -9,13 +15,18 @@ from asyncio_lookup.connectors.registry import (
     create_connector,
     register_connector,
 )
+from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.errors import DataFormatError, HttpStatusError
 
 __all__ = [
+    "DataFormatError",
     "HttpConnector",
     "HttpStatusError",
     "InMemoryConnector",
+    "KeyTemplate",
     "PostgresConnector",
     "RedisConnector",
+    "Scan",
     "connector_names",
     "create_connector",
     "register_connector",

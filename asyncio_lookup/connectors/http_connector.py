@@ -1,4 +1,4 @@
-"""An HTTP/JSON service as a dim table: aiohttp for async lookups, ``http.client`` for sync.
+"""An HTTP/JSON service as a dim table, read with aiohttp (the sync mode runs the same code).
 
 A point lookup is ``GET url`` where ``url`` is a template over the key columns
 (``"http://host/customers/{id}"``). Every key value is percent-encoded with nothing kept safe
@@ -30,7 +30,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
@@ -38,11 +38,17 @@ from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsp
 import aiohttp
 from yarl import URL
 
-from asyncio_lookup.connectors._common import DataFormatError, Scan
-from asyncio_lookup.connectors._http_pool import HttpPool
-from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
-from asyncio_lookup.errors import AsyncLookupError, ConfigurationError, TransientError
+from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.errors import (
+    ConfigurationError,
+    DataFormatError,
+    HttpStatusError,
+    TransientError,
+)
+from asyncio_lookup.lookup.blocking import BlockingLookupFunction
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 from asyncio_lookup.runtime.deadlines import Deadlines
 
@@ -50,17 +56,6 @@ log = logging.getLogger(__name__)
 
 BATCH_MODES = ("post_json", "query")
 _MARK = "\x00placeholder\x00"
-
-
-class HttpStatusError(AsyncLookupError):
-    """The service answered with a status that is neither success, miss nor transient."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.status))
 
 
 def encode_value(value: Any) -> str:
@@ -121,6 +116,14 @@ def _template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | Non
     return template, credentials
 
 
+def _statuses(option: str, statuses: Collection[int]) -> frozenset[int]:
+    if isinstance(statuses, (str, bytes)) or not all(
+        type(s) is int and 100 <= s <= 599 for s in statuses
+    ):
+        raise ConfigurationError(option, statuses, "HTTP status codes (integers 100-599)")
+    return frozenset(statuses)
+
+
 def _fixed_url(url: str | None, option: str) -> str | None:
     """A batch or scan URL: validated like the template, with no placeholders."""
     if url is not None and _template(url, option)[0].fields:
@@ -169,21 +172,18 @@ class HttpConnector:
         self.rows_field = rows_field
         self.batch_rows_field = rows_field if batch_rows_field is None else batch_rows_field
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
-        self.miss_statuses = frozenset(miss_statuses)
-        self.transient_statuses = frozenset(transient_statuses)
-        if not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigurationError("timeout", timeout, "seconds > 0")
-        self.timeout = float(timeout)
+        self.miss_statuses = _statuses("miss_statuses", miss_statuses)
+        self.transient_statuses = _statuses("transient_statuses", transient_statuses)
+        self.timeout = seconds("timeout", timeout)
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
         self.batch_url = _fixed_url(batch_url, "batch_url")
         self.batch_mode = batch_mode
+        if not isinstance(batch_field, str) or not batch_field:
+            raise ConfigurationError("batch_field", batch_field, "a non-empty field name")
         self.batch_field = batch_field
-        for option, value in (("batch_size", batch_size), ("max_connections", max_connections)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(option, value, "an integer >= 1")
-        self.batch_size = batch_size
-        self.max_connections = max_connections
+        self.batch_size = count("batch_size", batch_size)
+        self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
         self.scan_url = _fixed_url(scan_url, "scan_url")
         self.next_field = next_field
         self.cursor_param = cursor_param
@@ -215,17 +215,17 @@ class HttpConnector:
     # -- LookupTableSource -------------------------------------------------------------------
 
     def lookup_function(self) -> LookupFunction:
-        return _SyncHttpLookup(self)
+        return BlockingLookupFunction(self.async_lookup_function())
 
     def async_lookup_function(self) -> AsyncLookupFunction:
         if self.batch_url is not None:
-            return _AsyncHttpBatchLookup(self)
-        return _AsyncHttpLookup(self)
+            return _HttpBatchLookup(self)
+        return _HttpLookup(self)
 
     def scan(self) -> Scan | None:
         if self.scan_url is None:
             return None
-        return Scan(self._scan_sync, self._scan_async, repr(self))
+        return Scan(self._scan, repr(self))
 
     # -- requests and responses --------------------------------------------------------------
 
@@ -368,27 +368,7 @@ class HttpConnector:
 
     # -- scan --------------------------------------------------------------------------------
 
-    def _scan_sync(self) -> Iterator[Row]:
-        pool = HttpPool(self.timeout)
-        url: str | None = self.scan_url
-        seen: set[str] = set()
-        try:
-            while url is not None:
-                _check_loop(url, seen)
-                try:
-                    response = pool.request("GET", url, None, self.request_headers())
-                except (OSError, TimeoutError, _http_client_errors()) as error:
-                    raise self.failure(error, "GET", url) from error
-                headers = {k: v for k, v in response.headers.items()}
-                rows, body = self.rows(
-                    "GET", url, response.status, headers, response.body, self.scan_rows_field
-                )
-                yield from rows
-                url = self.next_page(url, headers, body)
-        finally:
-            pool.close()
-
-    async def _scan_async(self) -> AsyncIterator[Row]:
+    async def _scan(self) -> AsyncIterator[Row]:
         url: str | None = self.scan_url
         seen: set[str] = set()
         async with _session(self) as session:
@@ -413,12 +393,6 @@ def _link_next(link: str, current: str) -> str | None:
         if any(p.strip().replace('"', "").lower() == "rel=next" for p in params):
             return urljoin(current, target.strip().strip("<>"))
     return None
-
-
-def _http_client_errors() -> type[Exception]:
-    import http.client
-
-    return http.client.HTTPException
 
 
 _JSON_BODY = {"Content-Type": "application/json"}
@@ -464,7 +438,7 @@ async def _fetch(
     except asyncio.CancelledError:
         if deadline is not None and deadline.timed_out():
             timeout = TimeoutError(f"no response within {c.timeout:g} s (timeout)")
-            raise c.failure(timeout, method, url) from None
+            raise c.failure(timeout, method, url) from timeout
         raise
     finally:
         if deadline is not None:
@@ -487,37 +461,7 @@ def _point_path(c: HttpConnector) -> tuple[URL, str, str, str] | None:
     return URL(origin, encoded=True), origin, parts.path, after
 
 
-class _SyncHttpLookup(LookupFunction):
-    def __init__(self, connector: HttpConnector) -> None:
-        self.connector = connector
-        self.pool: HttpPool | None = None
-
-    def open(self) -> None:
-        if self.pool is None:
-            self.pool = HttpPool(self.connector.timeout, max_idle=self.connector.max_connections)
-
-    def lookup(self, key: Key) -> Collection[Row]:
-        c = self.connector
-        url = c.point_url(key)
-        if url is None:
-            return []
-        if self.pool is None:
-            self.open()
-        assert self.pool is not None
-        try:
-            response = self.pool.request("GET", url, None, c.request_headers())
-        except (OSError, TimeoutError, _http_client_errors()) as error:
-            raise c.failure(error, "GET", url) from error
-        headers = {k: v for k, v in response.headers.items()}
-        return c.rows("GET", url, response.status, headers, response.body, c.rows_field)[0]
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-
-
-class _AsyncHttpLookup(AsyncLookupFunction):
+class _HttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.session: aiohttp.ClientSession | None = None
@@ -559,7 +503,7 @@ class _AsyncHttpLookup(AsyncLookupFunction):
             await session.close()
 
 
-class _AsyncHttpBatchLookup(_AsyncHttpLookup):
+class _HttpBatchLookup(_HttpLookup):
     async def async_lookup_batch(
         self, keys: Sequence[Key]
     ) -> Sequence[Collection[Row] | BaseException]:

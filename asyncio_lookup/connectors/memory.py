@@ -1,12 +1,18 @@
-"""A dim table held in memory: sync, async (with batches) and scan. For tests, demos, notebooks."""
+"""A dim table held in memory: async lookups (with batches), their sync form, and a scan.
+
+For tests, demos and notebooks.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from asyncio_lookup.connectors._args import seconds
+from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.blocking import BlockingLookupFunction
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 
 
@@ -26,9 +32,8 @@ class InMemoryConnector:
         if isinstance(key_columns, str):
             key_columns = [key_columns]
         if not key_columns:
-            from asyncio_lookup.errors import ConfigurationError
-
             raise ConfigurationError("key_columns", key_columns, "one or more column names")
+        latency = seconds("latency", latency, zero=True)
         self.rows = [dict(row) for row in rows]
         self.key_columns = tuple(key_columns)
         self.latency = latency
@@ -46,30 +51,20 @@ class InMemoryConnector:
         return index
 
     def lookup_function(self) -> LookupFunction:
-        return _SyncMemoryLookup(self)
+        return BlockingLookupFunction(self.async_lookup_function())
 
     def async_lookup_function(self) -> AsyncLookupFunction:
-        return _AsyncMemoryLookup(self)
+        return _MemoryLookup(self)
 
-    def scan(self) -> Iterable[Row]:
-        return iter(list(self.rows))
+    def scan(self) -> Scan:
+        return Scan(self._scan, repr(self))
 
-
-class _SyncMemoryLookup(LookupFunction):
-    def __init__(self, connector: InMemoryConnector) -> None:
-        self.connector = connector
-        self.index: dict[Key, list[Row]] = {}
-
-    def open(self) -> None:
-        self.index = self.connector._index()
-
-    def lookup(self, key: Key) -> Collection[Row]:
-        if self.connector.latency:
-            time.sleep(self.connector.latency)
-        return [dict(r) for r in self.index.get(tuple(key), ())]
+    async def _scan(self) -> AsyncIterator[Row]:
+        for row in list(self.rows):
+            yield row
 
 
-class _AsyncMemoryLookup(AsyncLookupFunction):
+class _MemoryLookup(AsyncLookupFunction):
     def __init__(self, connector: InMemoryConnector) -> None:
         self.connector = connector
         self.index: dict[Key, list[Row]] = {}

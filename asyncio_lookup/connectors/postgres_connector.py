@@ -1,49 +1,64 @@
-"""PostgreSQL as a dim table: asyncpg for async lookups, psycopg 3 for sync ones.
+"""PostgreSQL as a dim table, read with asyncpg (the sync mode runs the same code).
 
 SQL is built only from quoted identifiers (table, columns) and, for composite batches, type
 names the server itself returns (``format_type``); key values are always bind parameters.
-Statements are prepared (asyncpg's per-connection statement cache; psycopg ``prepare=True``).
-Every session is read-only (``default_transaction_read_only``), so a ``query`` source cannot
-write. Batches are one ``= ANY($1)`` query (single key column) or one join against
-``unnest($1, $2, ...) WITH ORDINALITY`` (composite keys). A scan streams through a server-side
-cursor (asyncpg cursor in a transaction / psycopg named cursor).
+Statements are prepared (asyncpg's per-connection statement cache). Every session is read-only
+(``default_transaction_read_only``), so a ``query`` source cannot write. Batches are one
+``= ANY($1)`` query (single key column) or one join against ``unnest($1, $2, ...) WITH
+ORDINALITY`` (composite keys). A scan streams through a server-side cursor.
+
+Failures of the connection kind (refused, closed, dropped mid-query, admin shutdown, too many
+connections, timeouts) raise :class:`~asyncio_lookup.errors.TransientError`, whether they happen
+while the pool opens, while the key types are probed or in a query, so ``lookup.max-retries``
+covers them all. A connection whose query is interrupted (a failure, a timeout, the lookup's
+cancellation) is terminated, never waited for, and the pool opens a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+import re
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import asyncpg
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
 
-from asyncio_lookup.connectors._common import Scan
-from asyncio_lookup.connectors._keys import has_null
+from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, seconds, text
 from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
+from asyncio_lookup.connectors.keys import has_null
+from asyncio_lookup.connectors.postgres_schema import check_columns
+from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.lookup.blocking import BlockingLookupFunction
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.runtime.loop import new_event_loop
 
 log = logging.getLogger(__name__)
 
 _KEY = "__asyncio_lookup_key"
-_ASYNC_TRANSIENT: tuple[type[BaseException], ...] = (
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # SQLSTATE class 08
     asyncpg.exceptions.OperatorInterventionError,  # 57: admin shutdown, cannot connect now
     asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InternalClientError,
     ConnectionError,
-    OSError,
-    asyncio.TimeoutError,
+    OSError,  # TimeoutError included
 )
-_SYNC_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, OSError)
 _PERMANENT_SQLSTATES = ("28000", "28P01", "3D000")  # bad user / password / database
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """True for a failure of the connection rather than of the statement: a retry may fix it."""
+    if getattr(error, "sqlstate", None) in _PERMANENT_SQLSTATES:
+        return False
+    if isinstance(error, _CONNECTION_ERRORS):
+        return True
+    # asyncpg says "connection is closed" / "pool is closing" with a bare InterfaceError
+    return isinstance(error, asyncpg.InterfaceError) and "clos" in str(error)
 
 
 def quote_ident(name: str) -> str:
@@ -69,6 +84,9 @@ class PostgresConnector:
 
     ``table`` is ``"name"``, ``"schema.name"`` or a ``(schema, name)`` tuple; ``query`` is a
     ``SELECT`` used as a subquery instead. ``columns=None`` selects every column.
+    ``pool_size`` connections per executor process; ``connect_timeout`` bounds opening one;
+    ``command_timeout`` (``None``: no limit) bounds each statement (a lookup in async mode is
+    also bounded by the lookup's own timeout, which abandons its connection).
     """
 
     def __init__(
@@ -88,6 +106,7 @@ class PostgresConnector:
         if not isinstance(dsn, str) or not dsn:
             raise ConfigurationError("dsn", "<not shown>", "a libpq DSN or postgresql:// URL")
         self.dsn = dsn
+        self.url = asyncpg_dsn(dsn)
         if (table is None) == (query is None):
             raise ConfigurationError(
                 "table", table, "exactly one of table=... or query=...", "give one, not both"
@@ -105,14 +124,11 @@ class PostgresConnector:
         if not self.key_columns:
             raise ConfigurationError("key_columns", key_columns, "one or more column names")
         self.columns = _names("columns", columns) if columns is not None else None
-        for option, value in (("pool_size", pool_size), ("scan_batch_size", scan_batch_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(option, value, "an integer >= 1")
-        self.pool_size = pool_size
-        self.command_timeout = command_timeout
-        self.connect_timeout = connect_timeout
-        self.scan_batch_size = scan_batch_size
-        self.application_name = application_name
+        self.pool_size = count("pool_size", pool_size, maximum=MAX_POOL)
+        self.scan_batch_size = count("scan_batch_size", scan_batch_size)
+        self.command_timeout = optional_seconds("command_timeout", command_timeout)
+        self.connect_timeout = seconds("connect_timeout", connect_timeout)
+        self.application_name = text("application_name", application_name)
 
     def __repr__(self) -> str:
         source = f"table={'.'.join(self.table)!r}" if self.table else f"query={self.query!r}"
@@ -125,13 +141,76 @@ class PostgresConnector:
     # -- LookupTableSource -------------------------------------------------------------------
 
     def lookup_function(self) -> LookupFunction:
-        return _SyncPostgresLookup(self)
+        return BlockingLookupFunction(self.async_lookup_function())
 
     def async_lookup_function(self) -> AsyncLookupFunction:
-        return _AsyncPostgresLookup(self)
+        return _PostgresLookup(self)
 
     def scan(self) -> Scan:
-        return Scan(self._scan_sync, self._scan_async, repr(self))
+        return Scan(self._scan, repr(self))
+
+    # -- driver-side check -------------------------------------------------------------------
+
+    def check_schema(self, fields: Sequence[tuple[str, Any]] | Mapping[str, Any]) -> None:
+        """Check, with one catalog query, that the table (or query) exists and has the declared
+        columns with types their values convert to losslessly.
+
+        ``fields``: the declared dim columns, ``(name, type)`` pairs or a mapping, each type a
+        Spark SQL type name (``"bigint"``, ``"decimal(12,2)"``), a pyspark ``DataType`` or a
+        pyarrow type. Raises :class:`ConfigurationError` naming the table, the column, its
+        PostgreSQL type, the declared type and what to declare instead; a refused connection
+        raises :class:`TransientError`. Blocking: call it on the driver, outside a running loop.
+        """
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(self.check_schema_async(fields))
+
+    async def check_schema_async(
+        self, fields: Sequence[tuple[str, Any]] | Mapping[str, Any]
+    ) -> None:
+        """:meth:`check_schema` on the running loop."""
+        declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
+        try:
+            conn = await asyncpg.connect(self.url, **_asyncpg_options(self))
+        except Exception as error:
+            if not is_connection_error(error):
+                raise
+            raise self.transient(error, "schema check") from error
+        try:
+            actual = await self._column_types(conn)
+        except Exception as error:
+            if not is_connection_error(error):
+                raise
+            raise self.transient(error, "schema check") from error
+        finally:
+            conn.terminate()
+        needed = [name for name in self.key_columns + (self.columns or ()) if name]
+        check_columns(self.relation_name(), actual, declared, needed)
+
+    def relation_name(self) -> str:
+        return ".".join(self.table) if self.table is not None else "query"
+
+    async def _column_types(self, conn: asyncpg.Connection) -> dict[str, str] | None:
+        """Column name -> PostgreSQL type (``format_type``); ``None``: no such relation."""
+        if self.table is not None:
+            records = await conn.fetch(
+                "SELECT c.oid IS NOT NULL AS found, a.attname AS name, "
+                "format_type(a.atttypid, a.atttypmod) AS type "
+                "FROM (SELECT to_regclass($1)::oid AS oid) AS c "
+                "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+                "AND NOT a.attisdropped ORDER BY a.attnum",
+                ".".join(quote_ident(p) for p in self.table),
+            )
+            if not records or not records[0]["found"]:
+                return None
+            return {r["name"]: r["type"] for r in records if r["name"] is not None}
+        statement = await conn.prepare(f"SELECT * FROM ({self.query}) AS src LIMIT 0")
+        attributes = statement.get_attributes()
+        types = await conn.fetch(
+            "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
+            "WITH ORDINALITY AS t(oid, ord) ORDER BY t.ord",
+            [a.type.oid for a in attributes],
+        )
+        return {a.name: t["name"] for a, t in zip(attributes, types, strict=True)}
 
     # -- SQL ---------------------------------------------------------------------------------
 
@@ -145,11 +224,9 @@ class PostgresConnector:
             return "src.*"
         return ", ".join(f"src.{quote_ident(c)}" for c in self.columns)
 
-    def point_sql(self, placeholder: str) -> str:
-        """``placeholder`` is ``$`` (asyncpg) or ``%s`` (psycopg)."""
+    def point_sql(self) -> str:
         where = " AND ".join(
-            f"src.{quote_ident(k)} = {self._param(placeholder, i)}"
-            for i, k in enumerate(self.key_columns)
+            f"src.{quote_ident(k)} = ${i + 1}" for i, k in enumerate(self.key_columns)
         )
         return f"SELECT {self.select_sql()} FROM {self.source_sql()} WHERE {where}"
 
@@ -170,21 +247,17 @@ class PostgresConnector:
             f"JOIN {self.source_sql()} ON {on} ORDER BY k.ord"
         )
 
-    def key_type_probe_sql(self, placeholder: str) -> str:
+    def key_type_probe_sql(self) -> str:
         cols = ", ".join(f"src.{quote_ident(k)}" for k in self.key_columns)
         return f"SELECT {cols} FROM {self.source_sql()} LIMIT 0"
 
     def scan_sql(self) -> str:
         return f"SELECT {self.select_sql()} FROM {self.source_sql()}"
 
-    @staticmethod
-    def _param(placeholder: str, index: int) -> str:
-        return f"${index + 1}" if placeholder == "$" else "%s"
-
     # -- errors ------------------------------------------------------------------------------
 
     def secrets(self) -> list[str]:
-        return url_secrets(self.dsn)
+        return url_secrets(self.dsn) + url_secrets(self.url)
 
     def transient(self, error: BaseException, action: str) -> TransientError:
         message = redact(
@@ -194,37 +267,14 @@ class PostgresConnector:
         log.warning("%s", message)
         return TransientError(message)
 
-    def is_sync_transient(self, error: BaseException) -> bool:
-        return isinstance(error, _SYNC_TRANSIENT) and (
-            getattr(error, "sqlstate", None) not in _PERMANENT_SQLSTATES
-        )
-
     # -- scan --------------------------------------------------------------------------------
 
-    def _scan_sync(self) -> Iterator[Row]:
+    async def _scan(self) -> AsyncIterator[Row]:
         try:
-            conn = _sync_connect(self, autocommit=False)
-        except _SYNC_TRANSIENT as error:
-            if not self.is_sync_transient(error):
+            conn = await asyncpg.connect(self.url, **_asyncpg_options(self))
+        except Exception as error:
+            if not is_connection_error(error):
                 raise
-            raise self.transient(error, "scan") from error
-        try:
-            with conn.transaction(), conn.cursor(name="asyncio_lookup_scan") as cur:
-                cur.itersize = self.scan_batch_size
-                try:
-                    cur.execute(self.scan_sql())
-                    yield from cur
-                except _SYNC_TRANSIENT as error:
-                    if not self.is_sync_transient(error):
-                        raise
-                    raise self.transient(error, "scan") from error
-        finally:
-            conn.close()
-
-    async def _scan_async(self) -> AsyncIterator[Row]:
-        try:
-            conn = await asyncpg.connect(asyncpg_dsn(self.dsn), **_asyncpg_options(self))
-        except _ASYNC_TRANSIENT as error:
             raise self.transient(error, "scan") from error
         try:
             async with conn.transaction(readonly=True, isolation="repeatable_read"):
@@ -232,31 +282,56 @@ class PostgresConnector:
                     cursor = conn.cursor(self.scan_sql(), prefetch=self.scan_batch_size)
                     async for record in cursor:
                         yield dict(record)
-                except _ASYNC_TRANSIENT as error:
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise
                     raise self.transient(error, "scan") from error
         finally:
-            await conn.close()
+            conn.terminate()  # never wait on a connection that may have stopped answering
+
+
+_LIBPQ_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+
+
+def parse_libpq_dsn(dsn: str) -> dict[str, str]:
+    """The ``key=value`` pairs of a libpq keyword/value DSN (values quoted with ``'``, with
+    ``\\`` escapes, or bare)."""
+    params: dict[str, str] = {}
+    position = 0
+    dsn = dsn.strip()
+    while position < len(dsn):
+        match = _LIBPQ_PAIR.match(dsn, position)
+        if match is None or match.end() == position:
+            raise ConfigurationError("dsn", "<not shown>", "a libpq key=value DSN or a URL")
+        key, value = match.group(1), match.group(2)
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        params[key] = value
+        position = match.end()
+        while position < len(dsn) and dsn[position].isspace():
+            position += 1
+    return params
 
 
 def asyncpg_dsn(dsn: str) -> str:
     """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL."""
     if "://" in dsn:
         return dsn
-    params = conninfo_to_dict(dsn)
-    user = quote(str(params.pop("user", "")), safe="")
+    params = parse_libpq_dsn(dsn)
+    user = quote(params.pop("user", ""), safe="")
     password = params.pop("password", None)
-    userinfo = user + (":" + quote(str(password), safe="") if password is not None else "")
-    host = str(params.pop("host", ""))
+    userinfo = user + (":" + quote(password, safe="") if password is not None else "")
+    host = params.pop("host", "")
     port = params.pop("port", None)
-    database = quote(str(params.pop("dbname", "")), safe="")
+    database = quote(params.pop("dbname", ""), safe="")
     netloc = (userinfo + "@" if userinfo else "") + (f"[{host}]" if ":" in host else host)
     netloc += f":{port}" if port else ""
-    query = urlencode({k: str(v) for k, v in params.items()})
+    query = urlencode(params)
     return f"postgresql://{netloc}/{database}" + (f"?{query}" if query else "")
 
 
 def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
-    """asyncpg connection options shared by the lookup pool and the scan connection."""
+    """asyncpg connection options shared by the lookup pool, the scan and the schema check."""
     return {
         "timeout": c.connect_timeout,
         "command_timeout": c.command_timeout,
@@ -265,25 +340,6 @@ def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
             "default_transaction_read_only": "on",
         },
     }
-
-
-def _sync_connect(c: PostgresConnector, autocommit: bool) -> psycopg.Connection[dict[str, Any]]:
-    conn = psycopg.connect(
-        c.dsn,
-        autocommit=autocommit,
-        row_factory=dict_row,
-        connect_timeout=max(1, int(c.connect_timeout)),
-        application_name=c.application_name,
-    )
-    conn.execute("SET default_transaction_read_only = on")
-    if c.command_timeout:
-        conn.execute(
-            "SELECT set_config('statement_timeout', %s, false)",
-            (f"{int(c.command_timeout * 1000)}ms",),
-        )
-    if not autocommit:
-        conn.commit()
-    return conn
 
 
 def _group(
@@ -305,93 +361,67 @@ def _group(
     return list(out)
 
 
-class _SyncPostgresLookup(LookupFunction):
-    """One psycopg connection per function instance (sync lookups run one at a time)."""
-
-    def __init__(self, connector: PostgresConnector) -> None:
-        self.connector = connector
-        self.conn: psycopg.Connection[dict[str, Any]] | None = None
-        self.lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"connector": self.connector}  # never a live connection
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["connector"])  # type: ignore[misc]
-
-    def open(self) -> None:
-        c = self.connector
-        with self.lock:
-            if self.conn is not None and not self.conn.closed:
-                return
-            try:
-                self.conn = _sync_connect(c, autocommit=True)
-            except _SYNC_TRANSIENT as error:
-                if not c.is_sync_transient(error):
-                    raise
-                raise c.transient(error, "connect") from error
-
-    def lookup(self, key: Key) -> Collection[Row]:
-        key = tuple(key)
-        c = self.connector
-        if len(key) != len(c.key_columns):
-            raise ConfigurationError("key", key, f"a tuple for key columns {list(c.key_columns)}")
-        if has_null(key):
-            return []
-        self.open()
-        with self.lock:
-            conn = self.conn
-            assert conn is not None
-            try:
-                return conn.execute(c.point_sql("%s"), key, prepare=True).fetchall()
-            except _SYNC_TRANSIENT as error:
-                if conn.closed or conn.broken:
-                    self.conn = None  # reconnect on the next call
-                    conn.close()
-                if not c.is_sync_transient(error):
-                    raise
-                raise c.transient(error, "lookup") from error
-
-    def close(self) -> None:
-        with self.lock:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
+async def _release(pool: asyncpg.Pool, conn: Any) -> None:
+    """Give ``conn`` back; a connection that fails its reset is dropped, not reported: the
+    query's outcome stands, and the pool opens a replacement when next needed."""
+    try:
+        await pool.release(conn)
+    except Exception as error:
+        if not is_connection_error(error):
+            raise
+        with contextlib.suppress(asyncpg.InterfaceError):
+            conn.terminate()
 
 
-class _AsyncPostgresLookup(AsyncLookupFunction):
-    """An asyncpg pool per function instance; broken connections are replaced by the pool."""
+class _PostgresLookup(AsyncLookupFunction):
+    """An asyncpg pool per function instance, opened lazily when opening it failed."""
 
     def __init__(self, connector: PostgresConnector) -> None:
         self.connector = connector
         self.pool: asyncpg.Pool | None = None
         self.batch_sql: str | None = None
-        self.point_sql = connector.point_sql("$")
+        self.point_sql = connector.point_sql()
         self._opening: asyncio.Lock | None = None
 
     async def open(self) -> None:
+        """Open the pool; a failure a retry may fix is left to the first lookup (its failure
+        retry then covers the open), any other one (bad password, no such table) raises."""
+        with contextlib.suppress(TransientError):
+            await self._pool()
+
+    async def _pool(self) -> asyncpg.Pool:
+        pool = self.pool
+        if pool is not None:
+            return pool
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self.pool is not None:
-                return
-            c = self.connector
-            try:
-                pool = await asyncpg.create_pool(
-                    asyncpg_dsn(c.dsn), min_size=1, max_size=c.pool_size, **_asyncpg_options(c)
-                )
-            except _ASYNC_TRANSIENT as error:
-                raise c.transient(error, "connect") from error
-            try:
-                self.batch_sql = c.batch_sql(await self._key_types(pool))
-            except BaseException:
-                await pool.close()
+            if self.pool is None:
+                self.pool = await self._open_pool()
+            return self.pool
+
+    async def _open_pool(self) -> asyncpg.Pool:
+        c = self.connector
+        try:
+            pool = await asyncpg.create_pool(
+                c.url, min_size=1, max_size=c.pool_size, **_asyncpg_options(c)
+            )
+        except Exception as error:
+            if not is_connection_error(error):
                 raise
-            self.pool = pool
+            raise c.transient(error, "connect") from error
+        try:
+            self.batch_sql = c.batch_sql(await self._key_types(pool))
+        except BaseException as error:
+            pool.terminate()
+            if isinstance(error, Exception) and is_connection_error(error):
+                raise c.transient(error, "key type probe") from error
+            raise
+        return pool
 
     async def _key_types(self, pool: asyncpg.Pool) -> list[str]:
         async with pool.acquire() as conn:
-            statement = await conn.prepare(self.connector.key_type_probe_sql("$"))
+            statement = await conn.prepare(self.connector.key_type_probe_sql())
             oids = [a.type.oid for a in statement.get_attributes()]
             rows = await conn.fetch(
                 "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
@@ -400,14 +430,31 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
             )
         return [r["name"] for r in rows]
 
-    async def _pool(self) -> asyncpg.Pool:
-        if self.pool is None:
-            try:
-                await self.open()
-            except _ASYNC_TRANSIENT as error:
-                raise self.connector.transient(error, "connect") from error
-        assert self.pool is not None
-        return self.pool
+    async def _fetch(self, sql: str, args: Sequence[Any], action: str) -> list[Any]:
+        c = self.connector
+        pool = self.pool if self.pool is not None else await self._pool()
+        try:
+            conn = await pool.acquire()
+        except Exception as error:
+            if not is_connection_error(error):
+                raise
+            raise c.transient(error, action) from error
+        try:
+            records: list[Any] = await conn.fetch(sql, *args)
+            return records
+        except BaseException as error:
+            connection_failed = isinstance(error, Exception) and is_connection_error(error)
+            if connection_failed or isinstance(error, asyncio.CancelledError):
+                # Abandoned, not cancelled or reset: on a blackholed connection either would
+                # wait for the server. The pool opens a replacement when next needed. (A
+                # connection lost mid-query is back in the pool already: nothing to end.)
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
+            if connection_failed:
+                raise c.transient(error, action) from error
+            raise
+        finally:
+            await _release(pool, conn)
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
         key = tuple(key)
@@ -416,12 +463,7 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
             raise ConfigurationError("key", key, f"a tuple for key columns {list(c.key_columns)}")
         if has_null(key):
             return []
-        pool = await self._pool()
-        try:
-            records = await pool.fetch(self.point_sql, *key)
-        except _ASYNC_TRANSIENT as error:
-            raise c.transient(error, "lookup") from error
-        return [dict(r) for r in records]
+        return [dict(r) for r in await self._fetch(self.point_sql, key, "lookup")]
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
@@ -434,7 +476,9 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
                 raise ConfigurationError(
                     "key", key, f"a tuple for key columns {list(c.key_columns)}"
                 )
-        pool = await self._pool()
+        if all(has_null(k) for k in keys):
+            return [[] for _ in keys]
+        await self._pool()  # the batch statement needs the probed key types
         assert self.batch_sql is not None
         single = width == 1
         if single:
@@ -442,15 +486,15 @@ class _AsyncPostgresLookup(AsyncLookupFunction):
         else:
             # A NULL-containing key is sent as NULLs: `=` never matches, positions stay aligned.
             args = [[None if has_null(k) else k[i] for k in keys] for i in range(width)]
-        if all(has_null(k) for k in keys):
-            return [[] for _ in keys]
-        try:
-            records = await pool.fetch(self.batch_sql, *args)
-        except _ASYNC_TRANSIENT as error:
-            raise c.transient(error, "batch lookup") from error
+        records = await self._fetch(self.batch_sql, args, "batch lookup")
         return _group(keys, records, single)
 
     async def close(self) -> None:
         if self.pool is not None:
             pool, self.pool = self.pool, None
-            await pool.close()
+            try:
+                await asyncio.wait_for(pool.close(), self.connector.connect_timeout)
+            except Exception as error:
+                if not is_connection_error(error):  # TimeoutError included
+                    raise
+                pool.terminate()

@@ -1,4 +1,4 @@
-"""Redis as a dim table: ``redis.asyncio`` for async lookups, ``redis`` for sync ones.
+"""Redis as a dim table, read with ``redis.asyncio`` (the sync mode runs the same code).
 
 One key per dim key, named by a template (``"customer:{id}"``). The value is
 
@@ -22,27 +22,39 @@ import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, cast
 
-import redis
 import redis.asyncio
+import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from asyncio_lookup.connectors._common import DataFormatError, Scan
-from asyncio_lookup.connectors._keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, text
 from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
-from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
+from asyncio_lookup.lookup.blocking import BlockingLookupFunction
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 
 log = logging.getLogger(__name__)
 
 VALUE_FORMATS = ("json", "json_list", "hash")
-_TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+_TRANSIENT = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    TimeoutError,
+    OSError,
+)
 # subclasses of ConnectionError that a retry cannot fix
 _PERMANENT = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
 
 
 class RedisConnector:
-    """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor."""
+    """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor.
+
+    ``max_connections`` bounds the connections (and calls in flight) of each executor process;
+    a lookup waits at most ``pool_timeout`` seconds for one (``None``: no limit).
+    ``socket_timeout`` bounds connecting and each reply.
+    """
 
     def __init__(
         self,
@@ -74,14 +86,11 @@ class RedisConnector:
             raise ConfigurationError(
                 "key_types", unknown, f"converters for key columns {list(self.key_columns)}"
             )
-        for option, value in (("max_connections", max_connections), ("scan_count", scan_count)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(option, value, "an integer >= 1")
-        self.max_connections = max_connections
-        self.socket_timeout = socket_timeout
-        self.client_name = client_name
-        self.scan_count = scan_count
-        self.pool_timeout = pool_timeout
+        self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
+        self.socket_timeout = optional_seconds("socket_timeout", socket_timeout)
+        self.client_name = text("client_name", client_name)
+        self.scan_count = count("scan_count", scan_count)
+        self.pool_timeout = optional_seconds("pool_timeout", pool_timeout)
 
     def __repr__(self) -> str:
         return (
@@ -92,42 +101,31 @@ class RedisConnector:
     # -- LookupTableSource -------------------------------------------------------------------
 
     def lookup_function(self) -> LookupFunction:
-        return _SyncRedisLookup(self)
+        return BlockingLookupFunction(self.async_lookup_function())
 
     def async_lookup_function(self) -> AsyncLookupFunction:
-        return _AsyncRedisLookup(self)
+        return _RedisLookup(self)
 
     def scan(self) -> Scan:
-        return Scan(self._scan_sync, self._scan_async, repr(self))
+        return Scan(self._scan, repr(self))
 
     # -- shared helpers ----------------------------------------------------------------------
 
-    def sync_client(self) -> redis.Redis:
-        pool = redis.BlockingConnectionPool.from_url(self.url, **self._client_options())
-        return redis.Redis.from_pool(pool)
-
-    def async_client(self) -> redis.asyncio.Redis:
+    def client(self) -> redis.asyncio.Redis:
         # The plain pool is faster than the blocking one; callers bound concurrency themselves
         # (a semaphore of max_connections) so it never runs out of connections.
-        options = self._client_options()
-        del options["timeout"]
-        pool = redis.asyncio.ConnectionPool.from_url(self.url, **options)
-        return redis.asyncio.Redis.from_pool(pool)
-
-    def _client_options(self) -> dict[str, Any]:
         # No retries inside redis-py: failures surface as TransientError and go through the
         # lookup layer's `lookup.max-retries`; a broken connection is dropped from the pool.
-        # Sync: a blocking pool, so more concurrent calls than connections wait (up to
-        # pool_timeout) instead of failing with "Too many connections".
-        return {
-            "timeout": self.pool_timeout,
-            "decode_responses": True,
-            "max_connections": self.max_connections,
-            "socket_timeout": self.socket_timeout,
-            "socket_connect_timeout": self.socket_timeout,
-            "client_name": self.client_name,
-            "retry": Retry(NoBackoff(), 0),
-        }
+        pool = redis.asyncio.ConnectionPool.from_url(
+            self.url,
+            decode_responses=True,
+            max_connections=self.max_connections,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_timeout,
+            client_name=self.client_name,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return redis.asyncio.Redis.from_pool(pool)
 
     def redis_key(self, key: Key) -> str:
         return self.template.format(key_dict(self.key_columns, key), str)
@@ -177,31 +175,8 @@ class RedisConnector:
             values[column] = convert(values[column])
         return values
 
-    def _scan_sync(self) -> Iterator[Row]:
-        client = self.sync_client()
-        pattern, seen = self.template.glob(), set()
-        try:
-            cursor = 0
-            while True:
-                try:
-                    cursor, keys = cast(Any, client).scan(
-                        cursor, match=pattern, count=self.scan_count
-                    )
-                    keys = [k for k in keys if k not in seen]
-                    seen.update(keys)
-                    values = self._fetch_sync(client, keys)
-                except _PERMANENT:
-                    raise
-                except _TRANSIENT as error:
-                    raise self.transient(error, "scan") from error
-                yield from self._scan_rows(keys, values)
-                if cursor == 0:
-                    return
-        finally:
-            client.close()
-
-    async def _scan_async(self) -> AsyncIterator[Row]:
-        client = self.async_client()
+    async def _scan(self) -> AsyncIterator[Row]:
+        client = self.client()
         pattern, seen = self.template.glob(), set()
         try:
             cursor = 0
@@ -210,7 +185,7 @@ class RedisConnector:
                     cursor, keys = await client.scan(cursor, match=pattern, count=self.scan_count)
                     keys = [k for k in keys if k not in seen]
                     seen.update(keys)
-                    values = await self._fetch_async(client, keys)
+                    values = await self.fetch(client, keys)
                 except _PERMANENT:
                     raise
                 except _TRANSIENT as error:
@@ -231,17 +206,7 @@ class RedisConnector:
                 continue
             yield from self.decode(key_values, raw, redis_key)
 
-    def _fetch_sync(self, client: redis.Redis, keys: Sequence[str]) -> list[Any]:
-        if not keys:
-            return []
-        if self.value_format != "hash":
-            return list(cast(Any, client).mget(keys))
-        pipe = client.pipeline(transaction=False)
-        for k in keys:
-            pipe.hgetall(k)
-        return list(pipe.execute(raise_on_error=False))
-
-    async def _fetch_async(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:
+    async def fetch(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:
         if not keys:
             return []
         if self.value_format != "hash":
@@ -271,43 +236,7 @@ class RedisConnector:
         return out
 
 
-class _SyncRedisLookup(LookupFunction):
-    def __init__(self, connector: RedisConnector) -> None:
-        self.connector = connector
-        self.client: redis.Redis | None = None
-
-    def open(self) -> None:
-        if self.client is None:
-            self.client = self.connector.sync_client()
-
-    def lookup(self, key: Key) -> Collection[Row]:
-        key = tuple(key)
-        if has_null(key):
-            return []
-        if self.client is None:
-            self.open()
-        assert self.client is not None
-        c = self.connector
-        redis_key = c.redis_key(key)
-        try:
-            raw = (
-                self.client.hgetall(redis_key)
-                if c.value_format == "hash"
-                else self.client.get(redis_key)
-            )
-        except _PERMANENT:
-            raise
-        except _TRANSIENT as error:
-            raise c.transient(error, "lookup") from error
-        return c.decode(key_dict(c.key_columns, key), raw, redis_key)
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-
-
-class _AsyncRedisLookup(AsyncLookupFunction):
+class _RedisLookup(AsyncLookupFunction):
     def __init__(self, connector: RedisConnector) -> None:
         self.connector = connector
         self.client: redis.asyncio.Redis | None = None
@@ -316,13 +245,24 @@ class _AsyncRedisLookup(AsyncLookupFunction):
     async def open(self) -> None:
         if self.client is None:
             self.slots = asyncio.Semaphore(self.connector.max_connections)
-            self.client = self.connector.async_client()
+            self.client = self.connector.client()
 
     async def _client(self) -> redis.asyncio.Redis:
         if self.client is None:
             await self.open()
         assert self.client is not None
         return self.client
+
+    async def _wait_for_slot(self, slots: asyncio.Semaphore) -> None:
+        """A connection of the pool when all are busy, waiting at most ``pool_timeout``."""
+        timeout = self.connector.pool_timeout
+        if timeout is None:
+            await slots.acquire()
+            return
+        try:
+            await asyncio.wait_for(slots.acquire(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no free connection within {timeout:g} s (pool_timeout)") from None
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
         key = tuple(key)
@@ -332,10 +272,17 @@ class _AsyncRedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_key = c.redis_key(key)
         command = client.hgetall if c.value_format == "hash" else client.get
-        assert self.slots is not None
+        slots = self.slots
+        assert slots is not None
         try:
-            async with self.slots:
+            if slots.locked():
+                await self._wait_for_slot(slots)
+            else:
+                await slots.acquire()
+            try:
                 raw = await cast(Any, command)(redis_key)
+            finally:
+                slots.release()
         except _PERMANENT:
             raise
         except _TRANSIENT as error:
@@ -350,10 +297,17 @@ class _AsyncRedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
         wanted = [k for k in redis_keys if k is not None]
-        assert self.slots is not None
+        slots = self.slots
+        assert slots is not None
         try:
-            async with self.slots:
-                values = await c._fetch_async(client, wanted)
+            if slots.locked():
+                await self._wait_for_slot(slots)
+            else:
+                await slots.acquire()
+            try:
+                values = await c.fetch(client, wanted)
+            finally:
+                slots.release()
         except _PERMANENT:
             raise
         except _TRANSIENT as error:

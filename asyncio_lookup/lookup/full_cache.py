@@ -1,7 +1,7 @@
 """The full cache (FLIP-221): the whole dim table in memory, reloaded on a trigger's schedule.
 
-Loads run on a daemon thread (an async scan on that thread's private event loop), so reloads
-happen whether or not the worker's event loop is running. Each load builds a new snapshot and
+Loads run on a daemon thread, each on a short-lived event loop of its own, so reloads happen
+whether or not the worker's event loop is running. Each load builds a new snapshot and
 swaps it in with one reference assignment; lookups see the old or the new snapshot whole.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from asyncio_lookup.errors import CacheLoadError
 from asyncio_lookup.lookup.clock import WALL, Clock
-from asyncio_lookup.lookup.functions import Key, Row
+from asyncio_lookup.lookup.functions import Key, Row, ScanResult, scan_rows
 from asyncio_lookup.lookup.metrics import (
     HIT_COUNT,
     LATEST_LOAD_TIME,
@@ -27,8 +27,9 @@ from asyncio_lookup.lookup.metrics import (
 )
 from asyncio_lookup.lookup.reload import CacheReloadTrigger, LoadTimes
 from asyncio_lookup.lookup.sizes import estimate_bytes
+from asyncio_lookup.runtime.loop import new_event_loop
 
-ScanFactory = Callable[[], "Iterable[Row] | AsyncIterable[Row] | None"]
+ScanFactory = Callable[[], "ScanResult | None"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,6 @@ class FullCache:
         self._state = _State({}, None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> concurrent.futures.Future[None]:
         """Start the load thread; the future completes when the first load has ended.
@@ -121,9 +121,6 @@ class FullCache:
             if not first.done():
                 first.set_exception(error)
             self._state = _State(self._state.snapshot, error)
-        finally:
-            if self._loop is not None:
-                self._loop.close()
 
     def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
         started = self.clock.now()
@@ -145,13 +142,17 @@ class FullCache:
         rows = self._scan()
         if rows is None:
             raise CacheLoadError("the source's scan() returned None: it cannot be fully cached")
-        if not isinstance(rows, Iterable):  # async only: drive it on this thread's own loop
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            rows = self._loop.run_until_complete(_collect(rows))
+        # Each load runs on a loop of its own, closed with it. Not the worker's process loop:
+        # the task thread drives that one (run_until_complete), and a loop driven from two
+        # threads at once fails or corrupts its state. A scan opens its client for one pass,
+        # so nothing on this loop outlives the load.
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(self._index(rows))
+
+    async def _index(self, rows: ScanResult) -> tuple[dict[Key, tuple[Row, ...]], int]:
         index: dict[Key, list[Row]] = {}
         columns = self.key_columns
-        for row in rows:
+        async for row in scan_rows(rows):
             try:
                 key = tuple(row[c] for c in columns)
             except KeyError as missing:
@@ -164,7 +165,3 @@ class FullCache:
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
         return snapshot, nbytes
-
-
-async def _collect(rows: AsyncIterable[Row]) -> list[Row]:
-    return [row async for row in rows]

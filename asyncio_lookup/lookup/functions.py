@@ -8,7 +8,14 @@ collection is a lookup miss.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, Collection, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 Key: TypeAlias = tuple[Any, ...]
@@ -68,12 +75,27 @@ class AsyncLookupFunction(ABC):
 ScanResult: TypeAlias = "Iterable[Row] | AsyncIterable[Row]"
 
 
+def scan_rows(rows: ScanResult) -> AsyncIterator[Row]:
+    """A scan's rows as one async iterator, whether the source returned an async iterable (the
+    connectors) or a plain one (a list, a user's generator): scans are consumed one way."""
+    if isinstance(rows, AsyncIterable):
+        return aiter(rows)
+    return _from_iterable(rows)
+
+
+async def _from_iterable(rows: Iterable[Row]) -> AsyncIterator[Row]:
+    for row in rows:
+        yield row
+
+
 @runtime_checkable
 class LookupTableSource(Protocol):
     """What ``LookupTable(connector=...)`` accepts: a connector, a provider, or any such object.
 
     A source offers a sync lookup, an async lookup, or both, and optionally a full scan for
-    ``lookup.cache = FULL``. A capability it lacks returns ``None``.
+    ``lookup.cache = FULL`` (rows as an async iterable, or a plain one; see :func:`scan_rows`).
+    A capability it lacks returns ``None``. A connector built on an async lookup offers its
+    sync lookup as :class:`~asyncio_lookup.lookup.blocking.BlockingLookupFunction`.
 
     Optionally, a source may also define ``partitioner(key_columns) -> KeyPartitioner | None``
     (see :mod:`asyncio_lookup.lookup.partitioning`): a hash lookup join (``SHUFFLE_HASH``) then
@@ -84,4 +106,4 @@ class LookupTableSource(Protocol):
 
     def async_lookup_function(self) -> AsyncLookupFunction | None: ...
 
-    def scan(self) -> Iterable[Row] | AsyncIterable[Row] | None: ...
+    def scan(self) -> ScanResult | None: ...

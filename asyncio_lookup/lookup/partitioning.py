@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import (
-    AsyncIterable,
-    AsyncIterator,
-    Iterable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import xxhash
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.functions import (
+    AsyncLookupFunction,
+    Key,
+    LookupFunction,
+    Row,
+    scan_rows,
+)
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider, ScanRows
 from asyncio_lookup.validation import parse_int
 
@@ -242,17 +241,11 @@ class PartitionFilteredSource:
         rows: ScanRows | None = self.source.scan()
         if rows is None:
             return None
-        if isinstance(rows, Iterable):
-            return _filter_sync(rows, self.keep)
-        return _filter_async(rows, self.keep)
+        return _filter(rows, self.keep)
 
 
-def _filter_sync(rows: Iterable[Row], keep: Any) -> Iterator[Row]:
-    return (row for row in rows if keep(row))
-
-
-async def _filter_async(rows: AsyncIterable[Row], keep: Any) -> AsyncIterator[Row]:
-    async for row in rows:
+async def _filter(rows: ScanRows, keep: Callable[[Row], bool]) -> AsyncIterator[Row]:
+    async for row in scan_rows(rows):
         if keep(row):
             yield row
 

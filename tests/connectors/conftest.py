@@ -313,3 +313,9 @@ async def lookups_across_restart(
 
 def json_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+async def blocking(call: Callable[..., Any], *args: Any) -> Any:
+    """A sync-mode call from an async test: on another thread, as Spark's task thread makes it
+    (a blocking lookup on the thread running the loop it waits for is refused)."""
+    return await asyncio.to_thread(call, *args)

@@ -2,7 +2,12 @@
 
 ``restart(downtime)`` drops every proxied connection mid-flight and refuses new ones for
 ``downtime`` seconds, then accepts again on the same port - what clients see when a server
-restarts. The shared Redis/PostgreSQL servers keep running for everyone else.
+restarts. ``blackhole(True)`` keeps connections open but stops passing bytes (new ones are
+accepted and go nowhere either) until ``blackhole(False)``, when the held bytes flow on - a
+network partition shorter than TCP's own timeouts. ``silence()`` makes the connections open now
+go quiet for good (neither closed nor answered, as after a lost firewall/NAT state) while new
+connections work. The shared Redis/PostgreSQL servers keep
+running for everyone else.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ class TcpProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._generation = 0  # connections of an older generation than this are silenced
+        self._silenced_before = 0
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -38,6 +47,19 @@ class TcpProxy:
         self._call(self._stop())
         threading.Event().wait(downtime)
         self._call(self._listen())
+
+    def blackhole(self, on: bool) -> None:
+        """Stop (``True``) or resume (``False``) passing bytes on every connection."""
+        flowing = self._flowing
+        self._loop.call_soon_threadsafe(flowing.clear if on else flowing.set)
+
+    def silence(self) -> None:
+        """Every connection open now stops passing bytes, for good; new ones work."""
+
+        def cut() -> None:
+            self._silenced_before = self._generation = self._generation + 1
+
+        self._loop.call_soon_threadsafe(cut)
 
     def _call(self, coroutine: object) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
@@ -57,6 +79,8 @@ class TcpProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        generation = self._generation
+        await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -67,6 +91,9 @@ class TcpProxy:
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    await self._flowing.wait()
+                    if generation < self._silenced_before:
+                        continue  # silenced: the bytes go nowhere, the socket stays open
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()

@@ -6,15 +6,20 @@ import asyncio
 import json
 import logging
 import pickle
+import time
 import uuid
 
 import pytest
 import redis
 
 from asyncio_lookup.connectors import RedisConnector
-from asyncio_lookup.connectors._common import DataFormatError
-from asyncio_lookup.errors import ConfigurationError, TransientError
-from tests.connectors.conftest import RetryRecorder, kill_redis_clients, lookups_across_restart
+from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
+from tests.connectors.conftest import (
+    RetryRecorder,
+    blocking,
+    kill_redis_clients,
+    lookups_across_restart,
+)
 from tests.connectors.proxy import TcpProxy
 
 pytestmark = pytest.mark.redis
@@ -27,7 +32,7 @@ async def _both(c: RedisConnector, keys: list[tuple]) -> list[list[dict]]:
     fn = c.async_lookup_function()
     await fn.open()
     try:
-        s = [list(sync.lookup(k)) for k in keys]
+        s = [list(await blocking(sync.lookup, k)) for k in keys]
         a = [list(await fn.async_lookup(k)) for k in keys]
         b = [list(r) for r in await fn.async_lookup_batch(keys)]
     finally:
@@ -91,7 +96,7 @@ async def test_bad_values_are_data_format_errors(
     redis_client.set(f"{redis_prefix}b:3", json.dumps({"a": 3}))
     c = RedisConnector(redis_url, redis_prefix + "b:{id}")
     with pytest.raises(DataFormatError, match="does not hold JSON"):
-        c.lookup_function().lookup((1,))
+        await blocking(c.lookup_function().lookup, (1,))
     fn = c.async_lookup_function()
     await fn.open()
     try:
@@ -126,8 +131,8 @@ async def test_full_scan_100k(redis_url: str, redis_prefix: str, redis_client: r
     assert len(rows) == n
     assert sorted(r["id"] for r in rows) == list(range(n))  # no loss, no duplicate
     assert all(r["v"] == r["id"] * 2 for r in rows)
-    sync_ids = sorted(r["id"] for r in scan)
-    assert sync_ids == list(range(n))
+    again = sorted([r["id"] async for r in scan])  # each pass opens its own client
+    assert again == list(range(n))
 
 
 async def test_scan_hash_glob_escaping_and_key_parsing(
@@ -143,7 +148,7 @@ async def test_scan_hash_glob_escaping_and_key_parsing(
         value_format="hash",
         key_types={"n": int},
     )
-    rows = sorted(list(c.scan()), key=lambda r: r["n"])
+    rows = sorted([r async for r in c.scan()], key=lambda r: r["n"])
     assert rows == [{"f": "1", "g": "a", "n": 1}, {"f": "2", "g": "x", "n": 2}]  # value wins
 
 
@@ -218,10 +223,9 @@ async def test_password_never_shown(redis_prefix: str, caplog: pytest.LogCapture
     caplog.set_level(logging.DEBUG)
     texts = [repr(c), repr(pickle.loads(pickle.dumps(c))), repr(c.scan())]
     errors: list[BaseException] = []
-    for attempt in (lambda: c.lookup_function().lookup((1,)),):
-        with pytest.raises(redis.exceptions.RedisError) as info:
-            attempt()
-        errors.append(info.value)
+    with pytest.raises(redis.exceptions.RedisError) as info:
+        await blocking(c.lookup_function().lookup, (1,))
+    errors.append(info.value)
     fn = c.async_lookup_function()
     with pytest.raises(redis.exceptions.RedisError) as ainfo:
         await fn.async_lookup((1,))
@@ -229,7 +233,7 @@ async def test_password_never_shown(redis_prefix: str, caplog: pytest.LogCapture
     errors.append(ainfo.value)
     refused = RedisConnector(f"redis://:{secret}@127.0.0.1:9/0", "c:{id}", socket_timeout=2)
     with pytest.raises(TransientError) as rinfo:
-        refused.lookup_function().lookup((1,))
+        await blocking(refused.lookup_function().lookup, (1,))
     errors.append(rinfo.value)
     for error in errors:
         while error is not None:
@@ -257,3 +261,31 @@ async def test_more_concurrent_calls_than_connections_wait_for_one(
         await fn.close()
     assert [list(r) for r in found] == [[{"v": i, "id": i}] for i in range(200)]
     assert [list(r) for b in batches for r in b] == [[{"v": i, "id": i}] for i in range(200)]
+
+
+async def test_pool_timeout_bounds_the_wait_for_a_connection(
+    redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}p:1", json.dumps({"v": 1}))
+    with TcpProxy("127.0.0.1", 6379) as proxy:
+        c = RedisConnector(
+            f"redis://127.0.0.1:{proxy.port}/15",
+            redis_prefix + "p:{id}",
+            max_connections=1,
+            pool_timeout=0.2,
+        )
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            assert list(await fn.async_lookup((1,))) == [{"v": 1, "id": 1}]
+            proxy.blackhole(True)
+            stuck = asyncio.ensure_future(fn.async_lookup((1,)))  # holds the only connection
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            with pytest.raises(TransientError, match="pool_timeout"):
+                await fn.async_lookup((1,))
+            assert time.monotonic() - started < 1.0
+            proxy.blackhole(False)
+            assert list(await stuck) == [{"v": 1, "id": 1}]
+        finally:
+            await fn.close()

@@ -16,8 +16,8 @@ from asyncio_lookup.connectors import (
     register_connector,
 )
 from asyncio_lookup.connectors import registry as registry_module
-from asyncio_lookup.connectors._keys import KeyTemplate
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
+from asyncio_lookup.connectors.keys import KeyTemplate
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.functions import LookupTableSource
 

@@ -451,7 +451,8 @@ async def test_in_memory_connector_both_modes() -> None:
         if chain.is_async:
             got = await asyncio.gather(*(chain.async_lookup((k,)) for k in (1, 2, 3)))
         else:
-            got = [chain.lookup((k,)) for k in (1, 2, 3)]
+            # blocking calls, from a thread as Spark's task thread makes them
+            got = [await asyncio.to_thread(chain.lookup, (k,)) for k in (1, 2, 3)]
         assert got == [[ALICE], [{"id": 2, "name": "bob"}], []]
         await chain.close()
 

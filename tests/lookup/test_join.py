@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from typing import Any
 
 import pytest
@@ -62,6 +62,12 @@ def flat(batches: Iterable[JoinedBatch[str]]) -> list[tuple[str, int, Any]]:
         for b in batches
         for i, d in zip(b.indices, b.dim_rows, strict=True)
     ]
+
+
+async def blocking(run: Callable[[Any], Iterable[JoinedBatch[str]]], arg: Any) -> list[Any]:
+    """A sync run from an async test: on a thread, as Spark's task thread runs it (a blocking
+    lookup on the thread running the loop it waits for is refused)."""
+    return await asyncio.to_thread(lambda: list(run(arg)))
 
 
 async def collect(stream: AsyncIterator[JoinedBatch[str]]) -> list[JoinedBatch[str]]:
@@ -125,11 +131,12 @@ async def test_sync_inner_and_left_with_multiple_matches_in_connector_order() ->
     assert not chain.is_async
     try:
         runner: LookupJoinRunner[str] = LookupJoinRunner(chain, SPEC, ResolvedLookup("T"))
-        out = flat(runner.run_sync([probe([1, 9, None, 2]), probe([3], payload="b1")]))
+        batches = [probe([1, 9, None, 2]), probe([3], payload="b1")]
+        out = flat(await blocking(runner.run_sync, batches))
         assert out == [("b0", 0, "a1"), ("b0", 0, "a2"), ("b0", 3, "b"), ("b1", 0, "c")]
         left = JoinSpec(JoinType.LEFT, SPEC.keys)
         runner = LookupJoinRunner(chain, left, ResolvedLookup("T"))
-        out = flat(runner.run_sync([probe([1, 9, None, 2])]))
+        out = flat(await blocking(runner.run_sync, [probe([1, 9, None, 2])]))
         assert out == [
             ("b0", 0, "a1"),
             ("b0", 0, "a2"),
@@ -150,7 +157,7 @@ async def test_sync_flushes_large_outputs_in_pieces() -> None:
         runner: LookupJoinRunner[str] = LookupJoinRunner(
             chain, SPEC, ResolvedLookup("T"), flush_rows=3
         )
-        batches = list(runner.run_sync([probe([1, 1, 1, 2])]))
+        batches = await blocking(runner.run_sync, [probe([1, 1, 1, 2])])
         assert [len(b.indices) for b in batches] == [4, 3]
         assert flat(batches)[-1] == ("b0", 3, "b")
     finally:
@@ -175,7 +182,9 @@ async def test_async_matches_sync(mode: str) -> None:
             probe(ids[25:], spec, "b1"),
         ]
         expected = flat(
-            LookupJoinRunner(sync_chain, spec, resolve_lookup(hint, "T")).run_sync(batches)
+            await blocking(
+                LookupJoinRunner(sync_chain, spec, resolve_lookup(hint, "T")).run_sync, batches
+            )
         )
         runner: LookupJoinRunner[str] = LookupJoinRunner(
             async_chain, spec, resolve_lookup(hint, "T")

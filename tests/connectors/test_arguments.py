@@ -1,0 +1,83 @@
+"""Every connector argument is range-checked at construction, naming the option and the value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from asyncio_lookup.connectors import (
+    HttpConnector,
+    InMemoryConnector,
+    PostgresConnector,
+    RedisConnector,
+)
+from asyncio_lookup.errors import ConfigurationError
+
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
+HTTP = "http://127.0.0.1:9/c/{id}"
+
+
+@pytest.mark.parametrize(
+    ("build", "option", "value"),
+    [
+        (lambda v: RedisConnector(REDIS, "k:{id}", socket_timeout=v), "socket_timeout", -5),
+        (lambda v: RedisConnector(REDIS, "k:{id}", socket_timeout=v), "socket_timeout", 0),
+        (lambda v: RedisConnector(REDIS, "k:{id}", pool_timeout=v), "pool_timeout", -1),
+        (lambda v: RedisConnector(REDIS, "k:{id}", max_connections=v), "max_connections", 0),
+        (lambda v: RedisConnector(REDIS, "k:{id}", max_connections=v), "max_connections", 10**9),
+        (lambda v: RedisConnector(REDIS, "k:{id}", max_connections=v), "max_connections", True),
+        (lambda v: RedisConnector(REDIS, "k:{id}", scan_count=v), "scan_count", 0),
+        (lambda v: RedisConnector(REDIS, "k:{id}", client_name=v), "client_name", ""),
+        (lambda v: PostgresConnector(PG, "t", command_timeout=v), "command_timeout", -1),
+        (lambda v: PostgresConnector(PG, "t", command_timeout=v), "command_timeout", 0),
+        (lambda v: PostgresConnector(PG, "t", command_timeout=v), "command_timeout", "30"),
+        (lambda v: PostgresConnector(PG, "t", connect_timeout=v), "connect_timeout", 0),
+        (lambda v: PostgresConnector(PG, "t", connect_timeout=v), "connect_timeout", None),
+        (
+            lambda v: PostgresConnector(PG, "t", connect_timeout=v),
+            "connect_timeout",
+            float("inf"),
+        ),
+        (lambda v: PostgresConnector(PG, "t", pool_size=v), "pool_size", 0),
+        (lambda v: PostgresConnector(PG, "t", pool_size=v), "pool_size", 100_000),
+        (lambda v: PostgresConnector(PG, "t", pool_size=v), "pool_size", 2.5),
+        (lambda v: PostgresConnector(PG, "t", scan_batch_size=v), "scan_batch_size", -3),
+        (lambda v: PostgresConnector(PG, "t", application_name=v), "application_name", None),
+        (lambda v: HttpConnector(HTTP, timeout=v), "timeout", 0),
+        (lambda v: HttpConnector(HTTP, timeout=v), "timeout", float("nan")),
+        (lambda v: HttpConnector(HTTP, max_connections=v), "max_connections", 0),
+        (lambda v: HttpConnector(HTTP, max_connections=v), "max_connections", 10**6),
+        (lambda v: HttpConnector(HTTP, batch_size=v), "batch_size", 0),
+        (lambda v: HttpConnector(HTTP, batch_field=v), "batch_field", ""),
+        (lambda v: HttpConnector(HTTP, miss_statuses=v), "miss_statuses", (404, 99)),
+        (lambda v: HttpConnector(HTTP, transient_statuses=v), "transient_statuses", "503"),
+        (lambda v: InMemoryConnector([], ["id"], latency=v), "latency", -0.1),
+    ],
+)
+def test_out_of_range_arguments_are_rejected_at_construction(
+    build: Any, option: str, value: Any
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        build(value)
+    assert info.value.option == option
+    assert info.value.value == value or (value != value and info.value.value != info.value.value)
+    assert info.value.allowed
+
+
+def test_limits_that_make_sense_are_accepted() -> None:
+    RedisConnector(REDIS, "k:{id}", socket_timeout=None, pool_timeout=None, max_connections=1)
+    PostgresConnector(PG, "t", command_timeout=None, connect_timeout=0.5, pool_size=1)
+    HttpConnector(HTTP, timeout=0.05, max_connections=1, miss_statuses=(404, 410))
+    InMemoryConnector([], ["id"], latency=0)
+
+
+def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
+    from asyncio_lookup.connectors.postgres_connector import asyncpg_dsn, parse_libpq_dsn
+
+    dsn = r"host=db port=5433 dbname=x user=bob password='p w\'x' sslmode=disable"
+    assert parse_libpq_dsn(dsn)["password"] == "p w'x"
+    assert asyncpg_dsn(dsn) == "postgresql://bob:p%20w%27x@db:5433/x?sslmode=disable"
+    with pytest.raises(ConfigurationError, match="'dsn'"):
+        PostgresConnector("host=db port", "t")

@@ -1,0 +1,121 @@
+"""PostgresConnector.check_schema: one catalog query against the real server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from asyncio_lookup.connectors import PostgresConnector
+from asyncio_lookup.connectors.postgres_schema import spark_type_name
+from asyncio_lookup.errors import ConfigurationError, TransientError
+from tests.connectors.test_postgres import _exec
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def typed(postgres_dsn: str, pg_table: str) -> str:
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id integer, big bigint, small smallint, '
+        "price double precision, amount numeric(12,2), ratio numeric, name text, "
+        "code varchar(8), ok boolean, day date, at timestamp, atz timestamptz, blob bytea, "
+        '"Odd Name" integer)',
+    )
+    return pg_table
+
+
+def connector(dsn: str, table: str, **kw: Any) -> PostgresConnector:
+    return PostgresConnector(dsn, table, "id", **kw)
+
+
+def test_matching_and_lossless_widening_pass(postgres_dsn: str, typed: str) -> None:
+    connector(postgres_dsn, typed).check_schema(
+        [
+            ("id", "bigint"),  # integer -> bigint widens
+            ("big", "bigint"),
+            ("small", "int"),
+            ("price", "double"),
+            ("amount", "decimal(14,2)"),  # more integer digits, same scale
+            ("ratio", "decimal(38,18)"),
+            ("name", "string"),
+            ("code", pa.string()),
+            ("ok", "boolean"),
+            ("day", "date"),
+            ("at", "timestamp_ntz"),
+            ("atz", "timestamp"),
+            ("blob", "binary"),
+            ("Odd Name", pa.int64()),
+        ]
+    )
+    connector(postgres_dsn, typed).check_schema({"id": "int", "amount": "decimal(12,2)"})
+
+
+@pytest.mark.parametrize(
+    ("column", "declared", "pg_type", "suggestion"),
+    [
+        ("price", "int", "double precision", "double"),
+        ("amount", "bigint", "numeric(12,2)", "decimal(12,2)"),
+        ("amount", "decimal(12,1)", "numeric(12,2)", "decimal(12,2)"),
+        ("big", "int", "bigint", "bigint"),
+        ("big", "double", "bigint", "bigint"),
+        ("ratio", "double", "numeric", "decimal(38,18)"),
+        ("name", "int", "text", "string"),
+        ("id", "string", "integer", "int"),
+    ],
+)
+def test_lossy_declarations_name_table_column_types_and_the_fix(
+    postgres_dsn: str, typed: str, column: str, declared: str, pg_type: str, suggestion: str
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        connector(postgres_dsn, typed).check_schema([(column, declared)])
+    message = str(info.value)
+    assert f"{typed}.{column}" in message and pg_type in message
+    assert repr(declared) in message and f"declare {suggestion}" in message
+    assert info.value.allowed == suggestion
+
+
+def test_missing_relation_and_columns(postgres_dsn: str, typed: str) -> None:
+    with pytest.raises(ConfigurationError, match="no such relation") as info:
+        connector(postgres_dsn, typed + "_nope").check_schema([("id", "int")])
+    assert info.value.option == "table"
+    with pytest.raises(ConfigurationError, match="'nope'") as info:
+        connector(postgres_dsn, typed).check_schema([("id", "int"), ("nope", "string")])
+    assert info.value.option == "columns"
+    # a key column or a selected column the declaration leaves out is checked too
+    with pytest.raises(ConfigurationError, match="'gone'"):
+        PostgresConnector(postgres_dsn, typed, "gone").check_schema([("id", "int")])
+    with pytest.raises(ConfigurationError, match="'extra'"):
+        connector(postgres_dsn, typed, columns=["id", "extra"]).check_schema([("id", "int")])
+
+
+def test_schema_qualified_table_and_query_sources(postgres_dsn: str, typed: str) -> None:
+    connector(postgres_dsn, f"public.{typed}").check_schema([("id", "int")])
+    with pytest.raises(ConfigurationError, match="no such relation"):
+        connector(postgres_dsn, f"nope.{typed}").check_schema([("id", "int")])
+    q = PostgresConnector(
+        postgres_dsn, query=f'SELECT id, price * 2 AS p FROM "{typed}"', key_columns="id"
+    )
+    q.check_schema([("id", "bigint"), ("p", "double")])
+    with pytest.raises(ConfigurationError, match="double precision"):
+        q.check_schema([("p", "bigint")])
+
+
+def test_refused_connection_is_transient() -> None:
+    c = PostgresConnector("postgresql://postgres@127.0.0.1:9/test", "t", connect_timeout=2)
+    with pytest.raises(TransientError):
+        c.check_schema([("id", "int")])
+
+
+def test_spark_type_names() -> None:
+    assert spark_type_name("INTEGER") == "int"
+    assert spark_type_name("DECIMAL(10, 2)") == "decimal(10,2)"
+    assert spark_type_name(pa.decimal128(12, 2)) == "decimal(12,2)"
+    assert spark_type_name(pa.timestamp("us", tz="UTC")) == "timestamp"
+    assert spark_type_name(pa.timestamp("us")) == "timestamp_ntz"
+    from pyspark.sql.types import DecimalType, LongType
+
+    assert spark_type_name(LongType()) == "bigint"
+    assert spark_type_name(DecimalType(12, 2)) == "decimal(12,2)"
