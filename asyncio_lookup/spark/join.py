@@ -267,6 +267,7 @@ def plan_lookup_join(
         prefer_async=hint.prefer_async,
         key_columns=spec.key_columns,
     )
+    table.check_target()
     dim_fields = {f.name: f for f in table.schema.fields}
     output = StructType(
         list(left.fields)

@@ -9,11 +9,12 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql.types import StructType
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import ConfigurationError, TransientError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark.metrics import table_metrics
 from asyncio_lookup.spark.schema import SCHEMA_ALLOWED, parse_schema
+from asyncio_lookup.validation import parse_bool
 
 
 class LookupTable:
@@ -30,6 +31,12 @@ class LookupTable:
     ``partitioner(key_columns) -> KeyPartitioner | None`` (see
     :mod:`asyncio_lookup.lookup.partitioning`): ``partition(key, n)`` for the dim side, and
     optionally ``spark_column(columns, n)`` computing the same for the probe side.
+
+    With ``verify_target`` (the default) the first join through the table checks, on the
+    driver, what the connector can check cheaply against the declared schema — for
+    :class:`PostgresConnector` the relation, its columns and whether their types convert to the
+    declared ones without loss (one catalog query) — so a mismatch fails before any task.
+    Pass ``verify_target=False`` when the driver cannot reach the service.
     """
 
     def __init__(
@@ -38,6 +45,8 @@ class LookupTable:
         schema: str | StructType,
         connector: Any,
         options: Mapping[str, Any] | LookupOptions | None = None,
+        *,
+        verify_target: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("name", name, "a non-empty table name")
@@ -63,6 +72,8 @@ class LookupTable:
                 "a connector or provider with lookup_function(), async_lookup_function() or scan()",
             )
         self.connector = connector
+        self.verify_target = parse_bool("verify_target", verify_target)
+        self._target_checked = False
         self.table_id = uuid.uuid4().hex
         # Checks the connector's capabilities against the options, opening nothing. A join
         # checks again with its real key columns; a FULL cache only needs some here.
@@ -79,6 +90,25 @@ class LookupTable:
         if self._schema is None:
             self._schema = parse_schema(self._schema_source)
         return self._schema
+
+    def check_target(self) -> None:
+        """Check the connector's target against the schema (once; see ``verify_target``)."""
+        check = getattr(self.connector, "check_schema", None)
+        if not self.verify_target or self._target_checked or check is None:
+            return
+        try:
+            check([(field.name, field.dataType) for field in self.schema.fields])
+        except TransientError as error:
+            raise ConfigurationError(
+                "verify_target",
+                True,
+                "a service the driver can reach, or LookupTable(..., verify_target=False)",
+                reason=f"lookup table {self.name!r}: {error}",
+            ) from error
+        except ConfigurationError as error:
+            reason = f"lookup table {self.name!r}" + (f": {error.reason}" if error.reason else "")
+            raise type(error)(error.option, error.value, error.allowed, reason) from None
+        self._target_checked = True
 
     def metrics(self) -> dict[str, float]:
         """Cache and operator metrics summed over every finished task that used this table.

@@ -16,6 +16,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 
 from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupTable, lookup_join
 from tests.spark.helpers import DimService
 
@@ -61,6 +62,40 @@ def keys(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([(1,), (2,), (3,)], "k INT")
 
 
+def test_postgres_type_mismatches_are_found_on_the_driver(
+    spark: SparkSession, keys: DataFrame, postgres_dsn: str, pg_scores: str
+) -> None:
+    from tests.spark.conftest import no_spark_job
+
+    cases = [
+        ("id INT, score INT", ["id", "score"], "score"),
+        ("id INT, amount DOUBLE", ["id", "amount"], "amount"),
+        ("id INT, amount BIGINT", ["id", "amount"], "amount"),
+    ]
+    for schema, columns, column in cases:
+        connector = PostgresConnector(postgres_dsn, pg_scores, "id", columns=columns)
+        table = LookupTable("Checked", schema, connector)
+        with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+            lookup_join(keys, table, on=[("k", "id")])
+        message = str(error.value)
+        assert "lookup table 'Checked'" in message
+        assert f"column '{column}'" in message or f"{pg_scores}.{column}" in message, message
+    missing = PostgresConnector(postgres_dsn, "no_such_table_x", "id", columns=["id", "score"])
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(keys, LookupTable("Missing", "id INT, score DOUBLE", missing), on=[("k", "id")])
+    assert "lookup table 'Missing'" in str(error.value)
+    assert "no_such_table_x" in str(error.value)
+    unreachable = PostgresConnector("postgresql://u:secret@127.0.0.1:1/db", "t", "id")
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(keys, LookupTable("Far", "id INT", unreachable), on=[("k", "id")])
+    assert "verify_target=False" in str(error.value)
+    assert "secret" not in str(error.value)
+    with no_spark_job(spark):
+        lookup_join(
+            keys, LookupTable("Far", "id INT", unreachable, verify_target=False), on=[("k", "id")]
+        )
+
+
 def join_error(df: DataFrame, table: LookupTable) -> str:
     with pytest.raises(Exception) as error:
         lookup_join(df, table, on=[("k", "id")]).collect()
@@ -69,7 +104,9 @@ def join_error(df: DataFrame, table: LookupTable) -> str:
 
 def test_postgres_double_into_int_fails(keys: DataFrame, postgres_dsn: str, pg_scores: str) -> None:
     connector = PostgresConnector(postgres_dsn, pg_scores, "id", columns=["id", "score"])
-    message = join_error(keys, LookupTable("Scores", "id INT, score INT", connector))
+    message = join_error(
+        keys, LookupTable("Scores", "id INT, score INT", connector, verify_target=False)
+    )
     assert "ResultTypeError" in message
     assert (
         "lookup table 'Scores', key (2,): column 'score' returned float value 999.75, "
@@ -81,7 +118,9 @@ def test_postgres_numeric_into_bigint_fails(
     keys: DataFrame, postgres_dsn: str, pg_scores: str
 ) -> None:
     connector = PostgresConnector(postgres_dsn, pg_scores, "id", columns=["id", "amount"])
-    message = join_error(keys, LookupTable("Amounts", "id INT, amount BIGINT", connector))
+    message = join_error(
+        keys, LookupTable("Amounts", "id INT, amount BIGINT", connector, verify_target=False)
+    )
     assert (
         "lookup table 'Amounts', key (2,): column 'amount' returned Decimal value "
         "Decimal('999.75'), which does not fit the declared type BIGINT"
@@ -92,7 +131,9 @@ def test_postgres_out_of_range_names_the_offending_value_and_key(
     keys: DataFrame, postgres_dsn: str, pg_scores: str
 ) -> None:
     connector = PostgresConnector(postgres_dsn, pg_scores, "id", columns=["id", "big"])
-    message = join_error(keys, LookupTable("Bigs", "id INT, big INT", connector))
+    message = join_error(
+        keys, LookupTable("Bigs", "id INT, big INT", connector, verify_target=False)
+    )
     assert (
         "lookup table 'Bigs', key (3,): column 'big' returned int value 5000000000, "
         "which does not fit the declared type INT"

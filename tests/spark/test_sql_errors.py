@@ -3,6 +3,11 @@ what is wrong and what is allowed; DDL handling; passwords never shown."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
 import pytest
 from pyspark.sql import SparkSession
 
@@ -20,7 +25,7 @@ DDL = """CREATE TEMPORARY TABLE Customers (
 ) WITH (
   'connector' = 'jdbc',
   'url' = 'jdbc:postgresql://127.0.0.1:5432/test',
-  'table-name' = 'customers',
+  'table-name' = '{table}',
   'username' = 'postgres',
   'password' = '{secret}'{extra}
 )"""
@@ -28,12 +33,29 @@ JOIN = "FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c ON o
 
 
 @pytest.fixture(scope="module")
-def sql(spark: SparkSession) -> LookupSQL:
+def customers_table(postgres_dsn: str) -> Iterator[str]:
+    """A real (empty) PostgreSQL table behind the DDL: the driver checks it exists."""
+    name = f"customers_{uuid.uuid4().hex[:10]}"
+
+    async def execute(statement: str) -> None:
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(execute(f'CREATE TABLE "{name}" (id int, name text, country text, zip text)'))
+    yield name
+    asyncio.run(execute(f'DROP TABLE IF EXISTS "{name}"'))
+
+
+@pytest.fixture(scope="module")
+def sql(spark: SparkSession, customers_table: str) -> LookupSQL:
     spark.createDataFrame(
         [(1, 10, 2.0, "t")], "order_id INT, customer_id INT, total DOUBLE, proc_time STRING"
     ).createOrReplaceTempView("Orders")
     lookup = LookupSQL(spark)
-    lookup.sql(DDL.format(secret=SECRET, extra=""))
+    lookup.sql(DDL.format(secret=SECRET, extra="", table=customers_table))
     rows = [{"id": 1, "region": "EU", "name": "r"}]
     lookup.register(
         LookupTable(
@@ -155,7 +177,9 @@ def test_parse_errors_carry_line_and_column(sql: LookupSQL) -> None:
 def test_ddl_errors_list_the_valid_options_and_hide_passwords(
     spark: SparkSession, sql: LookupSQL, extra: str, named: list[str]
 ) -> None:
-    statement = DDL.format(secret=SECRET, extra=extra).replace("Customers", "Customers2")
+    statement = DDL.format(secret=SECRET, extra=extra, table="customers").replace(
+        "Customers", "Customers2"
+    )
     with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
         sql.sql(statement)
     for text in named:

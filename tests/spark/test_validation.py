@@ -216,7 +216,7 @@ def test_dim_columns_the_connector_does_not_select_are_an_error(
     connector = PostgresConnector(
         "postgresql://u:pw@127.0.0.1:1/db", "customers", "id", columns=["id", "name"]
     )
-    customers = LookupTable("Customers", SCHEMA, connector)
+    customers = LookupTable("Customers", SCHEMA, connector, verify_target=False)
     with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
         lookup_join(df, customers, on=[("customer_id", "id")])
     assert error.value.option == "columns"
