@@ -8,9 +8,11 @@ What clients see, per fault (every method is thread-safe; the proxy runs its own
   again on the same port; ``refuse(cut=True)`` also cuts the open connections;
 - ``drop()``: every open connection reset at once, new ones still accepted;
 - ``drop_storm(duration, every)``: ``drop()`` every ``every`` seconds for ``duration`` (blocks);
-- ``blackhole()`` / ``heal()``: connections are accepted but nothing is forwarded either way
-  until ``heal()`` -- a network partition; the bytes held meanwhile are delivered after it (as
-  TCP retransmission would), unless a side gave up and closed first.
+- ``blackhole(True)`` / ``blackhole(False)``: connections are accepted but nothing is
+  forwarded either way until ``blackhole(False)`` -- a network partition; the bytes held
+  meanwhile are delivered after it (as TCP retransmission would), unless a side gave up first;
+- ``silence()``: the connections open now go quiet for good (neither closed nor answered, as
+  after a lost firewall/NAT entry); new connections work.
 
 Counters tell a test what its clients did: ``connections`` (accepted), ``requests`` (chunks
 read from clients and forwarded: about one per command for request/response protocols),
@@ -48,6 +50,8 @@ class TcpProxy:
         self._handlers: set[asyncio.Task[None]] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._generation = 0  # connections of an older generation than this are silenced
+        self._silenced_before = 0
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -90,13 +94,19 @@ class TcpProxy:
             threading.Event().wait(every)
         return cut
 
-    def blackhole(self) -> None:
-        """Accept connections but forward nothing, in either direction, until :meth:`heal`."""
-        self._loop.call_soon_threadsafe(self._flowing.clear)
+    def blackhole(self, on: bool = True) -> None:
+        """Stop (``True``) or resume (``False``) passing bytes on every connection, old and
+        new; resuming delivers what was held."""
+        flowing = self._flowing
+        self._loop.call_soon_threadsafe(flowing.clear if on else flowing.set)
 
-    def heal(self) -> None:
-        """End a blackhole: held bytes and connections go through."""
-        self._loop.call_soon_threadsafe(self._flowing.set)
+    def silence(self) -> None:
+        """Every connection open now stops passing bytes, for good; new ones work."""
+
+        def silence() -> None:
+            self._silenced_before = self._generation = self._generation + 1
+
+        self._loop.call_soon_threadsafe(silence)
 
     # -- observation ---------------------------------------------------------------------------
 
@@ -143,6 +153,7 @@ class TcpProxy:
         assert task is not None
         self._handlers.add(task)
         self.connections += 1
+        generation = self._generation
         self._links[writer] = None
         try:
             if not self._flowing.is_set():
@@ -161,8 +172,8 @@ class TcpProxy:
                 return  # cut while connecting
             self._links[writer] = up_writer
             await asyncio.gather(
-                self._pump(reader, up_writer, upstream=True),
-                self._pump(up_reader, writer, upstream=False),
+                self._pump(reader, up_writer, generation, upstream=True),
+                self._pump(up_reader, writer, generation, upstream=False),
             )
         except asyncio.CancelledError:
             _reset(writer)  # the proxy is closing
@@ -171,13 +182,15 @@ class TcpProxy:
             self._handlers.discard(task)
 
     async def _pump(
-        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, generation: int, upstream: bool
     ) -> None:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await src.read(65536):
                 if not self._flowing.is_set():
                     self.held += 1
                     await self._flowing.wait()
+                if generation < self._silenced_before:
+                    continue  # silenced: the bytes go nowhere, the socket stays open
                 if dst.transport.is_closing():
                     break
                 if upstream:

@@ -54,10 +54,10 @@ def test_blackhole_shorter_than_the_timeout(
 
     def blackhole(fault: Fault) -> None:
         fault.wait(harness.requests_over(proxy, harness.MID_JOB[target.kind]), "mid-job")
-        proxy.blackhole()
+        proxy.blackhole(True)
         fault.mark("blackhole")
         fault.sleep(SHORT_BLACKHOLE)
-        proxy.heal()
+        proxy.blackhole(False)
         fault.mark("healed")
 
     with Fault(blackhole) as fault:
@@ -83,10 +83,10 @@ def test_blackhole_longer_than_the_timeout_fails_within_bounds(
 
     def blackhole(fault: Fault) -> None:
         fault.wait(harness.requests_over(proxy, harness.MID_JOB[target.kind]), "mid-job")
-        proxy.blackhole()
+        proxy.blackhole(True)
         fault.mark("blackhole")
         fault.sleep(bound + 5.0)  # a job that never fails ends, and fails the test below
-        proxy.heal()
+        proxy.blackhole(False)
         fault.mark("healed")
 
     with pytest.raises(Exception) as failure, Fault(blackhole) as fault:
