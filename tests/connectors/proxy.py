@@ -2,11 +2,11 @@
 
 What clients see, per fault (every method is thread-safe; the proxy runs its own event loop):
 
-- ``restart(downtime)``: every connection cut, new ones refused for ``downtime`` seconds, then
+- ``restart(downtime)``: every connection closed, new ones refused for ``downtime`` seconds, then
   accepted again on the same port -- a server restart (blocks for ``downtime``);
 - ``refuse()`` / ``accept()``: stop listening (a connect is refused, ``ECONNREFUSED``) / listen
   again on the same port; ``refuse(cut=True)`` also cuts the open connections;
-- ``drop()``: every open connection reset at once, new ones still accepted;
+- ``drop()``: every open connection reset (TCP RST) at once, new ones still accepted;
 - ``drop_storm(duration, every)``: ``drop()`` every ``every`` seconds for ``duration`` (blocks);
 - ``blackhole(True)`` / ``blackhole(False)``: connections are accepted but nothing is
   forwarded either way until ``blackhole(False)`` -- a network partition; the bytes held
@@ -82,8 +82,9 @@ class TcpProxy:
         self._call(self._listen())
 
     def drop(self) -> int:
-        """Reset every open connection now (still listening); returns how many were cut."""
-        return self._call(self._cut())
+        """Reset every open connection now, with a TCP RST (still listening); returns how
+        many were cut."""
+        return self._call(self._cut(reset=True))
 
     def drop_storm(self, duration: float, every: float = 0.05) -> int:
         """:meth:`drop` every ``every`` seconds for ``duration`` seconds (blocking); returns
@@ -132,12 +133,13 @@ class TcpProxy:
         if cut:
             await self._cut()
 
-    async def _cut(self) -> int:
+    async def _cut(self, reset: bool = False) -> int:
         links, self._links = self._links, {}
+        close = _reset if reset else _abort
         for client, server in links.items():
-            _reset(client)
+            close(client)
             if server is not None:
-                _reset(server)
+                close(server)
         self.dropped += len(links)
         return len(links)
 
@@ -165,10 +167,10 @@ class TcpProxy:
                 up_reader, up_writer = await asyncio.open_connection(*self.target)
             except OSError:
                 self.upstream_failures += 1
-                _reset(writer)
+                _abort(writer)
                 return
             if writer not in self._links:
-                _reset(up_writer)
+                _abort(up_writer)
                 return  # cut while connecting
             self._links[writer] = up_writer
             await asyncio.gather(
@@ -176,7 +178,7 @@ class TcpProxy:
                 self._pump(up_reader, writer, generation, upstream=False),
             )
         except asyncio.CancelledError:
-            _reset(writer)  # the proxy is closing
+            _abort(writer)  # the proxy is closing
         finally:
             self._links.pop(writer, None)
             self._handlers.discard(task)
@@ -198,6 +200,11 @@ class TcpProxy:
                 dst.write(data)
                 await dst.drain()
         dst.transport.abort()
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    """Close at once, unsent bytes dropped (a FIN, or an RST if unread bytes remain)."""
+    writer.transport.abort()
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
