@@ -46,6 +46,14 @@ _TRANSIENT = (
 )
 # subclasses of ConnectionError that a retry cannot fix
 _PERMANENT = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+# uvloop raises RuntimeError ("unable to perform operation on <TCPTransport closed=True>") when a
+# pooled connection was reset by the peer; redis-py drops that connection, a retry gets another.
+_CAUGHT = (*_TRANSIENT, RuntimeError)
+
+
+def _reraise_unless_transient(error: BaseException) -> None:
+    if isinstance(error, RuntimeError) and "closed" not in str(error):
+        raise error
 
 
 class RedisConnector:
@@ -188,7 +196,8 @@ class RedisConnector:
                     values = await self.fetch(client, keys)
                 except _PERMANENT:
                     raise
-                except _TRANSIENT as error:
+                except _CAUGHT as error:
+                    _reraise_unless_transient(error)
                     raise self.transient(error, "scan") from error
                 for row in self._scan_rows(keys, values):
                     yield row
@@ -285,7 +294,8 @@ class _RedisLookup(AsyncLookupFunction):
                 slots.release()
         except _PERMANENT:
             raise
-        except _TRANSIENT as error:
+        except _CAUGHT as error:
+            _reraise_unless_transient(error)
             raise c.transient(error, "lookup") from error
         return c.decode(key_dict(c.key_columns, key), raw, redis_key)
 
@@ -310,7 +320,8 @@ class _RedisLookup(AsyncLookupFunction):
                 slots.release()
         except _PERMANENT:
             raise
-        except _TRANSIENT as error:
+        except _CAUGHT as error:
+            _reraise_unless_transient(error)
             raise c.transient(error, "batch lookup") from error
         return c.results(keys, redis_keys, values)
 

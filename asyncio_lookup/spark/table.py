@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql.types import StructType
 
-from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.errors import ConfigurationError, LookupFailedError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.options import LookupOptions
+from asyncio_lookup.lookup.retry import FailureRetry
 from asyncio_lookup.spark.metrics import table_metrics
 from asyncio_lookup.spark.schema import SCHEMA_ALLOWED, parse_schema
 from asyncio_lookup.validation import parse_bool
@@ -96,14 +98,17 @@ class LookupTable:
         check = getattr(self.connector, "check_schema", None)
         if not self.verify_target or self._target_checked or check is None:
             return
+        fields = [(field.name, field.dataType) for field in self.schema.fields]
+        # Transient failures are retried as a lookup's are (lookup.max-retries and backoff).
+        retry = FailureRetry(self.options.max_retries, self.options.max_retry_backoff)
         try:
-            check([(field.name, field.dataType) for field in self.schema.fields])
-        except TransientError as error:
+            retry.call(("schema check",), lambda: check(fields), sleep=time.sleep)
+        except LookupFailedError as error:
             raise ConfigurationError(
                 "verify_target",
                 True,
                 "a service the driver can reach, or LookupTable(..., verify_target=False)",
-                reason=f"lookup table {self.name!r}: {error}",
+                reason=f"lookup table {self.name!r}: {error.__cause__}",
             ) from error
         except ConfigurationError as error:
             reason = f"lookup table {self.name!r}" + (f": {error.reason}" if error.reason else "")

@@ -87,7 +87,8 @@ def test_postgres_type_mismatches_are_found_on_the_driver(
     assert "no_such_table_x" in str(error.value)
     unreachable = PostgresConnector("postgresql://u:secret@127.0.0.1:1/db", "t", "id")
     with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
-        lookup_join(keys, LookupTable("Far", "id INT", unreachable), on=[("k", "id")])
+        no_retry = {"lookup.max-retries": "0"}
+        lookup_join(keys, LookupTable("Far", "id INT", unreachable, no_retry), on=[("k", "id")])
     assert "verify_target=False" in str(error.value)
     assert "secret" not in str(error.value)
     with no_spark_job(spark):
