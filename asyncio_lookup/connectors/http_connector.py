@@ -42,14 +42,14 @@ from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
 from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
 from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import (
     ConfigurationError,
     DataFormatError,
     HttpStatusError,
     TransientError,
 )
-from asyncio_lookup.lookup.blocking import BlockingLookupFunction
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.runtime.deadlines import Deadlines
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def _fixed_url(url: str | None, option: str) -> str | None:
     return url
 
 
-class HttpConnector:
+class HttpConnector(AsyncFirstSource):
     """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor.
 
     ``max_connections`` is the connection-pool size of each executor process (default 100,
@@ -214,9 +214,6 @@ class HttpConnector:
 
     # -- LookupTableSource -------------------------------------------------------------------
 
-    def lookup_function(self) -> LookupFunction:
-        return BlockingLookupFunction(self.async_lookup_function())
-
     def async_lookup_function(self) -> AsyncLookupFunction:
         if self.batch_url is not None:
             return _HttpBatchLookup(self)
@@ -225,7 +222,7 @@ class HttpConnector:
     def scan(self) -> Scan | None:
         if self.scan_url is None:
             return None
-        return Scan(self._scan, repr(self))
+        return super().scan()
 
     # -- requests and responses --------------------------------------------------------------
 

@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequen
 from typing import Any
 
 from asyncio_lookup.connectors._args import seconds
-from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup.blocking import BlockingLookupFunction
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 
 
-class InMemoryConnector:
+class InMemoryConnector(AsyncFirstSource):
     """Rows in a Python list, indexed by ``key_columns``; several rows may share a key.
 
     ``latency`` (seconds) is added to every call, to make it behave like a remote store.
@@ -50,14 +49,8 @@ class InMemoryConnector:
             index.setdefault(tuple(row.get(c) for c in self.key_columns), []).append(row)
         return index
 
-    def lookup_function(self) -> LookupFunction:
-        return BlockingLookupFunction(self.async_lookup_function())
-
     def async_lookup_function(self) -> AsyncLookupFunction:
         return _MemoryLookup(self)
-
-    def scan(self) -> Scan:
-        return Scan(self._scan, repr(self))
 
     async def _scan(self) -> AsyncIterator[Row]:
         for row in list(self.rows):

@@ -30,10 +30,9 @@ from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, s
 from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
 from asyncio_lookup.connectors.keys import has_null
 from asyncio_lookup.connectors.postgres_schema import check_columns
-from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, TransientError
-from asyncio_lookup.lookup.blocking import BlockingLookupFunction
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.runtime.loop import new_event_loop
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ def _names(option: str, value: Sequence[str] | str | None) -> tuple[str, ...]:
     return names
 
 
-class PostgresConnector:
+class PostgresConnector(AsyncFirstSource):
     """A dim table (or read-only query) in PostgreSQL. Picklable; pools open on the executor.
 
     ``table`` is ``"name"``, ``"schema.name"`` or a ``(schema, name)`` tuple; ``query`` is a
@@ -140,14 +139,8 @@ class PostgresConnector:
 
     # -- LookupTableSource -------------------------------------------------------------------
 
-    def lookup_function(self) -> LookupFunction:
-        return BlockingLookupFunction(self.async_lookup_function())
-
     def async_lookup_function(self) -> AsyncLookupFunction:
         return _PostgresLookup(self)
-
-    def scan(self) -> Scan:
-        return Scan(self._scan, repr(self))
 
     # -- driver-side check -------------------------------------------------------------------
 
@@ -169,12 +162,7 @@ class PostgresConnector:
     ) -> None:
         """:meth:`check_schema` on the running loop."""
         declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-        try:
-            conn = await asyncpg.connect(self.url, **_asyncpg_options(self))
-        except Exception as error:
-            if not is_connection_error(error):
-                raise
-            raise self.transient(error, "schema check") from error
+        conn = await self._connect("schema check")
         try:
             actual = await self._column_types(conn)
         except Exception as error:
@@ -269,13 +257,17 @@ class PostgresConnector:
 
     # -- scan --------------------------------------------------------------------------------
 
-    async def _scan(self) -> AsyncIterator[Row]:
+    async def _connect(self, action: str) -> asyncpg.Connection:
+        """A connection of its own (not the pool's), for ``action``."""
         try:
-            conn = await asyncpg.connect(self.url, **_asyncpg_options(self))
+            return await asyncpg.connect(self.url, **_asyncpg_options(self))
         except Exception as error:
             if not is_connection_error(error):
                 raise
-            raise self.transient(error, "scan") from error
+            raise self.transient(error, action) from error
+
+    async def _scan(self) -> AsyncIterator[Row]:
+        conn = await self._connect("scan")
         try:
             async with conn.transaction(readonly=True, isolation="repeatable_read"):
                 try:

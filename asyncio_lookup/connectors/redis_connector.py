@@ -19,8 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.exceptions
@@ -30,12 +38,12 @@ from redis.retry import Retry
 from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, text
 from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
 from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
-from asyncio_lookup.connectors.scan import Scan
+from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
-from asyncio_lookup.lookup.blocking import BlockingLookupFunction
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 VALUE_FORMATS = ("json", "json_list", "hash")
 _TRANSIENT = (
@@ -56,7 +64,7 @@ def _reraise_unless_transient(error: BaseException) -> None:
         raise error
 
 
-class RedisConnector:
+class RedisConnector(AsyncFirstSource):
     """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor.
 
     ``max_connections`` bounds the connections (and calls in flight) of each executor process;
@@ -108,14 +116,8 @@ class RedisConnector:
 
     # -- LookupTableSource -------------------------------------------------------------------
 
-    def lookup_function(self) -> LookupFunction:
-        return BlockingLookupFunction(self.async_lookup_function())
-
     def async_lookup_function(self) -> AsyncLookupFunction:
         return _RedisLookup(self)
-
-    def scan(self) -> Scan:
-        return Scan(self._scan, repr(self))
 
     # -- shared helpers ----------------------------------------------------------------------
 
@@ -273,14 +275,9 @@ class _RedisLookup(AsyncLookupFunction):
         except TimeoutError:
             raise TimeoutError(f"no free connection within {timeout:g} s (pool_timeout)") from None
 
-    async def async_lookup(self, key: Key) -> Collection[Row]:
-        key = tuple(key)
-        if has_null(key):
-            return []
-        client = await self._client()
-        c = self.connector
-        redis_key = c.redis_key(key)
-        command = client.hgetall if c.value_format == "hash" else client.get
+    async def _on_connection(self, action: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` holding one of the pool's connections; a connection failure is a
+        :class:`TransientError` (the failure retry's to handle)."""
         slots = self.slots
         assert slots is not None
         try:
@@ -289,14 +286,24 @@ class _RedisLookup(AsyncLookupFunction):
             else:
                 await slots.acquire()
             try:
-                raw = await cast(Any, command)(redis_key)
+                return await call()
             finally:
                 slots.release()
         except _PERMANENT:
             raise
         except _CAUGHT as error:
             _reraise_unless_transient(error)
-            raise c.transient(error, "lookup") from error
+            raise self.connector.transient(error, action) from error
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        key = tuple(key)
+        if has_null(key):
+            return []
+        client = await self._client()
+        c = self.connector
+        redis_key = c.redis_key(key)
+        command = client.hgetall if c.value_format == "hash" else client.get
+        raw = await self._on_connection("lookup", lambda: cast(Any, command)(redis_key))
         return c.decode(key_dict(c.key_columns, key), raw, redis_key)
 
     async def async_lookup_batch(
@@ -307,22 +314,7 @@ class _RedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
         wanted = [k for k in redis_keys if k is not None]
-        slots = self.slots
-        assert slots is not None
-        try:
-            if slots.locked():
-                await self._wait_for_slot(slots)
-            else:
-                await slots.acquire()
-            try:
-                values = await c.fetch(client, wanted)
-            finally:
-                slots.release()
-        except _PERMANENT:
-            raise
-        except _CAUGHT as error:
-            _reraise_unless_transient(error)
-            raise c.transient(error, "batch lookup") from error
+        values = await self._on_connection("batch lookup", lambda: c.fetch(client, wanted))
         return c.results(keys, redis_keys, values)
 
     async def close(self) -> None:

@@ -241,20 +241,18 @@ class LookupOptions:
                 reason="the partial cache would be unbounded",
             )
         if self.cache is CacheType.FULL:
-            if self.full_reload_strategy is ReloadStrategy.PERIODIC:
-                if self.full_periodic_interval is None:
-                    raise ConfigurationError(
-                        PERIODIC_INTERVAL,
-                        None,
-                        OPTIONS[PERIODIC_INTERVAL].allowed,
-                        reason=f"required when {RELOAD_STRATEGY!r} is PERIODIC",
-                    )
-            elif self.full_timed_iso_time is None:
+            strategy = self.full_reload_strategy
+            required, value = (
+                (PERIODIC_INTERVAL, self.full_periodic_interval)
+                if strategy is ReloadStrategy.PERIODIC
+                else (ISO_TIME, self.full_timed_iso_time)
+            )
+            if value is None:
                 raise ConfigurationError(
-                    ISO_TIME,
+                    required,
                     None,
-                    OPTIONS[ISO_TIME].allowed,
-                    reason=f"required when {RELOAD_STRATEGY!r} is TIMED",
+                    OPTIONS[required].allowed,
+                    reason=f"required when {RELOAD_STRATEGY!r} is {strategy.name}",
                 )
 
     def build_cache(self, clock: Clock = MONOTONIC) -> DefaultLookupCache | None:

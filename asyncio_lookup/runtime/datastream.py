@@ -128,6 +128,9 @@ class AsyncDataStream:
     with a total timeout per record and optional retries. ``timeout`` is in seconds or a
     ``timedelta``; ``capacity`` bounds the records in flight."""
 
+    # The four methods are Flink's public API, each with its own typed signature for users and
+    # type checkers; they differ only in the output mode and retry strategy given to _stream.
+
     @staticmethod
     def ordered_wait(
         stream: Source,

@@ -70,23 +70,30 @@ def _check_delay(option: str, value: Any) -> float:
     return parse_duration(option, value, positive=True, allowed=allowed, text=False)
 
 
+class _RetriesCounted:
+    """``can_retry(n) = n <= max_attempts``: ``max_attempts`` counts retries, so a record gets
+    at most ``max_attempts + 1`` calls (docs/semantics.md §1.5)."""
+
+    max_attempts: int
+
+    def can_retry(self, current_attempts: int) -> bool:
+        return current_attempts <= self.max_attempts
+
+
 @dataclass(frozen=True)
-class FixedDelayRetryStrategy:
+class FixedDelayRetryStrategy(_RetriesCounted):
     """Up to ``max_attempts`` retries, each ``delay`` seconds after the previous attempt ended."""
 
     max_attempts: int
     delay: float
     retry_predicate: AsyncRetryPredicate
 
-    def can_retry(self, current_attempts: int) -> bool:
-        return current_attempts <= self.max_attempts
-
     def backoff(self, current_attempts: int) -> float:
         return self.delay
 
 
 @dataclass(frozen=True)
-class ExponentialBackoffRetryStrategy:
+class ExponentialBackoffRetryStrategy(_RetriesCounted):
     """Up to ``max_attempts`` retries; ``backoff(1) = initial_delay``,
     ``backoff(n) = min(backoff(n - 1) * multiplier, max_delay)`` — a pure function of ``n``."""
 
@@ -95,9 +102,6 @@ class ExponentialBackoffRetryStrategy:
     max_delay: float
     multiplier: float
     retry_predicate: AsyncRetryPredicate
-
-    def can_retry(self, current_attempts: int) -> bool:
-        return current_attempts <= self.max_attempts
 
     def backoff(self, current_attempts: int) -> float:
         delay = self.initial_delay
