@@ -143,6 +143,9 @@ def _with_credentials(url: str, user: str | None, password: str | None) -> str:
     return urlunsplit((parts.scheme, f"{userinfo}@{host}", parts.path, parts.query, parts.fragment))
 
 
+# One table per connector, DDL option -> (constructor parameter, converter). Shared names (url,
+# username, password...) repeat on purpose: each table is that connector's whole list, which an
+# unknown-option error shows as it is.
 _JDBC = {
     "url": ("url", _str),
     "table-name": ("table", _str),
