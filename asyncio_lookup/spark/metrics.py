@@ -1,66 +1,129 @@
-"""Metrics from executors to the driver: one accumulator per SparkContext, keyed by table id.
+"""Metrics from executors to the driver without accumulators (the same on Spark Connect).
 
-Each task adds its deltas (cache counters since the task started, and its operator's counters);
-the driver sums them with :func:`merge_metrics` (counters summed, gauges by max). Spark applies
-a task's accumulator updates once, when the task succeeds.
+Each task appends one *trailer row* to its output: nulls in every column but the hidden
+:data:`METRICS_COLUMN`, which holds the task's metric deltas as JSON (data rows leave it null).
+The DataFrame a join returns observes that column (``DataFrame.observe``: ``collect_list`` of
+the trailers, gathered like any Spark SQL metric, so a failed or retried task attempt does not
+count, only the one that succeeds), then drops the trailer rows and the column. The driver
+folds the trailers with :func:`merge_metrics`: counters summed, gauges by max.
+
+A batch DataFrame observes through an :class:`Observation` registered here under the table's
+id; a streaming one through a named observation, :func:`observation_name`, that each
+micro-batch's progress carries (``observedMetrics``), folded by :func:`progress_metrics`.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyspark import SparkContext
-from pyspark.accumulators import Accumulator, AccumulatorParam
+import pyarrow as pa
 
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 
 GAUGES: frozenset[str] = CacheMetricGroup.GAUGES | OperatorMetrics.GAUGES
 
-MetricsByTable = dict[str, dict[str, float]]
+#: The hidden column of the trailer rows (a reserved name: an input may not have it).
+METRICS_COLUMN = "__asyncio_lookup_metrics"
+#: The observed metric holding the list of trailers (one JSON object per successful task).
+OBSERVED_TASKS = "tasks"
 
 
-class MetricsParam(AccumulatorParam[MetricsByTable]):
-    """Sums ``{table_id: {metric: value}}`` dicts (gauges merged by max)."""
+def with_metrics_column(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A data batch with the (null) metrics column appended."""
+    return batch.append_column(METRICS_COLUMN, pa.nulls(batch.num_rows, pa.string()))
 
-    def zero(self, value: MetricsByTable) -> MetricsByTable:
-        return {}
 
-    def addInPlace(self, value1: MetricsByTable, value2: MetricsByTable) -> MetricsByTable:
-        for table_id, metrics in value2.items():
-            value1[table_id] = merge_metrics(value1.get(table_id, {}), metrics, GAUGES)
-        return value1
+def trailer(schema: pa.Schema, metrics: Mapping[str, float]) -> pa.RecordBatch:
+    """The one-row batch that carries a task's metrics (``schema`` has no metrics column)."""
+    columns = [pa.nulls(1, field.type) for field in schema]
+    names = [*schema.names, METRICS_COLUMN]
+    return pa.RecordBatch.from_arrays([*columns, pa.array([encode(metrics)])], names=names)
+
+
+def encode(metrics: Mapping[str, float]) -> str:
+    """One task's metrics as JSON; counters as ints."""
+    return json.dumps({k: v if k in GAUGES else int(v) for k, v in metrics.items()})
+
+
+def fold(trailers: Iterable[str | None]) -> dict[str, float]:
+    """Merge tasks' JSON metrics: counters summed (ints), gauges by max."""
+    merged: dict[str, float] = {}
+    for text in trailers:
+        if text:
+            merged = merge_metrics(merged, json.loads(text), GAUGES)
+    return merged
+
+
+def observation_name(metrics_id: str) -> str:
+    """The name of the observation a streaming query's progress reports the metrics under."""
+    return f"asyncio_lookup:{metrics_id}"
+
+
+def observe(df: Any, metrics_id: str) -> Any:
+    """``df`` (the ``mapInArrow`` output with :data:`METRICS_COLUMN`) observed and without its
+    trailer rows and metrics column. The filter stays above the observation: Spark does not
+    push predicates below ``CollectMetrics``."""
+    from pyspark.sql import functions as F
+
+    tasks = F.collect_list(F.col(METRICS_COLUMN)).alias(OBSERVED_TASKS)
+    if df.isStreaming:
+        observed = df.observe(observation_name(metrics_id), tasks)
+    else:
+        from pyspark.sql import Observation
+
+        observation = Observation(observation_name(metrics_id) + ":" + _next_suffix())
+        observed = df.observe(observation, tasks)
+        with _lock:
+            _observations.setdefault(metrics_id, []).append(observation)
+    return observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
 
 
 _lock = threading.Lock()
-_accumulators: dict[int, tuple[SparkContext, Accumulator[MetricsByTable]]] = {}
+_observations: dict[str, list[Any]] = {}
+_counter = iter(range(1 << 62))
 
 
-def metrics_accumulator(sc: SparkContext) -> Accumulator[MetricsByTable]:
-    """The metrics accumulator of ``sc`` (created on first use, on the driver)."""
+def _next_suffix() -> str:
     with _lock:
-        entry = _accumulators.get(id(sc))
-        if entry is None or entry[0] is not sc:
-            entry = (sc, sc.accumulator({}, MetricsParam()))
-            _accumulators[id(sc)] = entry
-        return entry[1]
+        return str(next(_counter))
 
 
-def table_metrics(table_id: str) -> dict[str, float]:
-    """The summed metrics of one table in the active SparkContext ({} before any action)."""
-    sc = SparkContext._active_spark_context
-    if sc is None:
-        return {}
+def _observed(observation: Any) -> list[str] | None:
+    """The trailers an :class:`Observation` got from a finished action, None before one."""
+    jo = getattr(observation, "_jo", None)
+    if jo is not None:  # classic: the first action's metrics; get blocks until there is one
+        if not jo.future().isCompleted():
+            return None
+        return list(observation.get.get(OBSERVED_TASKS) or [])
+    result = getattr(observation, "_result", None)  # Connect: the latest action's metrics
+    if not result or OBSERVED_TASKS not in result:
+        return None
+    return list(result[OBSERVED_TASKS] or [])
+
+
+def table_metrics(metrics_id: str) -> dict[str, float]:
+    """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped."""
     with _lock:
-        entry = _accumulators.get(id(sc))
-    if entry is None or entry[0] is not sc:
+        observations = list(_observations.get(metrics_id, ()))
+    trailers: list[str] = []
+    for observation in observations:
+        trailers.extend(_observed(observation) or ())
+    return fold(trailers)
+
+
+def progress_metrics(progress: Any, metrics_id: str) -> dict[str, float]:
+    """The metrics of one micro-batch: ``progress`` is ``query.lastProgress`` (a dict) or a
+    listener event's ``progress`` (``StreamingQueryProgress``); {} when it has none."""
+    if isinstance(progress, Mapping):
+        observed = progress.get("observedMetrics") or {}
+    else:
+        observed = getattr(progress, "observedMetrics", None) or {}
+    row = observed.get(observation_name(metrics_id))
+    if row is None:
         return {}
-    return dict(entry[1].value.get(table_id, {}))
-
-
-def report(accumulator: Any, table_id: str, metrics: Mapping[str, float]) -> None:
-    """On an executor: add one task's metric deltas for ``table_id``."""
-    if metrics:
-        accumulator.add({table_id: dict(metrics)})
+    values = row if isinstance(row, Mapping) else row.asDict()
+    return fold(values.get(OBSERVED_TASKS) or [])

@@ -255,3 +255,15 @@ class ReversedModPartitioner:
         from pyspark.sql import functions as F
 
         return F.lit(num_partitions - 1) - F.pmod(columns[0], F.lit(num_partitions))
+
+
+def physical_plan(df: Any, extended: bool = False) -> str:
+    """The physical plan as ``explain()`` prints it (classic and Connect alike); with
+    ``extended`` the logical plans too."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(extended)
+    return out.getvalue()
