@@ -282,6 +282,7 @@ def plan_lookup_join(
         spec=spec,
         dim_columns=dim_columns,
         output_schema=_arrow_schema(output, large),
+        not_null=tuple(i for i, f in enumerate(output.fields) if not f.nullable),
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
     )
     return task, output

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -37,11 +38,48 @@ def with_metrics_column(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.append_column(METRICS_COLUMN, pa.nulls(batch.num_rows, pa.string()))
 
 
-def trailer(schema: pa.Schema, metrics: Mapping[str, float]) -> pa.RecordBatch:
-    """The one-row batch that carries a task's metrics (``schema`` has no metrics column)."""
+def trailer(
+    schema: pa.Schema,
+    metrics: Mapping[str, float],
+    not_null: Iterable[int] = (),
+    sample: pa.RecordBatch | None = None,
+) -> pa.RecordBatch | None:
+    """The one-row batch that carries a task's metrics (``schema`` has no metrics column).
+
+    Its columns are null, except those at ``not_null`` positions (NOT NULL in Spark: Spark
+    reads every column of the row before the trailer filter and fails on a null there), which
+    take ``sample``'s first value or a zero of their type. None if a type has no zero here."""
     columns = [pa.nulls(1, field.type) for field in schema]
+    for position in not_null:
+        if sample is not None and sample.num_rows:
+            columns[position] = sample.column(position).slice(0, 1)
+            continue
+        try:
+            columns[position] = pa.array(
+                [_zero(schema.field(position).type)], schema[position].type
+            )
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
     names = [*schema.names, METRICS_COLUMN]
     return pa.RecordBatch.from_arrays([*columns, pa.array([encode(metrics)])], names=names)
+
+
+def _zero(data_type: pa.DataType) -> Any:
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return ""
+    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        return b""
+    if pa.types.is_boolean(data_type):
+        return False
+    if pa.types.is_struct(data_type):
+        return {field.name: _zero(field.type) for field in data_type}
+    if (
+        pa.types.is_list(data_type)
+        or pa.types.is_large_list(data_type)
+        or pa.types.is_map(data_type)
+    ):
+        return []
+    return 0
 
 
 def encode(metrics: Mapping[str, float]) -> str:
@@ -92,12 +130,20 @@ def _next_suffix() -> str:
         return str(next(_counter))
 
 
-def _observed(observation: Any) -> list[str] | None:
+#: How long :func:`table_metrics` waits on a classic session for an observation that has no
+#: metrics yet: the session completes it from its listener bus, just after the action returns.
+LISTENER_GRACE_S = 0.25
+
+
+def _observed(observation: Any, deadline: float) -> list[str] | None:
     """The trailers an :class:`Observation` got from a finished action, None before one."""
     jo = getattr(observation, "_jo", None)
     if jo is not None:  # classic: the first action's metrics; get blocks until there is one
-        if not jo.future().isCompleted():
-            return None
+        future = jo.future()
+        while not future.isCompleted():
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
         return list(observation.get.get(OBSERVED_TASKS) or [])
     result = getattr(observation, "_result", None)  # Connect: the latest action's metrics
     if not result or OBSERVED_TASKS not in result:
@@ -110,8 +156,9 @@ def table_metrics(metrics_id: str) -> dict[str, float]:
     with _lock:
         observations = list(_observations.get(metrics_id, ()))
     trailers: list[str] = []
+    deadline = time.monotonic() + LISTENER_GRACE_S
     for observation in observations:
-        trailers.extend(_observed(observation) or ())
+        trailers.extend(_observed(observation, deadline) or ())
     return fold(trailers)
 
 

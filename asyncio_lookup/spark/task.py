@@ -50,6 +50,8 @@ class LookupJoinTask:
     #: The output's Arrow schema as the driver sees it: the metrics trailer of a task that
     #: output no batch (None if a type has no Arrow form here; that task then reports none).
     output_schema: pa.Schema | None = None
+    #: Positions of the output's NOT NULL columns (the trailer puts values there).
+    not_null: tuple[int, ...] = ()
     routing: PartitionRouting | None = None
     partition_column: str | None = None
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
@@ -174,15 +176,20 @@ class LookupJoinTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The joined batches (with the null metrics column), then the task's metrics trailer."""
         schema = self.output_schema
+        sample: pa.RecordBatch | None = None
         joined = self._join(batches)
         with young_generation_threshold(self.gc_threshold):
             try:
                 for item in joined:
                     if isinstance(item, pa.RecordBatch):
                         schema = item.schema
+                        if item.num_rows:
+                            sample = item
                         yield with_metrics_column(item)
                     elif schema is not None:
-                        yield trailer(schema, item)
+                        last = trailer(schema, item, self.not_null, sample)
+                        if last is not None:
+                            yield last
             finally:
                 joined.close()  # a consumer that stops early (limit) releases the chain now
 

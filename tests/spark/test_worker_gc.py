@@ -116,7 +116,7 @@ def test_a_lookup_join_partition_runs_with_the_threshold_and_restores_it() -> No
     gc.set_threshold(700, 10, 10)
     task = make_task(Source(), "LOOKUP('table'='T', 'async'='true')")
     assert task.gc_threshold == DEFAULT_GC_YOUNG_THRESHOLD
-    out = pa.Table.from_batches(list(task(iter(batches([1, 2, 3])))))
+    out = pa.Table.from_batches(split(task(iter(batches([1, 2, 3]))))[0])
     assert out.num_rows == 3
     assert seen == [DEFAULT_GC_YOUNG_THRESHOLD] * 3
     assert gc.get_threshold() == (700, 10, 10)
