@@ -117,11 +117,29 @@ def observe(df: Any, metrics_id: str) -> Any:
         observed = df.observe(observation, tasks)
         with _lock:
             _observations.setdefault(metrics_id, []).append(observation)
-    return observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
+    result = observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
+    if not df.isStreaming:
+        result._asyncio_lookup_observed = (metrics_id, observation._name)
+    return result
+
+
+def observed_by(df: Any) -> tuple[str, str] | None:
+    """(metrics id, observation name) of a DataFrame :func:`observe` returned."""
+    return getattr(df, "_asyncio_lookup_observed", None)
+
+
+def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
+    """``df`` reads, through temporary views, DataFrames :func:`observe` returned (the SQL
+    front end). An :class:`Observation` does not see through a view, but the actions of ``df``
+    itself report the observations of its whole plan by name: count those."""
+    with _lock:
+        for metrics_id, name in observed:
+            _results.setdefault(metrics_id, []).append((df, name))
 
 
 _lock = threading.Lock()
 _observations: dict[str, list[Any]] = {}
+_results: dict[str, list[tuple[Any, str]]] = {}
 _counter = iter(range(1 << 62))
 
 
@@ -151,6 +169,20 @@ def _observed(observation: Any, deadline: float) -> list[str] | None:
     return list(result[OBSERVED_TASKS] or [])
 
 
+def _result_observed(df: Any, name: str) -> list[str] | None:
+    """The trailers the latest action of ``df`` observed under ``name``, None before one."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        info = getattr(df, "_execution_info", None)
+        for flow, pairs in info.flows if info is not None else ():
+            if flow == name:
+                return list(pairs.get(OBSERVED_TASKS) or [])
+        return None
+    found = df._jdf.queryExecution().observedMetrics().get(name)
+    if found.isEmpty():
+        return None
+    return list(json.loads(found.get().json()).get(OBSERVED_TASKS) or [])
+
+
 def table_metrics(metrics_id: str) -> dict[str, float]:
     """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped."""
     with _lock:
@@ -159,6 +191,10 @@ def table_metrics(metrics_id: str) -> dict[str, float]:
     deadline = time.monotonic() + LISTENER_GRACE_S
     for observation in observations:
         trailers.extend(_observed(observation, deadline) or ())
+    with _lock:
+        results = list(_results.get(metrics_id, ()))
+    for df, name in results:
+        trailers.extend(_result_observed(df, name) or ())
     return fold(trailers)
 
 

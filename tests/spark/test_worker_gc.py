@@ -20,7 +20,7 @@ from asyncio_lookup.spark.worker_gc import (
     parse_gc_threshold,
     young_generation_threshold,
 )
-from tests.spark.test_partition import batches, make_task
+from tests.spark.test_partition import batches, make_task, split
 
 
 @pytest.fixture(autouse=True)
