@@ -116,7 +116,7 @@ def observe(df: Any, metrics_id: str) -> Any:
         observation = Observation(observation_name(metrics_id) + ":" + _next_suffix())
         observed = df.observe(observation, tasks)
         with _lock:
-            _observations.setdefault(metrics_id, []).append(observation)
+            _observations.setdefault(metrics_id, []).append((df.sparkSession, observation))
     result = observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
     if not df.isStreaming:
         result._asyncio_lookup_observed = (metrics_id, observation._name)
@@ -134,12 +134,30 @@ def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
     itself report the observations of its whole plan by name: count those."""
     with _lock:
         for metrics_id, name in observed:
-            _results.setdefault(metrics_id, []).append((df, name))
+            _results.setdefault(metrics_id, []).append((df.sparkSession, (df, name)))
 
 
 _lock = threading.Lock()
-_observations: dict[str, list[Any]] = {}
-_results: dict[str, list[tuple[Any, str]]] = {}
+# by metrics id: (the session, what it observed); entries of a stopped session are dropped
+_observations: dict[str, list[tuple[Any, Any]]] = {}
+_results: dict[str, list[tuple[Any, tuple[Any, str]]]] = {}
+
+
+def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[Any]:
+    """The entries of ``metrics_id`` whose session is still running (call under ``_lock``)."""
+    kept = [(s, item) for s, item in entries.get(metrics_id, ()) if not _stopped(s)]
+    if kept:
+        entries[metrics_id] = kept
+    else:
+        entries.pop(metrics_id, None)
+    return [item for _, item in kept]
+
+
+def _stopped(session: Any) -> bool:
+    if type(session).__module__.startswith("pyspark.sql.connect"):
+        return bool(getattr(session, "is_stopped", False))
+    context = getattr(session, "_sc", None)
+    return context is None or getattr(context, "_jsc", None) is None
 _counter = iter(range(1 << 62))
 
 
@@ -186,13 +204,13 @@ def _result_observed(df: Any, name: str) -> list[str] | None:
 def table_metrics(metrics_id: str) -> dict[str, float]:
     """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped."""
     with _lock:
-        observations = list(_observations.get(metrics_id, ()))
+        observations = _live(_observations, metrics_id)
     trailers: list[str] = []
     deadline = time.monotonic() + LISTENER_GRACE_S
     for observation in observations:
         trailers.extend(_observed(observation, deadline) or ())
     with _lock:
-        results = list(_results.get(metrics_id, ()))
+        results = _live(_results, metrics_id)
     for df, name in results:
         trailers.extend(_result_observed(df, name) or ())
     return fold(trailers)
@@ -209,4 +227,6 @@ def progress_metrics(progress: Any, metrics_id: str) -> dict[str, float]:
     if row is None:
         return {}
     values = row if isinstance(row, Mapping) else row.asDict()
+    if OBSERVED_TASKS not in values and "values" in values:  # Connect: {"values": [...], ...}
+        return fold((values["values"] or [[]])[0] or [])
     return fold(values.get(OBSERVED_TASKS) or [])

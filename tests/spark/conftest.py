@@ -10,22 +10,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-# Functions defined in test modules are pickled by reference. Classic workers find `tests` in
-# their working directory; a Connect server runs them in a per-session directory instead.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    dict.fromkeys(
-        [
-            str(Path(__file__).resolve().parents[2]),
-            *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
-        ]
-    )
-)
 
 from pyspark import SparkContext, cloudpickle
 from pyspark.sql import SparkSession
@@ -89,9 +78,17 @@ def is_connect(spark: SparkSession) -> bool:
     )
 
 
+@pytest.fixture(autouse=True)
+def _test_module_by_value(request: pytest.FixtureRequest) -> None:
+    """Functions defined in a test module go to the workers by value: a Connect server runs
+    Python workers in a per-session directory, where ``tests`` is not importable."""
+    cloudpickle.register_pickle_by_value(request.module)
+
+
 @pytest.fixture(scope="session")
-def dim_service() -> Iterator[helpers.DimService]:
-    """The counting HTTP customer service (one per session; tests use their own key ranges)."""
+def dim_service(spark: SparkSession) -> Iterator[helpers.DimService]:
+    """The counting HTTP customer service (one per Spark session, so per mode; tests use their
+    own key ranges)."""
     service = helpers.DimService()
     service.start()
     yield service
