@@ -12,6 +12,8 @@ a, t, b, c, d, a, t, ... so a change in the shared machine's load hits all alike
 at 1 ms and 10 ms of server latency. Issue 4's targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a).
 
 Run on its own: ``python benchmarks/spark_lookup_join.py`` (median of 3; ``--quick``: smoke run).
+``--connect``: (c) at 10 ms, capacity 100, on a classic ``local[2]`` session vs a Spark Connect
+session (``remote("local[2]")``), each in its own process, interleaved (:func:`connect_vs_classic`).
 """
 
 from __future__ import annotations
@@ -169,10 +171,92 @@ def _counted(ctx: Context, action: Callable[[], None]) -> Callable[[], dict[str,
     return run_once
 
 
+CONNECT_ROWS = 12_000
+
+
+def connect_vs_classic(rounds: int = 3, rows: int = CONNECT_ROWS) -> int:
+    """Variant (c) at 10 ms, capacity 100: classic vs Spark Connect, ``rounds`` times each,
+    interleaved (classic, connect, classic, ...) so the shared machine's load hits both alike.
+    A classic and a Connect session cannot share one Python process (PySpark switches to
+    Connect mode for good), so each run is a child process; each times 3 jobs after a warm-up
+    and reports its median. Prints every run and the median of each mode."""
+    import statistics
+    import subprocess
+
+    from benchmarks.servers import LatencyServer
+
+    rates: dict[str, list[float]] = {"classic": [], "connect": []}
+    with LatencyServer(N_CUSTOMERS, Profile(latency=0.010)) as server:
+        for round_ in range(rounds):
+            for mode in ("classic", "connect"):
+                child = subprocess.run(
+                    [sys.executable, __file__, "--connect-child", mode, server.base_url, str(rows)],
+                    capture_output=True, text=True, timeout=900,
+                )
+                line = [x for x in child.stdout.splitlines() if x.startswith("RATE ")]
+                if child.returncode != 0 or not line:
+                    print(child.stdout[-3000:], child.stderr[-3000:], file=sys.stderr)
+                    return 1
+                rate = float(line[-1].split()[1])
+                rates[mode].append(rate)
+                print(f"round {round_ + 1} {mode:8s} {rate:10,.0f} rows/s", flush=True)
+    classic, connect = (statistics.median(rates[m]) for m in ("classic", "connect"))
+    print(f"median classic {classic:,.0f} rows/s, connect {connect:,.0f} rows/s, "
+          f"connect/classic {connect / classic:.3f}")
+    return 0
+
+
+def _connect_child(mode: str, base_url: str, rows: int) -> int:
+    """One process of :func:`connect_vs_classic`: prints ``RATE <median rows/s>``."""
+    import os
+    import statistics
+    import time
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    repo = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([repo, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    )
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(f"bench-{mode}")
+    builder = builder.remote("local[2]") if mode == "connect" else builder.master("local[2]")
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "3g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    keys = uniform_keys(rows, N_CUSTOMERS, seed=11)
+    orders = orders_frame(spark, keys)
+    warm = orders_frame(spark, keys[:200])
+    table = lookup_table("Customers", http_connector(base_url), {"lookup.cache": "NONE"})
+    hint = lookup_hint("Customers", **{"async": "true", "capacity": CAPACITY})
+    run_to_noop(lookup_join(warm, table, hint=hint))
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run_to_noop(lookup_join(orders, table, hint=hint))
+        times.append(time.perf_counter() - start)
+    print(f"RATE {rows / statistics.median(times)}", flush=True)
+    spark.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.cli import main as cli_main
 
-    return cli_main(["spark-lookup-join", *(sys.argv[1:] if argv is None else argv)])
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--connect"]:
+        return connect_vs_classic()
+    if args[:1] == ["--connect-child"]:
+        return _connect_child(args[1], args[2], int(args[3]))
+    return cli_main(["spark-lookup-join", *args])
 
 
 if __name__ == "__main__":

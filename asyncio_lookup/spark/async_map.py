@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime import (
@@ -21,7 +21,13 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatcher
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
-from asyncio_lookup.spark.metrics import metrics_accumulator, report
+from asyncio_lookup.spark.metrics import (
+    METRICS_COLUMN,
+    observe,
+    table_metrics,
+    trailer,
+    with_metrics_column,
+)
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
     DEFAULT_GC_YOUNG_THRESHOLD,
@@ -41,7 +47,6 @@ class AsyncMapTask:
     output_mode: OutputMode | str
     retry_strategy: AsyncRetryStrategy
     metrics_id: str | None
-    accumulator: Any
     flush_rows: int = DEFAULT_FLUSH_ROWS
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
 
@@ -81,11 +86,12 @@ class AsyncMapTask:
             )
             try:
                 for out in outputs:
-                    yield self.build(out.outputs)
+                    batch = self.build(out.outputs)
+                    yield batch if self.metrics_id is None else with_metrics_column(batch)
             finally:
                 outputs.close()
         if self.metrics_id is not None:
-            report(self.accumulator, self.metrics_id, operator.metrics.snapshot())
+            yield trailer(self.schema, operator.metrics.snapshot())
 
 
 def async_map(
@@ -124,15 +130,22 @@ def async_map(
         output_mode=output_mode,
         retry_strategy=retry_strategy,
         metrics_id=metrics_id,
-        accumulator=metrics_accumulator(df.sparkSession.sparkContext),
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
     )
     task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
-    return df.mapInArrow(task, parsed)
+    if metrics_id is None:
+        return df.mapInArrow(task, parsed)
+    if not isinstance(metrics_id, str) or not metrics_id:
+        raise ConfigurationError("metrics_id", metrics_id, "a non-empty string or None")
+    if METRICS_COLUMN in parsed.names:
+        raise ConfigurationError(
+            "schema", METRICS_COLUMN, "output columns without this reserved column name"
+        )
+    with_metrics = StructType([*parsed.fields, StructField(METRICS_COLUMN, StringType(), True)])
+    return observe(df.mapInArrow(task, with_metrics), metrics_id)
 
 
 def async_map_metrics(metrics_id: str) -> dict[str, float]:
-    """Operator metrics summed over the finished tasks of ``async_map(..., metrics_id=...)``."""
-    from asyncio_lookup.spark.metrics import table_metrics
-
+    """Operator metrics summed over the tasks of the finished actions on DataFrames returned
+    by ``async_map(..., metrics_id=...)`` (see :meth:`LookupTable.metrics`)."""
     return table_metrics(metrics_id)

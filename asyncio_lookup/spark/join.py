@@ -7,8 +7,9 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.chain import LookupChain
@@ -23,7 +24,7 @@ from asyncio_lookup.lookup.hints import (
     resolve_lookup,
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
-from asyncio_lookup.spark.metrics import metrics_accumulator
+from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
 from asyncio_lookup.spark.schema import (
     arrow_type,
     check_literal,
@@ -281,7 +282,8 @@ def plan_lookup_join(
         hint=hint,
         spec=spec,
         dim_columns=dim_columns,
-        accumulator=metrics_accumulator(df.sparkSession.sparkContext),
+        output_schema=_arrow_schema(output, large),
+        not_null=tuple(i for i, f in enumerate(output.fields) if not f.nullable),
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
     )
     return task, output
@@ -320,12 +322,13 @@ def lookup_join(
 
     Hash lookup join (``SHUFFLE_HASH('T')`` or ``'shuffle'='true'``): the rows are first
     exchanged so that each key is looked up in one partition (its cache sees every repeat of
-    it). ``shuffle_partitions`` sets the number of partitions (default: the input's; for a
-    streaming input ``spark.sql.shuffle.partitions``). A connector's ``partitioner(key_columns)``
-    replaces the plain hash. ``skew`` (:class:`SkewOptions`, a dict of its fields, ``True`` or
-    ``False``; on by default) samples the input once on the driver -- a Spark job run by this
-    call -- and spreads hot keys over several partitions. With ``lookup.cache`` = FULL each task
-    then loads only the rows its partition can be asked for.
+    it). ``shuffle_partitions`` sets the number of partitions (default:
+    ``spark.sql.shuffle.partitions``, as for ``DataFrame.repartition(column)``). A connector's
+    ``partitioner(key_columns)`` replaces the plain hash. ``skew`` (:class:`SkewOptions`, a
+    dict of its fields, ``True`` or ``False``; on by default) samples the input once on the
+    driver -- a Spark job run by this call -- and spreads hot keys over several partitions.
+    With ``lookup.cache`` = FULL each task then loads only the rows its partition can be asked
+    for.
     """
     args = LookupJoinArgs(
         on,
@@ -343,9 +346,24 @@ def lookup_join(
         skew=skew,
     )
     task, output = plan_lookup_join(df, table, args)
+    if METRICS_COLUMN in df.columns:
+        raise ConfigurationError(
+            "df", METRICS_COLUMN, "a DataFrame without this reserved column name"
+        )
     if task.hint.shuffle:
         df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
-    return df.mapInArrow(task, output)
+    with_metrics = StructType([*output.fields, StructField(METRICS_COLUMN, StringType(), True)])
+    return observe(df.mapInArrow(task, with_metrics), table.table_id)
+
+
+def _arrow_schema(output: StructType, large: bool) -> pa.Schema | None:
+    """The Arrow form of the output schema, or None when a type has none here."""
+    try:
+        return pa.schema(
+            [pa.field(f.name, arrow_type(f.dataType, "schema", large)) for f in output.fields]
+        )
+    except ConfigurationError:
+        return None
 
 
 def hash_partition(

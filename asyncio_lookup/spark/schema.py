@@ -39,7 +39,8 @@ _FAMILIES: tuple[tuple[str, tuple[type[DataType], ...]], ...] = (
 
 
 def parse_schema(schema: Any, option: str = "schema") -> StructType:
-    """A :class:`StructType` from a StructType or a DDL string (needs an active SparkContext)."""
+    """A :class:`StructType` from a StructType or a DDL string (DDL needs an active session,
+    classic or Connect)."""
     if isinstance(schema, StructType):
         parsed = schema
     elif isinstance(schema, str) and schema.strip():

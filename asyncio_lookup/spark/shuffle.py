@@ -131,7 +131,7 @@ def check_shuffle_partitions(value: Any) -> int:
         "shuffle_partitions",
         value,
         minimum=1,
-        allowed="an int >= 1, or None for the input's number of partitions",
+        allowed="an int >= 1, or None for spark.sql.shuffle.partitions",
         text=False,
     )
 
@@ -139,9 +139,10 @@ def check_shuffle_partitions(value: Any) -> int:
 def _num_partitions(df: DataFrame, override: int | None) -> int:
     if override is not None:
         return check_shuffle_partitions(override)
-    if df.isStreaming:
-        return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-    return max(1, df.rdd.getNumPartitions())
+    # As for Spark's own repartition(column): the input's partition count would need df.rdd,
+    # which Spark Connect does not have.
+    value = str(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or "200")
+    return max(1, int(value)) if value.strip().isdigit() else 200
 
 
 def _udf_partition(partitioner: KeyPartitioner, n: int) -> Any:

@@ -7,14 +7,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from pyspark import SparkContext
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from asyncio_lookup.errors import ConfigurationError, LookupFailedError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.retry import FailureRetry
-from asyncio_lookup.spark.metrics import table_metrics
+from asyncio_lookup.spark.metrics import observation_name, progress_metrics, table_metrics
 from asyncio_lookup.spark.schema import SCHEMA_ALLOWED, parse_schema
 from asyncio_lookup.validation import parse_bool
 
@@ -23,7 +23,8 @@ class LookupTable:
     """A named dim table: its schema, the connector that looks rows up, its ``lookup.*`` options.
 
     ``schema`` is a :class:`StructType` or a DDL string (``'id INT, name STRING'``); a DDL
-    string is parsed when a SparkContext is active (at the latest by ``lookup_join``).
+    string is parsed when a Spark session (classic or Connect) is active (at the latest by
+    ``lookup_join``).
     ``connector`` is a built-in connector, a FLIP-221 provider, or any object with
     ``lookup_function()`` / ``async_lookup_function()`` / ``scan()``. Everything is validated
     on the driver. The table's cache is per Python worker process and shared by every task that
@@ -57,7 +58,7 @@ class LookupTable:
         self.name = name.strip()
         self._schema_source = schema
         self._schema: StructType | None = None
-        if isinstance(schema, StructType) or SparkContext._active_spark_context is not None:
+        if isinstance(schema, StructType) or _session_active():
             self._schema = parse_schema(schema)
         if isinstance(options, LookupOptions):
             self.options = options
@@ -116,13 +117,28 @@ class LookupTable:
         self._target_checked = True
 
     def metrics(self) -> dict[str, float]:
-        """Cache and operator metrics summed over every finished task that used this table.
+        """Cache and operator metrics of the tasks that joined through this table, summed over
+        the finished actions on the DataFrames ``lookup_join`` returned (batch queries).
 
-        Counters are summed, gauges (``numCachedRecords``, latencies...) are the maximum over
-        tasks. Like any Spark accumulator updated in a transformation, a task that Spark runs
-        again (a retry, a recomputed stage) counts again.
+        Counters are summed (ints), gauges (``numCachedRecords``, latencies...) are the maximum
+        over tasks. Each successful task counts once: an attempt that failed and was run again
+        does not count. A task whose output was not read to its end (``limit``, ``show``,
+        ``take``) reports nothing. Each returned DataFrame reports one action: on a classic
+        session its first, on Spark Connect its latest. For a streaming query read the metrics
+        of each micro-batch with :meth:`progress_metrics`.
         """
         return table_metrics(self.table_id)
+
+    @property
+    def observation_name(self) -> str:
+        """The name a streaming query's progress reports this table's metrics under
+        (``query.lastProgress['observedMetrics'][name]``)."""
+        return observation_name(self.table_id)
+
+    def progress_metrics(self, progress: Any) -> dict[str, float]:
+        """This table's metrics in one micro-batch of a streaming query: ``progress`` is
+        ``query.lastProgress`` or a ``StreamingQueryListener`` event's ``progress``."""
+        return progress_metrics(progress, self.table_id)
 
     def __repr__(self) -> str:
         schema = self._schema.simpleString() if self._schema is not None else self._schema_source
@@ -130,3 +146,10 @@ class LookupTable:
             f"LookupTable(name={self.name!r}, schema={schema!r}, connector={self.connector!r}, "
             f"cache={self.options.cache.name})"
         )
+
+
+def _session_active() -> bool:
+    try:
+        return SparkSession.getActiveSession() is not None
+    except Exception:  # a Connect client whose session is gone
+        return False

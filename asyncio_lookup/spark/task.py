@@ -21,7 +21,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
-from asyncio_lookup.spark.metrics import GAUGES, report
+from asyncio_lookup.spark.metrics import GAUGES, trailer, with_metrics_column
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
 
@@ -48,7 +48,11 @@ class LookupJoinTask:
     hint: ResolvedLookup
     spec: JoinSpec
     dim_columns: tuple[DimColumn, ...]
-    accumulator: Any
+    #: The output's Arrow schema as the driver sees it: the metrics trailer of a task that
+    #: output no batch (None if a type has no Arrow form here; that task then reports none).
+    output_schema: pa.Schema | None = None
+    #: Positions of the output's NOT NULL columns (the trailer puts values there).
+    not_null: tuple[int, ...] = ()
     routing: PartitionRouting | None = None
     partition_column: str | None = None
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
@@ -171,10 +175,28 @@ class LookupJoinTask:
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The joined batches (with the null metrics column), then the task's metrics trailer."""
+        schema = self.output_schema
+        sample: pa.RecordBatch | None = None
+        joined = self._join(batches)
         with young_generation_threshold(self.gc_threshold):
-            yield from self._join(batches)
+            try:
+                for item in joined:
+                    if isinstance(item, pa.RecordBatch):
+                        schema = item.schema
+                        if item.num_rows:
+                            sample = item
+                        yield with_metrics_column(item)
+                    elif schema is not None:
+                        last = trailer(schema, item, self.not_null, sample)
+                        if last is not None:
+                            yield last
+            finally:
+                joined.close()  # a consumer that stops early (limit) releases the chain now
 
-    def _join(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _join(
+        self, batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch | dict[str, float]]:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
@@ -199,4 +221,4 @@ class LookupJoinTask:
             release_chain(chain_id, chain)
         if succeeded:
             operator = runner.operator_metrics()
-            report(self.accumulator, self.table_id, merge_metrics(cache, operator, GAUGES))
+            yield merge_metrics(cache, operator, GAUGES)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
-from pyspark import cloudpickle
+from pyspark import SparkContext, cloudpickle
 from pyspark.sql import SparkSession
 
 from tests.spark import helpers
@@ -26,11 +25,24 @@ from tests.spark import helpers
 cloudpickle.register_pickle_by_value(helpers)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+#: ``local[2,2]``: two cores, and a failed task is run once more (tests of counted-once metrics).
+MASTER = "local[2,2]"
+#: Classic first: once a Connect session has started, PySpark stays in Connect mode.
+MODES = ("classic", "connect")
+
+
+def _builder(mode: str) -> SparkSession.Builder:
+    builder = SparkSession.builder.appName(f"asyncio-lookup-tests-{mode}")
+    return builder.remote(MASTER) if mode == "connect" else builder.master(MASTER)
+
+
+@pytest.fixture(scope="session", params=MODES)
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    """A classic ``local`` session, then a Spark Connect session on a local server (the
+    server runs in this process: ``remote("local[...]")``). Every test that uses it runs in
+    both modes."""
     session = (
-        SparkSession.builder.master("local[2]")
-        .appName("asyncio-lookup-tests")
+        _builder(request.param)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -43,14 +55,40 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    local_context().setLogLevel("ERROR")
     yield session
     session.stop()
+    if request.param == "connect":
+        context = SparkContext._active_spark_context
+        if context is not None:  # the local Connect server's
+            context.stop()
+
+
+def local_context() -> SparkContext:
+    """The SparkContext in this process: the classic session's, or the local Connect server's
+    (test hooks only; the library never uses one)."""
+    context = SparkContext._active_spark_context
+    assert context is not None, "no SparkContext in this process"
+    return context
+
+
+def is_connect(spark: SparkSession) -> bool:
+    return not hasattr(spark, "sparkContext") or type(spark).__module__.startswith(
+        "pyspark.sql.connect"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _test_module_by_value(request: pytest.FixtureRequest) -> None:
+    """Functions defined in a test module go to the workers by value: a Connect server runs
+    Python workers in a per-session directory, where ``tests`` is not importable."""
+    cloudpickle.register_pickle_by_value(request.module)
 
 
 @pytest.fixture(scope="session")
-def dim_service() -> Iterator[helpers.DimService]:
-    """The counting HTTP customer service (one per session; tests use their own key ranges)."""
+def dim_service(spark: SparkSession) -> Iterator[helpers.DimService]:
+    """The counting HTTP customer service (one per Spark session, so per mode; tests use their
+    own key ranges)."""
     service = helpers.DimService()
     service.start()
     yield service
@@ -59,17 +97,17 @@ def dim_service() -> Iterator[helpers.DimService]:
 
 @contextlib.contextmanager
 def no_spark_job(spark: SparkSession) -> Iterator[None]:
-    """Assert that the block starts no Spark job (driver-side validation runs before any task)."""
-    sc = spark.sparkContext
-    group = f"no-job-{uuid.uuid4().hex}"
-    sc.setJobGroup(group, "driver-side validation must not run a job")
+    """Assert that the block starts no Spark job (driver-side validation runs before any task).
+
+    Reads the job counter of the SparkContext in this process, which a local Connect server
+    has too (every job of either mode is numbered by its DAGScheduler)."""
+    scheduler = local_context()._jsc.sc().dagScheduler()
+    before = scheduler.numTotalJobs()
     try:
         yield
     finally:
-        jobs = list(sc.statusTracker().getJobIdsForGroup(group))
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-    assert jobs == [], f"a Spark job ran: {jobs}"
+        after = scheduler.numTotalJobs()
+    assert after == before, f"a Spark job ran: {list(range(before, after))}"
 
 
 @pytest.fixture

@@ -255,3 +255,51 @@ class ReversedModPartitioner:
         from pyspark.sql import functions as F
 
         return F.lit(num_partitions - 1) - F.pmod(columns[0], F.lit(num_partitions))
+
+
+def physical_plan(df: Any, extended: bool = False) -> str:
+    """The physical plan as ``explain()`` prints it (classic and Connect alike); with
+    ``extended`` the logical plans too."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(extended)
+    return out.getvalue()
+
+
+class FailOnceConnector:
+    """Looks keys up in ``rows``; the very first lookup (across every process: a marker file
+    is created atomically) raises :class:`BoomError`, so exactly one task attempt fails."""
+
+    def __init__(self, rows: dict[Any, list[Row]], marker: str) -> None:
+        self.rows = rows
+        self.marker = marker
+
+    def lookup_function(self) -> LookupFunction | None:
+        return None
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _FailOnceAsync(self)
+
+    def scan(self) -> None:
+        return None
+
+    def get(self, key: Key) -> Collection[Row]:
+        import os
+
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return [dict(r) for r in self.rows.get(key[0], ())]
+        raise BoomError("boom: the first lookup of the job fails its task once")
+
+
+class _FailOnceAsync(AsyncLookupFunction):
+    def __init__(self, connector: FailOnceConnector) -> None:
+        self.connector = connector
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        await asyncio.sleep(0)
+        return self.connector.get(key)

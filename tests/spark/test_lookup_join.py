@@ -9,13 +9,21 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.connectors.http_connector import HttpConnector
 from asyncio_lookup.runtime import OutputMode, RetryPredicates, RetryStrategies
 from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
-from tests.spark.helpers import DimService, FailingConnector, FlakyDouble, FlakyError, ScanOnly
+from tests.spark.helpers import (
+    DimService,
+    FailingConnector,
+    FlakyDouble,
+    FlakyError,
+    ScanOnly,
+    physical_plan,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -73,8 +81,11 @@ def test_inner_and_left_null_keys_and_multiple_matches(spark: SparkSession, hint
         assert Counter(rows) == expected(how)
         if "unordered" not in hint:
             # ordered mode keeps each partition's input order (order_id ascending)
-            per_partition = out.rdd.glom().map(lambda p: [r[0] for r in p]).collect()
-            for ids in per_partition:
+            per_partition: dict[int, list[int]] = {}
+            tagged = out.select(F.spark_partition_id().alias("p"), "order_id").collect()
+            for p, order_id in tagged:
+                per_partition.setdefault(p, []).append(order_id)
+            for ids in per_partition.values():
                 assert ids == sorted(ids)
             multi = [r[4] for r in rows if r[1] == 2]
             assert multi[:2] == ["c2", "c2-second"]  # connector order within one input row
@@ -299,7 +310,7 @@ def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:
     dim = table()
     df = orders(spark)
     out = lookup_join(df, dim, on=[("customer_id", "id")], hints="SHUFFLE_HASH('Customers')")
-    plan = out._jdf.queryExecution().executedPlan().toString()
+    plan = physical_plan(out)
     assert "Exchange shufflepartitionidpassthrough" in plan
     assert "xxhash64(cast(customer_id" in plan
     assert Counter(tuple(r) for r in out.collect()) == expected("inner")
@@ -334,10 +345,17 @@ def test_structured_streaming_into_a_memory_sink(spark: SparkSession, tmp_path: 
         query.awaitTermination(120)
         assert query.exception() is None
         got = Counter(tuple(r) for r in spark.table("enriched_orders").collect())
+        batches = [dim.progress_metrics(p) for p in query.recentProgress]
+        assert dim.progress_metrics(query.lastProgress) == batches[-1]
     finally:
         query.stop()
     assert got == expected("left")
-    assert dim.metrics()["numLookups"] == sum(1 for _, c, _ in ORDERS if c is not None)
+    # per micro-batch, from each progress's observed metrics (one batch per file)
+    with_rows = [m for m in batches if m.get("numLookups")]
+    assert len(with_rows) == 3
+    assert sum(m["numLookups"] for m in with_rows) == sum(1 for _, c, _ in ORDERS if c is not None)
+    assert all(isinstance(m["numLookups"], int) for m in with_rows)
+    assert dim.metrics() == {}  # batch actions only
 
 
 async def _twice_or_none(row: dict[str, Any]) -> list[dict[str, Any]]:

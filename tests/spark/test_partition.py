@@ -5,10 +5,11 @@ runs")."""
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 import threading
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +25,7 @@ from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, JoinType, KeyBindi
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import chain_ids
 from asyncio_lookup.runtime.loop import process_loop
+from asyncio_lookup.spark.metrics import METRICS_COLUMN
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
 from tests.spark.helpers import BoomError, FailingConnector, SyncOnly
@@ -32,14 +34,19 @@ DIM = [{"id": i, "name": f"n{i}"} for i in range(10)] + [{"id": 4, "name": "n4-b
 COLUMNS = (DimColumn("id", "dim_id", pa.int32()), DimColumn("name", "name", pa.string()))
 
 
-class Collector:
-    """Stands in for the Spark accumulator: records what tasks add."""
-
-    def __init__(self) -> None:
-        self.added: list[dict[str, dict[str, float]]] = []
-
-    def add(self, value: dict[str, dict[str, float]]) -> None:
-        self.added.append(value)
+def split(outputs: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[dict[str, Any]]]:
+    """A task's output: its data batches (without the metrics column), and the metrics of its
+    trailer rows (one per successful task)."""
+    data: list[pa.RecordBatch] = []
+    reports: list[dict[str, Any]] = []
+    for batch in outputs:
+        metrics = batch.column(METRICS_COLUMN)
+        if metrics.null_count == len(metrics):
+            data.append(batch.drop_columns([METRICS_COLUMN]))
+        else:
+            assert batch.num_rows == 1, "a trailer is one row"
+            reports.append(json.loads(metrics[0].as_py()))
+    return data, reports
 
 
 def make_task(
@@ -56,7 +63,6 @@ def make_task(
         hint=resolve_lookup(hint, "T"),
         spec=JoinSpec(how, (KeyBinding("id", left_column="cid"),)),
         dim_columns=columns,
-        accumulator=Collector(),
     )
 
 
@@ -83,7 +89,8 @@ def loop_tasks() -> set[asyncio.Task[Any]]:
 )
 def test_a_partition_gathers_left_columns_and_builds_dim_columns(hint: str) -> None:
     task = make_task(InMemoryConnector(DIM, ["id"], latency=0.001), hint)
-    out = pa.Table.from_batches(list(task(iter(batches([4, None, 11], [], [2])))))
+    data, reports = split(task(iter(batches([4, None, 11], [], [2]))))
+    out = pa.Table.from_batches(data)
     assert out.schema == pa.schema(
         [("cid", pa.int32()), ("tag", pa.string()), ("dim_id", pa.int32()), ("name", pa.string())]
     )
@@ -99,8 +106,7 @@ def test_a_partition_gathers_left_columns_and_builds_dim_columns(hint: str) -> N
         assert sorted(map(str, rows)) == sorted(map(str, expected))
     else:
         assert rows == expected
-    (report,) = task.accumulator.added
-    metrics = report[task.table_id]
+    (metrics,) = reports
     assert metrics["numLookups"] == 3
     assert ("numCompleted" in metrics) == ("async'='false" not in hint)
     assert loop_tasks() == set()
@@ -110,9 +116,10 @@ def test_a_source_without_async_runs_sync_whatever_the_hint() -> None:
     task = make_task(
         SyncOnly(InMemoryConnector(DIM, ["id"])), "LOOKUP('table'='T', 'async'='true')"
     )
-    rows = [r for b in task(iter(batches([1, 2]))) for r in b.to_pylist()]
+    data, reports = split(task(iter(batches([1, 2]))))
+    rows = [r for b in data for r in b.to_pylist()]
     assert [r["name"] for r in rows] == ["n1", "n2"]
-    assert "numCompleted" not in task.accumulator.added[0][task.table_id]
+    assert "numCompleted" not in reports[0]
 
 
 class CountingOpens(AsyncLookupFunction):
@@ -139,11 +146,14 @@ class CountingSource:
 def test_successive_tasks_of_a_process_share_one_opened_chain() -> None:
     task = make_task(CountingSource())
     before = CountingOpens.opens
+    reported = 0
     for _ in range(3):
-        assert sum(b.num_rows for b in task(iter(batches([1, 2, 3])))) == 3
+        data, reports = split(task(iter(batches([1, 2, 3]))))
+        assert sum(b.num_rows for b in data) == 3
+        reported += len(reports)
     assert CountingOpens.opens == before + 1
     assert sum(1 for c in chain_ids() if c.startswith(task.table_id)) == 1
-    assert len(task.accumulator.added) == 3
+    assert reported == 3
 
 
 @pytest.mark.parametrize("hint", ["LOOKUP('table'='T')", "LOOKUP('table'='T', 'async'='false')"])
@@ -151,13 +161,14 @@ def test_a_failing_partition_raises_the_original_error_and_leaves_the_loop_clean
     hint: str,
 ) -> None:
     task = make_task(FailingConnector({1: [{"id": 1, "name": "a"}]}, bad_key=5), hint)
+    outputs: list[pa.RecordBatch] = []
     with pytest.raises(BoomError, match="rejected key 5"):
-        list(task(iter(batches(list(range(8)), list(range(8, 20))))))
+        outputs.extend(task(iter(batches(list(range(8)), list(range(8, 20))))))
     assert loop_tasks() == set()
-    assert task.accumulator.added == []  # a failed task reports nothing
+    assert split(outputs)[1] == []  # a failed task reports nothing
     # the next partition of this process runs normally on the same loop
     ok = make_task(InMemoryConnector(DIM, ["id"]), hint)
-    assert sum(b.num_rows for b in ok(iter(batches([1, 2])))) == 2
+    assert sum(b.num_rows for b in split(ok(iter(batches([1, 2]))))[0]) == 2
 
 
 def test_closing_a_partition_early_cancels_its_lookups() -> None:
@@ -240,7 +251,7 @@ def test_reading_input_does_not_starve_in_flight_lookups() -> None:
         yield second
 
     task = make_task(SignalsSource(done))
-    out = [r["cid"] for b in task(input_batches()) for r in b.to_pylist()]
+    out = [r["cid"] for b in split(task(input_batches()))[0] for r in b.to_pylist()]
     assert out == [1, 2, 3, 4]
     assert starved == [False]
 

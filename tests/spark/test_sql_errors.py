@@ -16,6 +16,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupSQL, LookupTable
 from asyncio_lookup.spark.sql import SqlError, SqlParseError
 from tests.spark.conftest import no_spark_job
+from tests.spark.helpers import physical_plan
 
 pytestmark = pytest.mark.spark
 
@@ -235,7 +236,7 @@ def test_bad_ddl_raises_naming_the_problem(
 def test_passwords_never_appear_in_reprs_or_plans(spark: SparkSession, sql: LookupSQL) -> None:
     df = sql.sql(f"SELECT o.order_id, c.zip {JOIN}")
     shown = [repr(sql), repr(sql.table("Customers")), repr(sql.table("Customers").connector)]
-    shown.append(df._jdf.queryExecution().toString())
+    shown.append(physical_plan(df, extended=True))
     for text in shown:
         assert SECRET not in text
 

@@ -20,7 +20,7 @@ from asyncio_lookup.spark.worker_gc import (
     parse_gc_threshold,
     young_generation_threshold,
 )
-from tests.spark.test_partition import batches, make_task
+from tests.spark.test_partition import batches, make_task, split
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +116,7 @@ def test_a_lookup_join_partition_runs_with_the_threshold_and_restores_it() -> No
     gc.set_threshold(700, 10, 10)
     task = make_task(Source(), "LOOKUP('table'='T', 'async'='true')")
     assert task.gc_threshold == DEFAULT_GC_YOUNG_THRESHOLD
-    out = pa.Table.from_batches(list(task(iter(batches([1, 2, 3])))))
+    out = pa.Table.from_batches(split(task(iter(batches([1, 2, 3]))))[0])
     assert out.num_rows == 3
     assert seen == [DEFAULT_GC_YOUNG_THRESHOLD] * 3
     assert gc.get_threshold() == (700, 10, 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -9,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
+from asyncio_lookup.spark.metrics import register_result
 from asyncio_lookup.spark.sql.ddl import (
     TableDefinition,
     definition_from_ddl,
@@ -88,7 +90,21 @@ class LookupSQL:
             return self.spark.sql(statement)
         if isinstance(tree, exp.Create) and str(tree.args.get("kind") or "").upper() == "VIEW":
             _make_temporary(tree)
-        return self.spark.sql(tree.sql(dialect=DIALECT))
+            return self.spark.sql(tree.sql(dialect=DIALECT))
+        result = self._query(tree.sql(dialect=DIALECT), self._translator.frames)
+        register_result(result, self._translator.observed)  # the tables' metrics of its actions
+        return result
+
+    def _query(self, text: str, frames: dict[str, DataFrame]) -> DataFrame:
+        """On Spark Connect, the lookup joins' DataFrames go with the query (``spark.sql``'s
+        DataFrame arguments) instead of through their temporary views: the server then reports
+        their observed metrics to this client (it does not for a view's)."""
+        if not frames or not type(self.spark).__module__.startswith("pyspark.sql.connect"):
+            return self.spark.sql(text)
+        text = text.replace("{", "{{").replace("}", "}}")
+        for name in frames:
+            text = re.sub(rf"`?\b{name}\b`?", "{" + name + "}", text)
+        return self.spark.sql(text, **frames)
 
     def _empty(self) -> DataFrame:
         return self.spark.createDataFrame([], StructType([]))

@@ -26,6 +26,7 @@ from sqlglot import exp
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.spark.join import lookup_join
+from asyncio_lookup.spark.metrics import observed_by
 from asyncio_lookup.spark.sql.ddl import TableDefinition
 from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SqlError
 from asyncio_lookup.spark.sql.scope import (
@@ -159,6 +160,10 @@ class Translator:
         self.tables = tables
         self.skew = skew
         self.views: dict[str, list[Source]] = {}
+        #: (table id, observation name) of each lookup join of the statement being translated
+        self.observed: list[tuple[str, str]] = []
+        #: the views of the statement being translated, by name
+        self.frames: dict[str, DataFrame] = {}
 
     # ------------------------------------------------------------------ statement level
 
@@ -168,6 +173,8 @@ class Translator:
             for select in statement.find_all(exp.Select):
                 _Hints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
             return False
+        self.observed = []
+        self.frames = {}
         for select in selects_innermost_first(statement):
             self._select(select)
         return True
@@ -382,6 +389,9 @@ class Translator:
             raise
         except ConfigurationError as error:
             raise _in_join(error, name, dim_alias, readable) from None
+        observed = observed_by(joined)
+        if observed is not None:
+            self.observed.append(observed)
 
         shaped = [
             F.struct(*[F.col(c).alias(f) for f, c in flat[s.alias]]).alias(s.alias) for s in sources
@@ -394,6 +404,7 @@ class Translator:
             view = self._filter(view, F.expr(_sql(condition)), consolidate, rid, sources, dim_alias)
         view_name = f"__asyncio_lookup_{n}_{uuid.uuid4().hex[:8]}"
         view.createOrReplaceTempView(view_name)
+        self.frames[view_name] = view
         self.views[view_name] = [
             Source(s.alias, tuple(f for f, _ in flat[s.alias])) for s in sources
         ] + [Source(dim_alias, tuple(dim_fields))]
