@@ -215,8 +215,8 @@ class LookupJoinTask:
             succeeded = True
         finally:
             # Counters since the previous task of this process, including work between tasks
-            # (the FULL load at open, reloads); a failed task's share is dropped, as Spark
-            # drops a failed task's accumulator updates.
+            # (the FULL load at open, reloads); a failed task emits no trailer row, so its
+            # share is dropped.
             cache = chain.metrics.take_delta()
             release_chain(chain_id, chain)
         if succeeded:
