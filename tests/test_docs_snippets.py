@@ -130,7 +130,8 @@ def test_snippet_runs(program: Program, tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         pytest.fail(f"{program.name}: did not finish in {TIMEOUT} s")
     if done.returncode != 0:
-        lines = [int(n) for n in re.findall(rf'File "{re.escape(str(script))}", line (\d+)', done.stderr)]
+        pattern = rf'File "{re.escape(str(script))}", line (\d+)'
+        lines = [int(n) for n in re.findall(pattern, done.stderr)]
         where = program.where(lines[-1]) if lines else program.name
         tail = "\n".join(done.stderr.strip().splitlines()[-25:])
         pytest.fail(f"snippet failed at {where} (exit {done.returncode}):\n{tail}")
