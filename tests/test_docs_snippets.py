@@ -1,0 +1,137 @@
+"""Every fenced ```python block of README.md and docs/*.md runs as written.
+
+Each block runs in a fresh interpreter (cwd a temporary directory, ``PYSPARK_PYTHON`` this
+interpreter). A block preceded by the line ``<!-- snippet: continue -->`` is appended to the
+block before it, so a page can build one program over several blocks (one Spark start).
+The only opt-out is ``<!-- snippet: skip (reason) -->`` right before the fence, with a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TIMEOUT = 180
+
+_FENCE = re.compile(r"^```python\s*$")
+_MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(?:\((.*)\))?\s*-->\s*$")
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # line of the first code line, 1-based
+    code: str
+    marker: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class Program:
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        first = self.blocks[0]
+        return f"{first.page.relative_to(ROOT)}:{first.line}"
+
+    def source(self) -> tuple[str, list[tuple[int, Block, int]]]:
+        """The program text and, per block, (first program line, block, block's first line)."""
+        parts: list[str] = []
+        spans: list[tuple[int, Block, int]] = []
+        offset = 1
+        for block in self.blocks:
+            spans.append((offset, block, block.line))
+            parts.append(block.code)
+            offset += block.code.count("\n")
+        return "".join(parts), spans
+
+    def where(self, program_line: int) -> str:
+        _, spans = self.source()
+        for start, block, first in reversed(spans):
+            if program_line >= start:
+                return f"{block.page.relative_to(ROOT)}:{first + program_line - start}"
+        return self.name
+
+
+def blocks(page: Path) -> list[Block]:
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        if _FENCE.match(lines[i].strip()) and lines[i].startswith("```"):
+            start = i + 1
+            end = start
+            while end < len(lines) and not lines[end].startswith("```"):
+                end += 1
+            block = Block(page, start + 1, "".join(lines[start:end]))
+            previous = lines[i - 1].strip() if i > 0 else ""
+            marker = _MARKER.match(previous)
+            if marker:
+                block.marker, block.reason = marker.group(1), marker.group(2)
+            found.append(block)
+            i = end + 1
+        else:
+            i += 1
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [block for page in PAGES for block in blocks(page)]
+
+
+def programs() -> list[Program]:
+    result: list[Program] = []
+    for block in all_blocks():
+        if block.marker == "skip":
+            continue
+        if block.marker == "continue":
+            assert result and result[-1].blocks[-1].page == block.page, block
+            result[-1].blocks.append(block)
+        else:
+            result.append(Program([block]))
+    return result
+
+
+def test_markers_are_known_and_skips_have_a_reason() -> None:
+    for block in all_blocks():
+        where = f"{block.page.relative_to(ROOT)}:{block.line}"
+        assert block.marker in (None, "skip", "continue"), f"{where}: unknown marker"
+        if block.marker == "skip":
+            assert block.reason and block.reason.strip(), f"{where}: a skip needs a reason"
+    assert any(program.blocks for program in programs())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("program", programs(), ids=lambda p: p.name)
+def test_snippet_runs(program: Program, tmp_path: Path) -> None:
+    source, _ = program.source()
+    script = tmp_path / "snippet.py"
+    script.write_text(source, encoding="utf-8")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{program.name}: did not finish in {TIMEOUT} s")
+    if done.returncode != 0:
+        pattern = rf'File "{re.escape(str(script))}", line (\d+)'
+        lines = [int(n) for n in re.findall(pattern, done.stderr)]
+        where = program.where(lines[-1]) if lines else program.name
+        tail = "\n".join(done.stderr.strip().splitlines()[-25:])
+        pytest.fail(f"snippet failed at {where} (exit {done.returncode}):\n{tail}")
