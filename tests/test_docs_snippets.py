@@ -117,6 +117,11 @@ def test_snippet_runs(program: Program, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(source, encoding="utf-8")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+    # A local Spark Connect session started by other tests in this process leaves these set;
+    # a snippet is a fresh user program and starts its own classic session.
+    for name in [n for n in env if n.startswith(("SPARK_CONNECT", "SPARK_LOCAL_REMOTE"))]:
+        del env[name]
+    env.pop("SPARK_REMOTE", None)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
         done = subprocess.run(
