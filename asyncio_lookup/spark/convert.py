@@ -228,12 +228,17 @@ def rows_to_arrays(
         if child is None and all_known:
             out.append(pa.nulls(len(rows), field.type))
             continue
-        if child is not None:
-            try:
-                out.append(exact_cast(child, field.type))
-                continue
-            except _ARROW_ERRORS:
-                pass
-        values = [None if row is None else row.get(field.name) for row in rows]
-        out.append(_column_slow(values, field.name, field.type))
+        converted = None if child is None else _cast_or_none(child, field.type)
+        if converted is None:  # no one inferred type, or a value that does not fit: name it
+            values = [None if row is None else row.get(field.name) for row in rows]
+            converted = _column_slow(values, field.name, field.type)
+        out.append(converted)
     return out
+
+
+def _cast_or_none(array: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """:func:`exact_cast`, or ``None`` when some value does not fit (the caller finds which)."""
+    try:
+        return exact_cast(array, target)
+    except _ARROW_ERRORS:
+        return None

@@ -158,6 +158,8 @@ def _stopped(session: Any) -> bool:
         return bool(getattr(session, "is_stopped", False))
     context = getattr(session, "_sc", None)
     return context is None or getattr(context, "_jsc", None) is None
+
+
 _counter = iter(range(1 << 62))
 
 
