@@ -107,6 +107,16 @@ class SparkSessions:
             self.master = None
 
 
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass; its last value."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def failed_tasks(spark: SparkSession, group: str) -> int:
     """Failed task attempts of the jobs run in job group ``group``."""
     tracker = spark.sparkContext.statusTracker()
