@@ -29,7 +29,7 @@ class State(enum.Enum):
     PENDING = "an attempt is running or, with retry, the next one is scheduled"
     TIMING_OUT = "the deadline passed; the function's timeout hook decides the outcome"
     DONE = "final: a result, to be emitted"
-    FAILED = "final: an error, which fails the stream"
+    FAILED = "final: an error, which fails the stream (or, with an error output, a DONE record)"
 
 
 _PENDING = State.PENDING
@@ -79,6 +79,7 @@ class ResultHandler:
     __slots__ = (
         "admitted",
         "armed",
+        "attempts",
         "at",
         "element",
         "next_attempt",
@@ -96,6 +97,7 @@ class ResultHandler:
         self.at = at  # the deadline (math.inf without a timeout)
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
+        self.attempts = 1  # calls of the function started (the retry delegator counts on)
         self.task: asyncio.Task[None] | None = None  # the running attempt or timeout hook
         self.next_attempt: asyncio.TimerHandle | None = None  # with retry, between attempts
         self.result: Collection[Any] = ()  # the outputs, once DONE
@@ -155,13 +157,35 @@ class ResultHandler:
                     waiter.set_result(None)
 
     def complete_exceptionally(self, error: BaseException) -> None:
-        """The record's final error: the stream fails with it."""
+        """The record's final error: the stream fails with it, or, with an error output
+        (``on_error``), the record is emitted with the outputs ``on_error`` gives for it."""
         self.state = State.FAILED
         self.armed = False
         run = self.run
-        run._metrics.in_flight -= 1
-        run._metrics.errors += 1
-        run._fail(error)
+        metrics = run._metrics
+        metrics.in_flight -= 1
+        metrics.errors += 1
+        on_error = run._on_error
+        if on_error is None:
+            run._fail(error)
+            return
+        try:
+            outputs = on_error(self.element, error, self.attempts)
+        except Exception as output_error:
+            if output_error.__cause__ is None:
+                output_error.__cause__ = error
+            run._fail(output_error)
+            return
+        type_error = result_type_error(self.element, outputs)
+        if type_error is not None:
+            type_error.__cause__ = error
+            run._fail(type_error)
+            return
+        self.state = _DONE
+        self.result = outputs
+        metrics.failed += 1
+        if self.slot.completed(self):
+            run._wake_consumer()
 
     def expire(self) -> None:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""
