@@ -79,8 +79,8 @@ class ResultHandler:
     __slots__ = (
         "admitted",
         "armed",
-        "attempts",
         "at",
+        "attempts",
         "element",
         "next_attempt",
         "result",

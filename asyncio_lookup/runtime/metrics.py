@@ -13,8 +13,8 @@ class OperatorMetrics:
     ``in_flight`` is a gauge (records admitted and not yet final); the rest only grow.
     ``completed`` counts records whose final outcome is a result (including a timeout hook's),
     ``errors`` records that failed, ``failed`` those of them emitted through the error output
-    (``on_error``) instead of failing the stream, ``timeouts`` records whose deadline expired, ``retries``
-    retry attempts started. Latency is admission-to-result of completed records.
+    (``on_error``) instead of failing the stream, ``timeouts`` records whose deadline expired,
+    ``retries`` retry attempts started. Latency is admission-to-result of completed records.
     """
 
     GAUGES: ClassVar[frozenset[str]] = frozenset(
