@@ -105,10 +105,10 @@ class AsyncMapTask:
         def failure_of(error: LossyValueError, index: int) -> RowFailure:
             return self._failure(out.batch[index], self._lossy(error))
 
-        _, columns, failures = convert_keeping_failures(
+        indices, columns, failures = convert_keeping_failures(
             rows, indices, failures, list(self.schema), failure_of
         )
-        errors = error_array(len(rows), failures, self.error_field.type)
+        errors = error_array(len(indices), failures, self.error_field.type)
         schema = self.schema.append(self.error_field)
         return pa.RecordBatch.from_arrays([*columns, errors], schema=schema), len(failures)
 

@@ -438,3 +438,45 @@ def test_arguments_are_checked_on_the_driver(
             async_map(df, Enrich(), "n INT", timeout=1.0, on_error="ignore")
         with pytest.raises(ConfigurationError, match=r"'error_column'.*schema already has"):
             async_map(df, Enrich(), "n INT, lookup_error INT", timeout=1.0, on_error="keep")
+
+
+# ------------------------------------------------------------------ SQL
+
+
+def test_sql_hint_on_error_keep_exposes_the_failure_as_a_dim_field(
+    spark: SparkSession, service: CustomerService
+) -> None:
+    from asyncio_lookup.spark import LookupSQL
+
+    sql = LookupSQL(spark)
+    sql.sql(
+        "CREATE TEMPORARY TABLE Customers (id INT, name STRING, tier STRING) WITH ("
+        f"'connector' = 'http', 'url' = 'http://127.0.0.1:{service.port}/customers/{{id}}')"
+    )
+    orders_sql = [(n, c) for n, c in enumerate([1, SERVER_ERROR, 2, MALFORMED, MISSING, 3, 4])]
+    spark.createDataFrame(orders_sql, "order_id INT, customer_id INT").withColumn(
+        "proc_time", F.current_timestamp()
+    ).createOrReplaceTempView("eo_orders")
+    statement = """SELECT /*+ LOOKUP('table'='Customers', 'on-error'='keep') */
+        o.order_id, c.name, c.lookup_error.error_class AS failure
+    FROM eo_orders AS o
+    JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+      ON o.customer_id = c.id AND c.tier <> 'platinum'"""
+    got = sorted(tuple(r) for r in sql.sql(statement).collect())
+    assert got == [
+        (0, "c1", None),
+        (1, None, "HttpStatusError"),
+        (2, "c2", None),
+        (3, None, "DataFormatError"),
+        (5, "c3", None),
+        (6, "c4", None),
+    ]
+    assert sql.table("Customers").metrics()["numFailedRows"] == 2
+    left = statement.replace("JOIN Customers", "LEFT JOIN Customers").replace(
+        "o.order_id, c.name, c.lookup_error.error_class AS failure", "o.order_id, c.*"
+    )
+    rows = {r.order_id: r for r in sql.sql(left).collect()}
+    assert rows[4].name is None and rows[4].lookup_error is None  # a miss
+    assert rows[1].lookup_error.key == f"[{SERVER_ERROR}]" and rows[1].name is None
+    with pytest.raises(Exception, match="lookup_error"):  # no such field without 'keep'
+        sql.sql(statement.replace("'on-error'='keep'", "'on-error'='fail'"))
