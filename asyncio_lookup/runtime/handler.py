@@ -90,6 +90,8 @@ class ResultHandler:
         "task",
     )
 
+    attempts: int  # set by the retry delegator from the second attempt on; see attempts_made
+
     def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
         self.run = run
         self.element = element
@@ -97,7 +99,6 @@ class ResultHandler:
         self.at = at  # the deadline (math.inf without a timeout)
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
-        self.attempts = 1  # calls of the function started (the retry delegator counts on)
         self.task: asyncio.Task[None] | None = None  # the running attempt or timeout hook
         self.next_attempt: asyncio.TimerHandle | None = None  # with retry, between attempts
         self.result: Collection[Any] = ()  # the outputs, once DONE
@@ -170,7 +171,7 @@ class ResultHandler:
             run._fail(error)
             return
         try:
-            outputs = on_error(self.element, error, self.attempts)
+            outputs = on_error(self.element, error, self.attempts_made())
         except Exception as output_error:
             if output_error.__cause__ is None:
                 output_error.__cause__ = error
@@ -186,6 +187,11 @@ class ResultHandler:
         metrics.failed += 1
         if self.slot.completed(self):
             run._wake_consumer()
+
+    def attempts_made(self) -> int:
+        """Calls of the function started for this record. ``attempts`` is set by the retry
+        delegator from the second attempt on (left unset otherwise: no cost per record)."""
+        return getattr(self, "attempts", 1)
 
     def expire(self) -> None:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""

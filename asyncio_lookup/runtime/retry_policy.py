@@ -50,7 +50,7 @@ class RetryingHandler:
     @property
     def attempts(self) -> int:
         """The current attempt's number."""
-        return self.handler.attempts
+        return self.handler.attempts_made()
 
     def complete(self, result: Any) -> None:
         """An attempt's result: retried when the result predicate says so and the strategy
@@ -94,7 +94,7 @@ class RetryingHandler:
     def _retry(self) -> bool:
         """Schedule the next attempt if the strategy allows; False if the outcome is final."""
         try:
-            delay = self.policy.delay(self.handler.attempts)
+            delay = self.policy.delay(self.handler.attempts_made())
         except Exception as error:
             self.handler.complete_exceptionally(error)
             return True
@@ -111,5 +111,5 @@ class RetryingHandler:
         if run._closed or handler.state is not State.PENDING:
             return
         run._metrics.retries += 1
-        handler.attempts += 1
+        handler.attempts = handler.attempts_made() + 1
         handler.start(self)
