@@ -311,15 +311,14 @@ class LookupJoinRunner(Generic[P]):
             left_rows = batch.left_rows
             for index, key in enumerate(batch.keys):
                 left_row = left_rows[index] if left_rows is not None else None
+                dim_rows: Sequence[DimRow]
                 try:
                     dim_rows = spec.finish(lookup(key) if key is not None else (), left_row)
                 except Exception as error:
                     if not self.keep_failures:
                         raise
                     out.failures.append(len(out.indices))
-                    out.indices.append(index)
-                    out.dim_rows.append(self._failure(key, error))
-                    continue
+                    dim_rows = [self._failure(key, error)]
                 for dim_row in dim_rows:
                     out.indices.append(index)
                     out.dim_rows.append(dim_row)

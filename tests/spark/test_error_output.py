@@ -156,7 +156,10 @@ def enrich(
         on=[("sku", "sku")],
         how="inner",
         columns=["title", "price"],
-        hints="LOOKUP('table'='Products', 'on-error'='keep')" if keep else None,
+        # the hash lookup join too: its routing column is dropped from failed rows as well
+        hints="LOOKUP('table'='Products', 'on-error'='keep', 'shuffle'='true')" if keep else None,
+        shuffle_partitions=2,
+        skew=False,
         **({"error_column": "product_error"} if keep else {}),
     )
 
