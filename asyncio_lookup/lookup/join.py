@@ -227,7 +227,7 @@ def _probes(batch: ProbeBatch[Any]) -> Iterator[_Probe]:
     return map(_Probe, batch.keys, repeat(None) if left_rows is None else left_rows)
 
 
-class _LookupCall(AsyncFunction[_Probe, "DimRow"]):
+class _LookupCall(AsyncFunction[_Probe, DimRow]):
     """One row's lookup through the chain; its outputs are the row's output dim rows (``None``:
     NULL-padded), none for an INNER join without a surviving dim row."""
 
