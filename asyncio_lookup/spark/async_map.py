@@ -13,6 +13,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime import (
+    AsyncBatchFunction,
+    AsyncBatchWaitOperator,
     AsyncRetryStrategy,
     AsyncWaitOperator,
     OutputMode,
@@ -49,8 +51,37 @@ class AsyncMapTask:
     metrics_id: str | None
     flush_rows: int = DEFAULT_FLUSH_ROWS
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    batch_size: int | None = None  # None: fn is called per row
+    batch_timeout: float | timedelta | None = None
 
-    def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
+    def operator(
+        self,
+    ) -> (
+        AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]
+        | AsyncBatchWaitOperator[dict[str, Any], Mapping[str, Any]]
+    ):
+        if self.batch_size is not None:
+            return AsyncBatchWaitOperator(
+                self.fn,
+                batch_size=self.batch_size,
+                batch_timeout=self.batch_timeout,
+                timeout=self.timeout,
+                capacity=self.capacity,
+                output_mode=self.output_mode,
+                retry_strategy=self.retry_strategy,
+            )
+        if self.batch_timeout is not None:
+            raise ConfigurationError(
+                "batch_timeout", self.batch_timeout, "None unless batch_size is set"
+            )
+        if isinstance(self.fn, AsyncBatchFunction):
+            raise ConfigurationError(
+                "batch_size",
+                None,
+                "an int >= 1",
+                reason=f"fn ({type(self.fn).__name__}) is an AsyncBatchFunction, which takes a "
+                "list of rows",
+            )
         return AsyncWaitOperator(
             self.fn,
             timeout=self.timeout,
@@ -104,6 +135,8 @@ def async_map(
     retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
     *,
     metrics_id: str | None = None,
+    batch_size: int | None = None,
+    batch_timeout: float | timedelta | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
 
@@ -113,6 +146,11 @@ def async_map(
     ``retry_strategy`` are the async wait operator's (FLIP-232; ``output_mode`` also as text,
     e.g. ``'allow_unordered'``). With ``metrics_id`` the
     operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
+    With ``batch_size`` the function is batched (Flink's ``AsyncBatchFunction``): ``fn`` is an
+    :class:`AsyncBatchFunction` or ``async def fn(rows: list[dict]) -> Sequence[Collection[dict]]``
+    returning one collection of output rows per input row; a batch is flushed when it has
+    ``batch_size`` rows, ``batch_timeout`` seconds after its first row was read, or at the end of
+    the partition. ``timeout``, ``capacity`` and ``retry_strategy`` then apply per batch.
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -131,8 +169,10 @@ def async_map(
         retry_strategy=retry_strategy,
         metrics_id=metrics_id,
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
+        batch_size=batch_size,
+        batch_timeout=batch_timeout,
     )
-    task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
+    task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
         return df.mapInArrow(task, parsed)
     if not isinstance(metrics_id, str) or not metrics_id:
