@@ -1,7 +1,9 @@
 """Batched ``async_map`` (``batch_size=32``) vs per-row ``async_map`` against the local HTTP
 service, which answers one customer per ``GET /customers/{id}`` and a list per
 ``POST /customers:batchGet``. Same rows, same run, same service latency; the results of the two
-are compared row for row before timing. The figure is the rows/s ratio batched / per row.
+are compared row for row before timing. Per-row ``async_map`` runs at the default capacity
+(100 rows) and at the batched run's rows in flight (8 batches x 32 = 256 rows); the figure is
+the rows/s ratio batched / the faster per-row variant.
 """
 
 from __future__ import annotations
