@@ -37,6 +37,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "benchmarks.external:run_connectors", uses_spark=False),
     Scenario("batching", "Batched lookups in lookup_join (Redis, PostgreSQL)",
              "benchmarks.batching:run"),
+    Scenario("batched-async-map", "Batched async_map vs per-row async_map",
+             "benchmarks.batched_async_map:run"),
     Scenario("retry-on-miss", "Retry-on-miss cost", "benchmarks.retry_cost:run"),
     Scenario("faults", "Long-tail latency and transient failures", "benchmarks.faults:run"),
     Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),

@@ -1,5 +1,7 @@
 """The async wait operator (FLIP-232) and its DataStream-style API. Imports no Spark, no lookup."""
 
+from asyncio_lookup.runtime.batch_function import AsyncBatchFunction
+from asyncio_lookup.runtime.batch_operator import AsyncBatchWaitOperator
 from asyncio_lookup.runtime.datastream import AsyncDataStream, AsyncStream
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
@@ -14,6 +16,8 @@ from asyncio_lookup.runtime.retry import (
 )
 
 __all__ = [
+    "AsyncBatchFunction",
+    "AsyncBatchWaitOperator",
     "AsyncDataStream",
     "AsyncFunction",
     "AsyncRetryPredicate",

@@ -16,6 +16,7 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from asyncio_lookup.runtime.batch_operator import AsyncBatchWaitOperator, BatchFn
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
 from asyncio_lookup.runtime.handler import WatermarkEntry
@@ -41,7 +42,10 @@ class AsyncStream(Generic[IN, OUT]):
     """
 
     def __init__(
-        self, source: Source, operator: AsyncWaitOperator[IN, OUT], use_uvloop: bool | None
+        self,
+        source: Source,
+        operator: AsyncWaitOperator[IN, OUT] | AsyncBatchWaitOperator[IN, OUT],
+        use_uvloop: bool | None,
     ) -> None:
         self.source = source
         self.operator = operator
@@ -53,6 +57,7 @@ class AsyncStream(Generic[IN, OUT]):
         return self.operator.metrics
 
     async def _batches(self) -> AsyncGenerator[list[OUT | Watermark], None]:
+        batched = isinstance(self.operator, AsyncBatchWaitOperator)
         async with self.operator.running(self.source) as run:
             while True:
                 batch = await run.next_batch()
@@ -62,6 +67,9 @@ class AsyncStream(Generic[IN, OUT]):
                 for entry in batch:
                     if type(entry) is WatermarkEntry:
                         out.append(entry.element)
+                    elif batched:  # one collection of outputs per element of the batch
+                        for outputs in entry.result:
+                            out.extend(outputs)
                     else:
                         out.extend(entry.result)
                 yield out
@@ -194,6 +202,63 @@ class AsyncDataStream:
         ``retry_strategy`` within ``timeout``."""
         return _stream(
             stream, fn, timeout, capacity, OutputMode.UNORDERED, retry_strategy, use_uvloop
+        )
+
+    @staticmethod
+    def ordered_wait_batch(
+        stream: Source,
+        fn: BatchFn[IN, OUT],
+        timeout: float | timedelta | None,
+        batch_size: int,
+        batch_timeout: float | timedelta | None = None,
+        capacity: int = 100,
+        *,
+        retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Calls ``fn`` with batches of up to ``batch_size`` records (flushed when full,
+        ``batch_timeout`` after their first record, and at the end); outputs in input order.
+        ``timeout``, ``capacity`` and ``retry_strategy`` apply per batch."""
+        return AsyncStream(
+            stream,
+            AsyncBatchWaitOperator(
+                fn,
+                batch_size=batch_size,
+                batch_timeout=batch_timeout,
+                timeout=timeout,
+                capacity=capacity,
+                output_mode=OutputMode.ORDERED,
+                retry_strategy=retry_strategy,
+            ),
+            use_uvloop,
+        )
+
+    @staticmethod
+    def unordered_wait_batch(
+        stream: Source,
+        fn: BatchFn[IN, OUT],
+        timeout: float | timedelta | None,
+        batch_size: int,
+        batch_timeout: float | timedelta | None = None,
+        capacity: int = 100,
+        *,
+        retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """As :meth:`ordered_wait_batch`, with batches emitted in completion order (never
+        across a watermark; a batch's records stay together and in order)."""
+        return AsyncStream(
+            stream,
+            AsyncBatchWaitOperator(
+                fn,
+                batch_size=batch_size,
+                batch_timeout=batch_timeout,
+                timeout=timeout,
+                capacity=capacity,
+                output_mode=OutputMode.UNORDERED,
+                retry_strategy=retry_strategy,
+            ),
+            use_uvloop,
         )
 
 

@@ -15,17 +15,34 @@ by identity, so the elements need no wrapper and the function sees them as they 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Sized
-from typing import Any, Generic, TypeVar
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Sized,
+)
+from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime.operator import AsyncWaitOperator
+from asyncio_lookup.runtime.elements import Watermark
 
 B = TypeVar("B", bound=Sized)
 E = TypeVar("E")
 OUT = TypeVar("OUT")
+OUT_co = TypeVar("OUT_co", covariant=True)
 
 DEFAULT_FLUSH_ROWS = 8192
+
+
+class ElementOperator(Protocol[E, OUT_co]):
+    """What the rebatcher drives: ``AsyncWaitOperator`` or ``AsyncBatchWaitOperator``."""
+
+    def process(
+        self, source: AsyncIterable[E]
+    ) -> AsyncIterator[tuple[E, Collection[OUT_co]] | Watermark]: ...
 
 
 def check_flush_rows(flush_rows: Any) -> int:
@@ -66,7 +83,7 @@ class Rebatcher(Generic[B, E, OUT]):
 
     def __init__(
         self,
-        operator: AsyncWaitOperator[E, OUT],
+        operator: ElementOperator[E, OUT],
         elements: Callable[[B], Iterable[E]],
         *,
         flush_rows: int = DEFAULT_FLUSH_ROWS,

@@ -14,6 +14,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.runtime import (
+    AsyncBatchFunction,
+    AsyncBatchWaitOperator,
     AsyncRetryStrategy,
     AsyncWaitOperator,
     OutputMode,
@@ -64,8 +66,38 @@ class AsyncMapTask:
     #: name failures give as their table.
     error_field: pa.Field | None = None
     name: str = "async_map"
+    batch_size: int | None = None  # None: fn is called per row
+    batch_timeout: float | timedelta | None = None
 
-    def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
+    def operator(
+        self,
+    ) -> (
+        AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]
+        | AsyncBatchWaitOperator[dict[str, Any], Mapping[str, Any]]
+    ):
+        if self.batch_size is not None:
+            return AsyncBatchWaitOperator(
+                self.fn,
+                batch_size=self.batch_size,
+                batch_timeout=self.batch_timeout,
+                timeout=self.timeout,
+                capacity=self.capacity,
+                output_mode=self.output_mode,
+                retry_strategy=self.retry_strategy,
+                on_error=None if self.error_field is None else self._failed,
+            )
+        if self.batch_timeout is not None:
+            raise ConfigurationError(
+                "batch_timeout", self.batch_timeout, "None unless batch_size is set"
+            )
+        if isinstance(self.fn, AsyncBatchFunction):
+            raise ConfigurationError(
+                "batch_size",
+                None,
+                "an int >= 1",
+                reason=f"fn ({type(self.fn).__name__}) is an AsyncBatchFunction, which takes a "
+                "list of rows",
+            )
         return AsyncWaitOperator(
             self.fn,
             timeout=self.timeout,
@@ -184,6 +216,8 @@ def async_map(
     metrics_id: str | None = None,
     on_error: str = "fail",
     error_column: str = DEFAULT_ERROR_COLUMN,
+    batch_size: int | None = None,
+    batch_timeout: float | timedelta | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
 
@@ -196,6 +230,11 @@ def async_map(
     ``on_error='keep'`` keeps a row whose call failed for good (or whose output does not fit
     ``schema``) as one row with NULL output columns and a struct column ``error_column``
     (``key`` is the input row as JSON); see :func:`split_failed`.
+    With ``batch_size`` the function is batched (Flink's ``AsyncBatchFunction``): ``fn`` is an
+    :class:`AsyncBatchFunction` or ``async def fn(rows: list[dict]) -> Sequence[Collection[dict]]``
+    returning one collection of output rows per input row; a batch is flushed when it has
+    ``batch_size`` rows, ``batch_timeout`` seconds after its first row was read, or at the end of
+    the partition. ``timeout``, ``capacity`` and ``retry_strategy`` then apply per batch.
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -222,8 +261,10 @@ def async_map(
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
         error_field=error_field,
         name=metrics_id if isinstance(metrics_id, str) and metrics_id else _function_name(fn),
+        batch_size=batch_size,
+        batch_timeout=batch_timeout,
     )
-    task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
+    task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
         return df.mapInArrow(task, parsed)
     if not isinstance(metrics_id, str) or not metrics_id:

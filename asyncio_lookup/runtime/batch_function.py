@@ -1,0 +1,157 @@
+"""The user's batch function: :class:`AsyncBatchFunction`, or a plain ``async def`` over a list
+of elements, and :func:`batch_call`, which shows it to the operator as an ordinary
+:class:`AsyncFunction` whose element is a :class:`Batch` and whose result has one collection of
+outputs per element of the batch (checked here, so a wrong count never reaches the fan-out).
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.runtime.batcher import Batch
+from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
+from asyncio_lookup.runtime.handler import result_type_error
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+
+class AsyncBatchFunction(ABC, Generic[IN, OUT]):
+    """An async function called with a batch of records (Flink's ``AsyncBatchFunction``).
+
+    ``async_invoke_batch`` returns one collection of outputs per record, in the records' order
+    (an empty collection: no output for that record). ``timeout`` is called once when the
+    batch's total timeout expires, with the same list; its outcome is final. ``open`` /
+    ``close`` bracket the function's use.
+    """
+
+    async def open(self) -> None:
+        """Acquire resources; called before the first batch."""
+
+    @abstractmethod
+    async def async_invoke_batch(self, elements: list[IN]) -> Sequence[Collection[OUT]]:
+        """Return the outputs of each of ``elements``; raise to fail (or retry) the batch."""
+
+    async def timeout(self, elements: list[IN]) -> Sequence[Collection[OUT]]:
+        """Called when the batch's timeout expires. The default fails the stream."""
+        raise TimeoutError(TIMEOUT_MESSAGE)
+
+    async def close(self) -> None:
+        """Release resources; called on every exit path."""
+
+
+class _CallableBatchFunction(AsyncBatchFunction[IN, OUT]):
+    """A plain ``async def f(elements: list) -> Sequence[Collection]`` as a batch function."""
+
+    def __init__(self, func: Callable[[list[IN]], Awaitable[Sequence[Collection[OUT]]]]) -> None:
+        self.func = func
+
+    async def async_invoke_batch(self, elements: list[IN]) -> Sequence[Collection[OUT]]:
+        return await self.func(elements)
+
+    def __repr__(self) -> str:
+        return f"AsyncBatchFunction({self.func!r})"
+
+
+_ALLOWED = (
+    "an AsyncBatchFunction instance or an `async def` function taking a list of rows and "
+    "returning one collection of outputs per row"
+)
+
+
+def as_async_batch_function(fn: Any, option: str = "fn") -> AsyncBatchFunction[Any, Any]:
+    """Return ``fn`` as an :class:`AsyncBatchFunction`; anything else is a ConfigurationError
+    (an :class:`AsyncFunction` takes one record, so it is refused with that reason)."""
+    if isinstance(fn, AsyncBatchFunction):
+        for hook in ("async_invoke_batch", "timeout", "open", "close"):
+            if not inspect.iscoroutinefunction(getattr(fn, hook)):
+                raise ConfigurationError(
+                    option, fn, _ALLOWED, reason=f"{type(fn).__name__}.{hook} is not `async def`"
+                )
+        return fn
+    if isinstance(fn, AsyncFunction):
+        raise ConfigurationError(
+            option,
+            fn,
+            _ALLOWED,
+            reason=f"{type(fn).__name__} is an AsyncFunction, which takes one row; with a "
+            "batch size the function takes a list of rows (AsyncBatchFunction.async_invoke_batch)",
+        )
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - async __call__ on an instance
+    if (
+        isinstance(fn, type)
+        or not callable(fn)
+        or not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call))
+    ):
+        raise ConfigurationError(option, fn, _ALLOWED, reason="not an async function")
+    return _CallableBatchFunction(fn)
+
+
+def check_batch_result(batch: Batch[Any], results: Any) -> list[Collection[Any]]:
+    """``results`` as a list of one collection per element of ``batch``, else a
+    :class:`ResultTypeError` naming the batch size and what came back."""
+    size = len(batch.elements)
+    if (
+        results is None
+        or isinstance(results, (str, bytes, bytearray, Mapping))
+        or not isinstance(results, Sequence)
+    ):
+        raise ResultTypeError(
+            f"async batch function returned {type(results).__name__} {results!r:.200} for a "
+            f"batch of {size} rows; it must return a list with one collection of outputs per "
+            "row, in the rows' order"
+        )
+    if len(results) != size:
+        raise ResultTypeError(
+            f"async batch function returned {len(results)} results for a batch of {size} rows "
+            f"({batch!r:.300}); it must return exactly one collection of outputs per row, in "
+            "the rows' order (an empty list for a row without output)"
+        )
+    checked = results if type(results) is list else list(results)
+    for element, outputs in zip(batch.elements, checked, strict=True):
+        kind = type(outputs)
+        if kind is not list and kind is not tuple:
+            error = result_type_error(element, outputs)
+            if error is not None:
+                raise ResultTypeError(f"in a batch of {size} rows: {error}")
+    return checked
+
+
+class BatchCall(AsyncFunction[Batch[Any], Collection[Any]]):
+    """A batch function seen by the operator: element = a :class:`Batch`, result = the
+    checked list of per-element collections. Opened and closed with the batch function."""
+
+    def __init__(self, fn: AsyncBatchFunction[Any, Any]) -> None:
+        self.fn = fn
+        self._invoke = fn.func if isinstance(fn, _CallableBatchFunction) else fn.async_invoke_batch
+
+    async def open(self) -> None:
+        await self.fn.open()
+
+    async def async_invoke(self, element: Batch[Any]) -> Collection[Any]:
+        return check_batch_result(element, await self._invoke(element.elements))
+
+    async def close(self) -> None:
+        await self.fn.close()
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
+class _BatchCallWithTimeout(BatchCall):
+    """A :class:`BatchCall` whose batch function has its own timeout hook."""
+
+    async def timeout(self, element: Batch[Any]) -> Collection[Any]:
+        return check_batch_result(element, await self.fn.timeout(element.elements))
+
+
+def batch_call(fn: AsyncBatchFunction[Any, Any]) -> BatchCall:
+    """``fn`` as the operator's function (with a timeout hook only when ``fn`` has one, so the
+    default timeout fails without a task, as for a per-record function)."""
+    if type(fn).timeout is AsyncBatchFunction.timeout:
+        return BatchCall(fn)
+    return _BatchCallWithTimeout(fn)
