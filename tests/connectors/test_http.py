@@ -14,9 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError
+from asyncio_lookup.connectors import http_client
+from asyncio_lookup.connectors.http_client import CLIENTS, has_dot_segment
 from asyncio_lookup.connectors.http_connector import encode_value, parse_retry_after
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service, blocking
+
+
+@pytest.fixture(autouse=True, params=CLIENTS)
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with each HTTP client as the connectors' default."""
+    monkeypatch.setattr(http_client, "DEFAULT_CLIENT", request.param)
+    return str(request.param)
 
 
 async def _both(connector: HttpConnector, key: tuple) -> list:
@@ -380,41 +389,15 @@ def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
     assert HttpConnector("http://127.0.0.1:1/c/{id}").max_connections == 100
 
 
-@pytest.mark.parametrize(
-    "template",
-    [
-        "http://127.0.0.1:8080/customers/{id}",
-        "http://h/c/{id}.json",
-        "http://u:p@h:1/x/{id}/y",
-        "https://h/a%20b/{id}",
-    ],
-)
-@given(value=st.one_of(st.integers(), st.text(max_size=12)))
-@settings(max_examples=60, deadline=None)
-def test_point_path_fast_path_builds_the_same_url(template: str, value: object) -> None:
-    # Point lookups join the encoded key to the pre-parsed origin instead of parsing the URL.
-    from yarl import URL
-
-    from asyncio_lookup.connectors.http_connector import _point_path
-
-    c = HttpConnector(template, ["id"])
-    point = _point_path(c)
-    assert point is not None
-    origin, text, before, after = point
-    path = before + encode_value(value) + after
-    fast, slow = origin.with_path(path, encoded=True), URL(c.point_url((value,)), encoded=True)
-    assert fast == slow and str(fast) == str(slow) == text + path
-    assert (fast.raw_path, fast.host, fast.port) == (slow.raw_path, slow.host, slow.port)
+def test_client_option_is_checked() -> None:
+    assert HttpConnector("http://h/c/{id}", client="aiohttp").client == "aiohttp"
+    with pytest.raises(ConfigurationError, match="client.*'pyreqwest' \\| 'aiohttp'"):
+        HttpConnector("http://h/c/{id}", client="requests")
 
 
-def test_point_path_is_not_used_for_query_placeholders_or_composite_keys() -> None:
-    from asyncio_lookup.connectors.http_connector import _point_path
-
-    for template in (
-        "http://h/c?id={id}",
-        "http://h/x?{id}",
-        "http://h/?{id}",
-        "http://h/x?{id}&v=2",
-    ):
-        assert _point_path(HttpConnector(template, ["id"])) is None
-    assert _point_path(HttpConnector("http://h/o/{cid}/{oid}", ["cid", "oid"])) is None
+def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
+    # reqwest's URL parser turns /c/%2E%2E into /: such requests go through aiohttp
+    for url in ("http://h/c/%2E%2E", "http://h/c/%2e/x", "http://h/c/.%2E?q=1", "http://h/%2E"):
+        assert has_dot_segment(url), url
+    for url in ("http://h/c/a%2Eb", "http://h/c/%2E%2E%2E", "http://h/c?id=%2E%2E", "http://h/c"):
+        assert not has_dot_segment(url), url
