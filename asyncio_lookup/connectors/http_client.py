@@ -87,7 +87,8 @@ def has_dot_segment(url: str) -> bool:
 
 class PyreqwestClient:
     """pyreqwest: one ``Client`` (pool of ``max_connections``), the total per-request timeout
-    in Rust, redirects not followed, proxies from the environment (reqwest's default)."""
+    in Rust, redirects not followed, HTTP/2 where a TLS server offers it, proxies from the
+    environment (reqwest's default)."""
 
     def __init__(self, c: HttpConnector) -> None:
         from pyreqwest.client import ClientBuilder
@@ -103,6 +104,7 @@ class PyreqwestClient:
             .pool_max_idle_per_host(c.max_connections)
             .timeout(timedelta(seconds=c.timeout))
             .follow_redirects(False)
+            .http2(True)  # negotiated (ALPN) where a TLS server offers it
             .default_headers(c.request_headers())
             .build()
         )
@@ -172,6 +174,7 @@ class AiohttpClient:
             timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
             headers=c.request_headers(),  # every request's (not merged per request)
             raise_for_status=False,
+            trust_env=True,  # proxies from HTTP(S)_PROXY / NO_PROXY, as reqwest does
         )
 
     async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
