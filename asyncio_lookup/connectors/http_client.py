@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -174,7 +175,9 @@ class AiohttpClient:
             timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
             headers=c.request_headers(),  # every request's (not merged per request)
             raise_for_status=False,
-            trust_env=True,  # proxies from HTTP(S)_PROXY / NO_PROXY, as reqwest does
+            # proxies from HTTP(S)_PROXY / NO_PROXY, as reqwest does; aiohttp then looks them
+            # up per request, so only when the environment names one
+            trust_env=bool(urllib.request.getproxies()),
         )
 
     async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
