@@ -153,6 +153,8 @@ class JoinSpec:
 
     def finish(self, rows: Collection[Row], left_row: Row | None) -> list[Row | None]:
         """The output dim rows for one input row given what the lookup returned."""
+        if rows and self.dim_filter is None and self.condition is None:
+            return list(rows)  # no conditions: every row survives
         survivors: list[Row | None] = []
         for row in rows:
             if self.dim_filter is not None and not self.dim_filter(row):
