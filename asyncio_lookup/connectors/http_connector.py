@@ -36,9 +36,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
+from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
-from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors.http_client import (
     EMPTY,
     HttpClient,
@@ -415,8 +415,6 @@ class _HttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.client: HttpClient | None = None
-        # one key column in one placeholder: the URL is prefix + encoded key + suffix
-        self.affixes = connector.point_affixes
 
     async def open(self) -> None:
         if self.client is None:
@@ -431,16 +429,9 @@ class _HttpLookup(AsyncLookupFunction):
     async def async_lookup(self, key: Key) -> Collection[Row]:
         c = self.connector
         client = self.client if self.client is not None else await self._client()
-        affixes = self.affixes
-        if affixes is not None and len(key) == 1 and key[0] is not None:
-            value = key[0]
-            url = affixes[0] + (str(value) if type(value) is int else encode_value(value))
-            url += affixes[1]
-        else:
-            point_url = c.point_url(key)
-            if point_url is None:
-                return []
-            url = point_url
+        url = c.point_url(key)  # one key column: prefix + encoded value + suffix, no parse
+        if url is None:
+            return []
         status, headers, payload = await client.get_json(url)
         if not c.answered("GET", url, status, headers, payload):
             return []

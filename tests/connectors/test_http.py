@@ -10,11 +10,8 @@ from email.utils import formatdate
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from asyncio_lookup.connectors import HttpConnector, HttpStatusError
-from asyncio_lookup.connectors import http_client
+from asyncio_lookup.connectors import HttpConnector, HttpStatusError, http_client
 from asyncio_lookup.connectors.http_client import CLIENTS, has_dot_segment
 from asyncio_lookup.connectors.http_connector import encode_value, parse_retry_after
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
@@ -391,7 +388,7 @@ def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
 
 def test_client_option_is_checked() -> None:
     assert HttpConnector("http://h/c/{id}", client="aiohttp").client == "aiohttp"
-    with pytest.raises(ConfigurationError, match="client.*'pyreqwest' \\| 'aiohttp'"):
+    with pytest.raises(ConfigurationError, match=r"client.*'pyreqwest' \| 'aiohttp'"):
         HttpConnector("http://h/c/{id}", client="requests")
 
 
