@@ -40,7 +40,15 @@ from benchmarks.baselines import (
     thread_pool,
 )
 from benchmarks.data import uniform_keys
-from benchmarks.harness import Context, Measurement, ScenarioResult, Skipped, Target, Variant
+from benchmarks.harness import (
+    Context,
+    Measurement,
+    ScenarioResult,
+    Skipped,
+    Target,
+    Variant,
+    machine_info,
+)
 from benchmarks.servers import Profile
 from benchmarks.spark_env import PARTITIONS, orders_frame, run_to_noop
 from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
@@ -120,13 +128,22 @@ def run(ctx: Context) -> ScenarioResult:
         "the concurrent variants are CPU-bound well below Little's law (2 x 100 / latency)."
     )
     result.plots.append(plots.grouped_bars(
-        ctx.out_dir / "spark_lookup_join.png",
-        "Spark lookup join vs mapPartitions baselines (rows/s, log scale)",
-        rates, "rows / s", log=True,
+        ctx.out_dir / "spark_lookup_join.png", plot_title(machine_info()), rates, "rows / s",
+        log=True,
     ))
     if skipped:
         result.status = f"skipped: (c) lookup_join: {skipped} (baselines measured)"
     return result
+
+
+def plot_title(machine: dict[str, Any]) -> str:
+    """The plot's title: what it shows, and where and at which commit it was measured."""
+    load = machine.get("load_average_at_start") or []
+    return (
+        "Spark lookup join vs mapPartitions baselines (rows/s, log scale)\n"
+        f"{str(machine.get('date', ''))[:16]}, {machine.get('host')} ({machine.get('cpus')} CPUs, "
+        f"load {', '.join(f'{x:g}' for x in load)}), commit {machine.get('git_commit')}"
+    )
 
 
 def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measurement], str | None]:
