@@ -306,7 +306,9 @@ class HttpConnector(AsyncFirstSource):
         if not self.answered(method, url, status, headers, body):
             return [], None
         decoded = decode_json(self, method, url, body)
-        return self.rows_of(method, url, decoded, rows_field), decoded
+        return self.rows_of(method, url, decoded, rows_field), (
+            None if decoded is EMPTY else decoded
+        )
 
     def answered(
         self, method: str, url: str, status: int, headers: Mapping[str, str], body: Any
@@ -339,6 +341,8 @@ class HttpConnector(AsyncFirstSource):
             return [value]
         if value is None:
             return []
+        if isinstance(value, dict):
+            return [value]
         if isinstance(value, list) and all(isinstance(r, dict) for r in value):
             return list(value)
         raise DataFormatError(
