@@ -398,3 +398,30 @@ def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
         assert has_dot_segment(url), url
     for url in ("http://h/c/a%2Eb", "http://h/c/%2E%2E%2E", "http://h/c?id=%2E%2E", "http://h/c"):
         assert not has_dot_segment(url), url
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, "", []),  # a blank body is no row
+        (204, "", []),
+        (200, "null", []),
+        (200, '{"id": 1}', [{"id": 1}]),
+        (200, '[{"id": 1}, {"id": 2}]', [{"id": 1}, {"id": 2}]),
+        (200, "not json", DataFormatError),
+        (200, "[1, 2]", DataFormatError),
+        (404, "gone", []),
+        (500, "boom", HttpStatusError),
+        (503, "", TransientError),
+    ],
+)
+async def test_answers_of_every_kind(
+    http_service: Service, status: int, body: str, expected: object
+) -> None:
+    c = HttpConnector(f"{http_service.base}/raw/{status}/{{id}}")
+    key = (body,) if body else ("",)
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            await _both(c, key)
+    else:
+        assert await _both(c, key) == expected
