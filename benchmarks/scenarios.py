@@ -28,6 +28,8 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("operator-overhead", "Operator overhead", "benchmarks.external:run_operator_overhead",
              uses_spark=False),
+    Scenario("http-clients", "HTTP clients inside HttpConnector", "benchmarks.http_clients:run",
+             uses_spark=False),
     Scenario("spark-lookup-join", "Spark lookup join vs mapPartitions baselines",
              "benchmarks.spark_lookup_join:run"),
     Scenario("capacity-sweep", "Capacity sweep vs Little's law and the CPU ceiling",

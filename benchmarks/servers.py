@@ -74,6 +74,7 @@ class LatencyServer:
         self.port = 0
         self.counters: Counter[str] = Counter()
         self._late_calls: Counter[int] = Counter()
+        self._peers: set[Any] = set()  # (host, port) of the clients' connections seen
         self._rng = random.Random(self.profile.seed)
         self._in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -122,6 +123,7 @@ class LatencyServer:
     def reset(self) -> None:
         self.counters = Counter()
         self._late_calls = Counter()
+        self._peers = set()
 
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
@@ -215,6 +217,10 @@ class LatencyServer:
 
     async def _point(self, request: web.Request) -> web.Response:
         self.counters["requests"] += 1
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if peer not in self._peers:
+            self._peers.add(peer)
+            self.counters["connections"] = len(self._peers)
         self.counters["point_calls"] += 1
         failure = await self._misbehave()
         if failure is not None:

@@ -9,7 +9,12 @@ a, t, b, c, d, a, t, ... so a change in the shared machine's load hits all alike
 - (c) ``lookup_join`` async, capacity 100, no cache (point lookups, like the baselines),
 - (d) the same with the server's batch endpoint (``lookup.batch.max-size`` default batching),
 
-at 1 ms and 10 ms of server latency. Issue 4's targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a).
+at 1 ms and 10 ms of server latency. Targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a) (issue 4);
+(c)'s Python-worker CPU per row <= 1/3 of (b)'s and (c) >= 2.0x (b)'s throughput (issue 14).
+CPU per row is the median over the repeats of each variant (psutil, per process role).
+
+Then (c) alone at capacity 1,000 against 100 ms of latency: its throughput as a share of
+Little's law (partitions x capacity / latency); target >= 90 % (issue 14).
 
 Run on its own: ``python benchmarks/spark_lookup_join.py`` (median of 3; ``--quick``: smoke run).
 ``--connect``: (c) at 10 ms, capacity 100, on a classic ``local[2]`` session vs a Spark Connect
@@ -18,6 +23,7 @@ session (``remote("local[2]")``), each in its own process, interleaved (:func:`c
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,14 +40,23 @@ from benchmarks.baselines import (
     thread_pool,
 )
 from benchmarks.data import uniform_keys
-from benchmarks.harness import Context, Measurement, ScenarioResult, Skipped, Target, Variant
+from benchmarks.harness import (
+    Context,
+    Measurement,
+    ScenarioResult,
+    Skipped,
+    Target,
+    Variant,
+    machine_info,
+)
 from benchmarks.servers import Profile
-from benchmarks.spark_env import orders_frame, run_to_noop
+from benchmarks.spark_env import PARTITIONS, orders_frame, run_to_noop
 from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
 
 LATENCIES = (0.001, 0.010)
 CAPACITY = 100
 N_CUSTOMERS = 100_000
+BIG_CAPACITY, BIG_LATENCY = 1000, 0.100
 
 
 def _sizes(ctx: Context, latency: float) -> tuple[int, int]:
@@ -54,7 +69,7 @@ def _sizes(ctx: Context, latency: float) -> tuple[int, int]:
 def run(ctx: Context) -> ScenarioResult:
     result = ScenarioResult("spark-lookup-join", "Spark lookup join vs mapPartitions baselines")
     server = ctx.server()
-    ctx.begin("spark lookup join", len(LATENCIES) * 5 * ctx.repeats)
+    ctx.begin("spark lookup join", (len(LATENCIES) * 5 + 1) * ctx.repeats)
     skipped: str | None = None
     rates: dict[str, dict[str, float]] = {}
 
@@ -79,15 +94,25 @@ def run(ctx: Context) -> ScenarioResult:
         by_variant = {m.label.split(" ")[0]: m for m in measured}
         if "(c)" in by_variant:
             c, a, b = by_variant["(c)"], by_variant["(a)"], by_variant["(b)"]
+            c_cpu, b_cpu = _worker_cpu_per_row(c), _worker_cpu_per_row(b)
             if latency >= 0.005:
                 result.targets += [
                     Target(f"(c)/(b) at {ms}", c.rate / b.rate, minimum=1.0,
                            detail=f"{c.rate:,.0f} vs {b.rate:,.0f} rows/s"),
                     Target(f"(c)/(a) at {ms}", c.rate / a.rate, minimum=25.0,
                            detail=f"{c.rate:,.0f} vs {a.rate:,.0f} rows/s"),
+                    Target(f"(c)/(b) Python-worker CPU per row at {ms}", c_cpu / b_cpu,
+                           maximum=1 / 3, detail=f"{c_cpu:.1f} vs {b_cpu:.1f} µs/row"),
+                    Target(f"(c)/(b) throughput at {ms} (issue 14)", c.rate / b.rate,
+                           minimum=2.0, detail=f"{c.rate:,.0f} vs {b.rate:,.0f} rows/s"),
                 ]
             else:
-                result.data[f"ratios_{ms}"] = {"c/b": c.rate / b.rate, "c/a": c.rate / a.rate}
+                result.data[f"ratios_{ms}"] = {
+                    "c/b": c.rate / b.rate, "c/a": c.rate / a.rate, "c/b cpu": c_cpu / b_cpu,
+                }
+
+    if not skipped:
+        result.targets.append(_big_capacity(ctx, result))
 
     result.notes.append(
         "local[2], 2 partitions; (a) runs fewer rows than the others (rates are per row); "
@@ -95,21 +120,30 @@ def run(ctx: Context) -> ScenarioResult:
         "server call (server_calls_per_row checks it)."
     )
     result.notes.append(
-        "cpu_us_per_row_*: CPU time per row (last run) of Spark's Python workers, the JVM, and "
-        "this process (the driver plus the latency server's thread), from psutil."
+        "cpu_us_per_row_*: CPU time per row (median of the runs) of Spark's Python workers, the "
+        "JVM, and this process (the driver plus the latency server's thread), from psutil."
     )
     result.notes.append(
         "The latency server shares the 2 cores with Spark's JVM and the 2 Python workers, so "
         "the concurrent variants are CPU-bound well below Little's law (2 x 100 / latency)."
     )
     result.plots.append(plots.grouped_bars(
-        ctx.out_dir / "spark_lookup_join.png",
-        "Spark lookup join vs mapPartitions baselines (rows/s, log scale)",
-        rates, "rows / s", log=True,
+        ctx.out_dir / "spark_lookup_join.png", plot_title(machine_info()), rates, "rows / s",
+        log=True,
     ))
     if skipped:
         result.status = f"skipped: (c) lookup_join: {skipped} (baselines measured)"
     return result
+
+
+def plot_title(machine: dict[str, Any]) -> str:
+    """The plot's title: what it shows, and where and at which commit it was measured."""
+    load = machine.get("load_average_at_start") or []
+    return (
+        "Spark lookup join vs mapPartitions baselines (rows/s, log scale)\n"
+        f"{str(machine.get('date', ''))[:16]}, {machine.get('host')} ({machine.get('cpus')} CPUs, "
+        f"load {', '.join(f'{x:g}' for x in load)}), commit {machine.get('git_commit')}"
+    )
 
 
 def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measurement], str | None]:
@@ -155,18 +189,65 @@ def _measure_latency(ctx: Context, latency: float, ms: str) -> tuple[list[Measur
     return measured, skipped
 
 
+def _big_capacity(ctx: Context, result: ScenarioResult) -> Target:
+    """(c) at capacity 1,000 against 100 ms of latency, as a share of Little's law."""
+    spark, server = ctx.spark(), ctx.server()
+    server.configure(Profile(latency=BIG_LATENCY))
+    little = PARTITIONS * BIG_CAPACITY / BIG_LATENCY
+    rows = 4_000 if ctx.quick else 40_000  # 2 s at Little's bound
+    keys = uniform_keys(rows, N_CUSTOMERS, seed=13)
+    orders, warm = orders_frame(spark, keys), orders_frame(spark, keys[:2_000])
+    table = lookup_table(
+        "Customers", http_connector(server.base_url, connections=BIG_CAPACITY),
+        {"lookup.cache": "NONE"},
+    )
+    hint = lookup_hint("Customers", **{"async": "true", "capacity": BIG_CAPACITY})
+    label = f"(c) lookup_join async cap {BIG_CAPACITY} @ {BIG_LATENCY * 1000:g} ms"
+    (m,) = ctx.measure_all([Variant(
+        label, rows, _counted(ctx, lambda: run_to_noop(lookup_join(orders, table, hint=hint))),
+        warmup=lambda: run_to_noop(lookup_join(warm, table, hint=hint)),
+    )])
+    for frame in (orders, warm):
+        frame.unpersist()
+    result.measurements.append(m)
+    result.add_row(
+        latency_ms=BIG_LATENCY * 1000, variant=label.split(" @ ")[0], rows=m.rows,
+        median_s=m.median_s, rows_per_s=m.rate,
+        server_calls_per_row=m.extra.get("server_calls", 0) / m.rows,
+        max_in_flight=m.extra.get("max_in_flight", 0),
+        **{f"cpu_us_per_row_{role}": seconds / m.rows * 1e6
+           for role, seconds in sorted(m.extra.get("cpu_s", {}).items())},
+    )
+    return Target(
+        f"(c) at capacity {BIG_CAPACITY}, {BIG_LATENCY * 1000:g} ms: share of Little's law",
+        m.rate / little, minimum=0.9,
+        detail=f"{m.rate:,.0f} of {little:,.0f} rows/s ({PARTITIONS} x {BIG_CAPACITY} / "
+               f"{BIG_LATENCY:g} s); peak {m.extra.get('max_in_flight', 0)} in flight",
+    )
+
+
+def _worker_cpu_per_row(m: Measurement) -> float:
+    return float(m.extra.get("cpu_s", {}).get("python_workers", 0.0)) / m.rows * 1e6
+
+
 def _counted(ctx: Context, action: Callable[[], None]) -> Callable[[], dict[str, Any]]:
-    """``action`` wrapped to report the server calls it caused and the peak concurrency seen."""
+    """``action`` wrapped to report the server calls it caused, the peak concurrency seen and
+    the CPU seconds per process role (the median of every run so far: the harness keeps the
+    last report, which then holds the median of all the repeats)."""
     server = ctx.server()
+    history: list[dict[str, float]] = []
 
     def run_once() -> dict[str, Any]:
         server.reset()
         before = cpu.snapshot()
         action()
-        spent = cpu.delta_by_role(before, cpu.snapshot())
+        history.append(cpu.delta_by_role(before, cpu.snapshot()))
+        roles = {role for spent in history for role in spent}
+        median = {r: statistics.median(spent.get(r, 0.0) for spent in history) for r in roles}
         stats = server.stats()
         return {"server_calls": stats.get("requests", 0),
-                "max_in_flight": stats.get("max_in_flight", 0), "cpu_s": spent}
+                "max_in_flight": stats.get("max_in_flight", 0), "cpu_s": median,
+                "cpu_s_runs": history[:]}
 
     return run_once
 

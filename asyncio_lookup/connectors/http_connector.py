@@ -1,4 +1,5 @@
-"""An HTTP/JSON service as a dim table, read with aiohttp (the sync mode runs the same code).
+"""An HTTP/JSON service as a dim table, read with pyreqwest or aiohttp (``client``; see
+:mod:`~asyncio_lookup.connectors.http_client`); the sync mode runs the same code.
 
 A point lookup is ``GET url`` where ``url`` is a template over the key columns
 (``"http://host/customers/{id}"``). Every key value is percent-encoded with nothing kept safe
@@ -35,11 +36,16 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
-import aiohttp
-from yarl import URL
-
+from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
+from asyncio_lookup.connectors.http_client import (
+    EMPTY,
+    HttpClient,
+    check_client,
+    decode_json,
+    open_client,
+)
 from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
@@ -50,7 +56,6 @@ from asyncio_lookup.errors import (
     TransientError,
 )
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
-from asyncio_lookup.runtime.deadlines import Deadlines
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +141,8 @@ class HttpConnector(AsyncFirstSource):
 
     ``max_connections`` is the connection-pool size of each executor process (default 100,
     the default async ``capacity``, so a full pipeline of point lookups never waits for a
-    connection).
+    connection). ``client``: ``"pyreqwest"`` (default) or ``"aiohttp"`` (see
+    :mod:`~asyncio_lookup.connectors.http_client`).
     """
 
     def __init__(
@@ -161,6 +167,7 @@ class HttpConnector(AsyncFirstSource):
         next_field: str | None = None,
         cursor_param: str | None = None,
         max_connections: int = 100,
+        client: str | None = None,
     ) -> None:
         self.template, url_auth = _template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
@@ -184,6 +191,7 @@ class HttpConnector(AsyncFirstSource):
         self.batch_field = batch_field
         self.batch_size = count("batch_size", batch_size)
         self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
+        self.client = check_client(http_client.DEFAULT_CLIENT if client is None else client)
         self.scan_url = _fixed_url(scan_url, "scan_url")
         self.next_field = next_field
         self.cursor_param = cursor_param
@@ -295,8 +303,22 @@ class HttpConnector(AsyncFirstSource):
         rows_field: str | None,
     ) -> tuple[list[Row], Any]:
         """Rows of one response (empty on a miss status), and the decoded body."""
-        if status in self.miss_statuses:
+        if not self.answered(method, url, status, headers, body):
             return [], None
+        decoded = decode_json(self, method, url, body)
+        return self.rows_of(method, url, decoded, rows_field), (
+            None if decoded is EMPTY else decoded
+        )
+
+    def answered(
+        self, method: str, url: str, status: int, headers: Mapping[str, str], body: Any
+    ) -> bool:
+        """True for a 2xx answer with a body to read; False for a miss status (and 204);
+        raises for the rest: transient statuses (with ``Retry-After``) and errors."""
+        if status in self.miss_statuses:
+            return False
+        if 200 <= status < 300:
+            return status != 204
         if status in self.transient_statuses:
             retry_after = parse_retry_after(headers.get("Retry-After"))
             raise self.transient(
@@ -304,27 +326,25 @@ class HttpConnector(AsyncFirstSource):
                 + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
                 retry_after,
             )
-        if not 200 <= status < 300:
-            excerpt = body[:200].decode("utf-8", "replace")
-            raise HttpStatusError(
-                redact(
-                    f"HTTP {method} {mask_url(url)} answered {status}: {excerpt}", self.secrets()
-                ),
-                status,
-            )
-        if not body.strip() or status == 204:
-            return [], None
-        try:
-            decoded = json.loads(body)
-        except ValueError as error:
-            raise DataFormatError(f"HTTP {method} {mask_url(url)}: body is not JSON") from error
-        value = _dig(decoded, rows_field)
+        excerpt = bytes(body[:200]).decode("utf-8", "replace")
+        raise HttpStatusError(
+            redact(f"HTTP {method} {mask_url(url)} answered {status}: {excerpt}", self.secrets()),
+            status,
+        )
+
+    def rows_of(self, method: str, url: str, decoded: Any, rows_field: str | None) -> list[Row]:
+        """The rows in a decoded 2xx body (``EMPTY``: none)."""
+        if decoded is EMPTY:
+            return []
+        value = _dig(decoded, rows_field) if rows_field else decoded
+        if type(value) is dict:
+            return [value]
         if value is None:
-            return [], decoded
+            return []
         if isinstance(value, dict):
-            return [value], decoded
+            return [value]
         if isinstance(value, list) and all(isinstance(r, dict) for r in value):
-            return list(value), decoded
+            return list(value)
         raise DataFormatError(
             f"HTTP {method} {mask_url(url)}: rows"
             + (f" at {rows_field!r}" if rows_field else "")
@@ -368,14 +388,17 @@ class HttpConnector(AsyncFirstSource):
     async def _scan(self) -> AsyncIterator[Row]:
         url: str | None = self.scan_url
         seen: set[str] = set()
-        async with _session(self) as session:
+        client = open_client(self)
+        try:
             while url is not None:
                 _check_loop(url, seen)
-                status, headers, data = await _fetch(self, session, "GET", url, None)
+                status, headers, data = await client.fetch("GET", url, None)
                 rows, body = self.rows("GET", url, status, headers, data, self.scan_rows_field)
                 for row in rows:
                     yield row
                 url = self.next_page(url, headers, body)
+        finally:
+            await client.close()
 
 
 def _check_loop(url: str, seen: set[str]) -> None:
@@ -392,112 +415,36 @@ def _link_next(link: str, current: str) -> str | None:
     return None
 
 
-_JSON_BODY = {"Content-Type": "application/json"}
-
-
-def _session(c: HttpConnector, *, timed: bool = True) -> aiohttp.ClientSession:
-    """A session for ``c``; ``timed=False``: no aiohttp timeout (the caller passes
-    :class:`Deadlines` to :func:`_fetch`)."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=c.max_connections),
-        timeout=aiohttp.ClientTimeout(total=c.timeout if timed else None),
-        headers=c.request_headers(),  # every request's (not merged per request)
-        # the service's own redirects are not followed to other hosts with our credentials
-        raise_for_status=False,
-    )
-
-
-async def _fetch(
-    c: HttpConnector,
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    body: bytes | None,
-    deadlines: Deadlines | None = None,
-    target: URL | None = None,
-) -> tuple[int, Mapping[str, str], bytes]:
-    """Status, headers (read-only, case-insensitive) and body of one request on a session
-    from :func:`_session` (which sends the connector's headers). With ``deadlines`` the
-    request's timeout is enforced by them (the session must have none of its own).
-    ``target``: ``url`` already parsed."""
-    deadline = deadlines.start() if deadlines is not None else None
-    try:
-        async with session.request(
-            method,
-            target if target is not None else URL(url, encoded=True),
-            data=body,
-            headers=None if body is None else _JSON_BODY,
-            allow_redirects=False,
-        ) as response:
-            return response.status, response.headers, await response.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
-        raise c.failure(error, method, url) from error
-    except asyncio.CancelledError:
-        if deadline is not None and deadline.timed_out():
-            timeout = TimeoutError(f"no response within {c.timeout:g} s (timeout)")
-            raise c.failure(timeout, method, url) from timeout
-        raise
-    finally:
-        if deadline is not None:
-            deadline.finish()
-
-
-def _point_path(c: HttpConnector) -> tuple[URL, str, str, str] | None:
-    """(origin, its text, path before the key, path after it) when a single-column key fills
-    one placeholder in the path of the point URL (no query, no fragment); else ``None``."""
-    affixes = c.point_affixes
-    if affixes is None:
-        return None
-    before, after = affixes
-    if any(mark in before or mark in after for mark in "?#"):
-        return None  # the key is in the query (even right after a bare "?") or a fragment
-    parts = urlsplit(before)
-    if not parts.path.startswith("/"):
-        return None
-    origin = f"{parts.scheme}://{parts.netloc}"
-    return URL(origin, encoded=True), origin, parts.path, after
-
-
 class _HttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
-        self.session: aiohttp.ClientSession | None = None
-        self.deadlines = Deadlines(connector.timeout)  # the requests' timeouts, one timer
-        self.point_path = _point_path(connector)
+        self.client: HttpClient | None = None
 
     async def open(self) -> None:
-        if self.session is None:
-            self.session = _session(self.connector, timed=False)
+        if self.client is None:
+            self.client = open_client(self.connector)
 
-    async def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
+    async def _client(self) -> HttpClient:
+        if self.client is None:
             await self.open()
-        assert self.session is not None
-        return self.session
+        assert self.client is not None
+        return self.client
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
         c = self.connector
-        session = self.session if self.session is not None else await self._session()
-        point = self.point_path
-        if point is not None and len(key) == 1 and key[0] is not None:
-            # the key only fills the path: join it to the parsed origin (no URL parse)
-            origin, origin_text, before, after = point
-            path = before + encode_value(key[0]) + after
-            url = origin_text + path
-            target: URL | None = origin.with_path(path, encoded=True)
-        else:
-            point_url = c.point_url(key)
-            if point_url is None:
-                return []
-            url, target = point_url, None
-        status, headers, body = await _fetch(c, session, "GET", url, None, self.deadlines, target)
-        return c.rows("GET", url, status, headers, body, c.rows_field)[0]
+        client = self.client if self.client is not None else await self._client()
+        url = c.point_url(key)  # one key column: prefix + encoded value + suffix, no parse
+        if url is None:
+            return []
+        status, headers, payload = await client.get_json(url)
+        if not c.answered("GET", url, status, headers, payload):
+            return []
+        return c.rows_of("GET", url, payload, c.rows_field)
 
     async def close(self) -> None:
-        self.deadlines.close()
-        if self.session is not None:
-            session, self.session = self.session, None
-            await session.close()
+        if self.client is not None:
+            client, self.client = self.client, None
+            await client.close()
 
 
 class _HttpBatchLookup(_HttpLookup):
@@ -508,16 +455,16 @@ class _HttpBatchLookup(_HttpLookup):
         c = self.connector
         wanted = list(dict.fromkeys(k for k in keys if not has_null(k)))
         chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
-        session = await self._session()
+        client = await self._client()
         found: dict[Key, Collection[Row]] = {}
-        results = await asyncio.gather(*(self._chunk(session, chunk) for chunk in chunks))
+        results = await asyncio.gather(*(self._chunk(client, chunk) for chunk in chunks))
         for chunk, rows in zip(chunks, results, strict=True):
             for key, key_rows in zip(chunk, c.group(chunk, rows), strict=True):
                 found[key] = key_rows
         return [[dict(r) for r in found.get(k, ())] for k in keys]
 
-    async def _chunk(self, session: aiohttp.ClientSession, keys: Sequence[Key]) -> list[Row]:
+    async def _chunk(self, client: HttpClient, keys: Sequence[Key]) -> list[Row]:
         c = self.connector
         method, url, body = c.batch_request(keys)
-        status, headers, data = await _fetch(c, session, method, url, body, self.deadlines)
+        status, headers, data = await client.fetch(method, url, body)
         return c.rows(method, url, status, headers, data, c.batch_rows_field)[0]

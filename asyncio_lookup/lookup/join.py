@@ -145,9 +145,9 @@ class JoinSpec:
             [b.literal] * num_rows if b.left_column is None else columns[b.left_column]
             for b in self.keys
         ]
-        keys: list[Key | None] = [
-            None if any(v is None for v in key) else key for key in zip(*parts, strict=True)
-        ]
+        keys: list[Key | None] = list(zip(*parts, strict=True))
+        if any(None in part for part in parts):  # a scan per column, in C; rows only then
+            keys = [None if key is None or None in key else key for key in keys]
         if self.left_condition is not None:
             if left_rows is None:
                 raise ValueError("left_rows are required with a left_condition")
@@ -160,6 +160,8 @@ class JoinSpec:
 
     def finish(self, rows: Collection[Row], left_row: Row | None) -> list[Row | None]:
         """The output dim rows for one input row given what the lookup returned."""
+        if rows and self.dim_filter is None and self.condition is None:
+            return list(rows)  # no conditions: every row survives
         survivors: list[Row | None] = []
         for row in rows:
             if self.dim_filter is not None and not self.dim_filter(row):

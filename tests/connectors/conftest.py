@@ -128,7 +128,14 @@ def _app(service: Service) -> web.Application:
         record(request)
         return web.json_response({"items": [{"id": 1}], "next": "http://example.invalid/steal"})
 
+    async def raw(request: web.Request) -> web.Response:
+        # /raw/<status>/<body>: answers that status with that body, as it is
+        record(request)
+        status = int(request.match_info["status"])
+        return web.Response(status=status, body=request.match_info["body"].encode() or None)
+
     app = web.Application()
+    app.router.add_get("/raw/{status}/{body:.*}", raw)
     app.router.add_get("/slow/{id}", slow)
     app.router.add_get("/elsewhere", elsewhere)
     app.router.add_get("/customers/{id}", customer)

@@ -10,13 +10,19 @@ from email.utils import formatdate
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from asyncio_lookup.connectors import HttpConnector, HttpStatusError
+from asyncio_lookup.connectors import HttpConnector, HttpStatusError, http_client
+from asyncio_lookup.connectors.http_client import CLIENTS, has_dot_segment
 from asyncio_lookup.connectors.http_connector import encode_value, parse_retry_after
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service, blocking
+
+
+@pytest.fixture(autouse=True, params=CLIENTS)
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with each HTTP client as the connectors' default."""
+    monkeypatch.setattr(http_client, "DEFAULT_CLIENT", request.param)
+    return str(request.param)
 
 
 async def _both(connector: HttpConnector, key: tuple) -> list:
@@ -380,41 +386,42 @@ def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
     assert HttpConnector("http://127.0.0.1:1/c/{id}").max_connections == 100
 
 
+def test_client_option_is_checked() -> None:
+    assert HttpConnector("http://h/c/{id}", client="aiohttp").client == "aiohttp"
+    with pytest.raises(ConfigurationError, match=r"client.*'pyreqwest' \| 'aiohttp'"):
+        HttpConnector("http://h/c/{id}", client="requests")
+
+
+def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
+    # reqwest's URL parser turns /c/%2E%2E into /: such requests go through aiohttp
+    for url in ("http://h/c/%2E%2E", "http://h/c/%2e/x", "http://h/c/.%2E?q=1", "http://h/%2E"):
+        assert has_dot_segment(url), url
+    for url in ("http://h/c/a%2Eb", "http://h/c/%2E%2E%2E", "http://h/c?id=%2E%2E", "http://h/c"):
+        assert not has_dot_segment(url), url
+
+
 @pytest.mark.parametrize(
-    "template",
+    ("status", "body", "expected"),
     [
-        "http://127.0.0.1:8080/customers/{id}",
-        "http://h/c/{id}.json",
-        "http://u:p@h:1/x/{id}/y",
-        "https://h/a%20b/{id}",
+        (200, "", []),  # a blank body is no row
+        (204, "", []),
+        (200, "null", []),
+        (200, '{"id": 1}', [{"id": 1}]),
+        (200, '[{"id": 1}, {"id": 2}]', [{"id": 1}, {"id": 2}]),
+        (200, "not json", DataFormatError),
+        (200, "[1, 2]", DataFormatError),
+        (404, "gone", []),
+        (500, "boom", HttpStatusError),
+        (503, "", TransientError),
     ],
 )
-@given(value=st.one_of(st.integers(), st.text(max_size=12)))
-@settings(max_examples=60, deadline=None)
-def test_point_path_fast_path_builds_the_same_url(template: str, value: object) -> None:
-    # Point lookups join the encoded key to the pre-parsed origin instead of parsing the URL.
-    from yarl import URL
-
-    from asyncio_lookup.connectors.http_connector import _point_path
-
-    c = HttpConnector(template, ["id"])
-    point = _point_path(c)
-    assert point is not None
-    origin, text, before, after = point
-    path = before + encode_value(value) + after
-    fast, slow = origin.with_path(path, encoded=True), URL(c.point_url((value,)), encoded=True)
-    assert fast == slow and str(fast) == str(slow) == text + path
-    assert (fast.raw_path, fast.host, fast.port) == (slow.raw_path, slow.host, slow.port)
-
-
-def test_point_path_is_not_used_for_query_placeholders_or_composite_keys() -> None:
-    from asyncio_lookup.connectors.http_connector import _point_path
-
-    for template in (
-        "http://h/c?id={id}",
-        "http://h/x?{id}",
-        "http://h/?{id}",
-        "http://h/x?{id}&v=2",
-    ):
-        assert _point_path(HttpConnector(template, ["id"])) is None
-    assert _point_path(HttpConnector("http://h/o/{cid}/{oid}", ["cid", "oid"])) is None
+async def test_answers_of_every_kind(
+    http_service: Service, status: int, body: str, expected: object
+) -> None:
+    c = HttpConnector(f"{http_service.base}/raw/{status}/{{id}}")
+    key = (body,) if body else ("",)
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            await _both(c, key)
+    else:
+        assert await _both(c, key) == expected
