@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
-from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
+from asyncio_lookup.lookup.chain import LookupChain, target_of
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -78,6 +78,7 @@ class LookupJoinTask:
             name=self.table_name,
             key_columns=self.spec.key_columns,
             cache_scope=self.cache_scope(partition),
+            target=target_of(self.connector),
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
@@ -160,7 +161,8 @@ class LookupJoinTask:
             column = next(c for c in self.dim_columns if c.name == error.column)
             key = self._key_of(joined.payload, joined.indices[error.index])
             raise ResultTypeError(
-                f"lookup table {self.table_name!r}, key {key!r}: column {column.name!r} "
+                f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
+                f"column {column.name!r} "
                 f"returned {type(error.value).__name__} value {error.value!r}, which does not "
                 f"fit the declared type {column.declared or column.type} ({error.reason}); "
                 "declare the column with a type that holds it"
