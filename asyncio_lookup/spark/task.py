@@ -21,7 +21,9 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
-from asyncio_lookup.spark.metrics import GAUGES, trailer, with_metrics_column
+from asyncio_lookup.spark.failures import is_readable, readable
+from asyncio_lookup.spark.metrics import GAUGES, NUM_MISSING_COLUMNS, trailer, with_metrics_column
+from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
 
@@ -177,7 +179,16 @@ class LookupJoinTask:
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The joined batches (with the null metrics column), then the task's metrics trailer."""
+        """The joined batches (with the null metrics column), then the task's metrics trailer.
+        The library's errors reach Spark without its frames (:mod:`.failures`)."""
+        try:
+            yield from self._stream(batches)
+        except Exception as error:
+            if is_readable(error):
+                raise readable(error) from None
+            raise
+
+    def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = self.output_schema
         sample: pa.RecordBatch | None = None
         joined = self._join(batches)
@@ -202,6 +213,8 @@ class LookupJoinTask:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
+        keys = self.spec.key_columns
+        columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False
         try:
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
@@ -211,6 +224,7 @@ class LookupJoinTask:
                 joined = runner.run_sync(map(self.probe, batches))
             try:
                 for item in joined:
+                    columns.observe(item.dim_rows)
                     yield self.output(item)
             finally:
                 joined.close()
@@ -222,5 +236,7 @@ class LookupJoinTask:
             cache = chain.metrics.take_delta()
             release_chain(chain_id, chain)
         if succeeded:
+            fail = self.options.fail_on_missing_column
+            missing = columns.report(self.table_name, chain.target, fail=fail)
             operator = runner.operator_metrics()
-            yield merge_metrics(cache, operator, GAUGES)
+            yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}

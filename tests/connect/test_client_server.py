@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 
-CLIENT_JOB = r'''
+CLIENT_JOB = r"""
 import json, sys
 from collections import Counter
 
@@ -69,7 +69,7 @@ print("RESULT " + json.dumps({
     "async_map_metrics": async_map_metrics("double"),
 }))
 spark.stop()
-'''
+"""
 
 
 def _free_port() -> int:

@@ -92,7 +92,9 @@ async def test_a_failing_batch_call_fails_only_its_keys() -> None:
         *(chain.async_lookup((k,)) for k in range(8)), return_exceptions=True
     )
     assert all(isinstance(r.__cause__, RuntimeError) for r in results[:4])
-    assert [str(r).split(":")[0] for r in results[:4]] == [f"lookup of key ({k},)" for k in range(4)]
+    assert [str(r).split(":")[0] for r in results[:4]] == [
+        f"lookup of key ({k},)" for k in range(4)
+    ]
     assert results[4:] == [[row((k,))] for k in range(4, 8)]
     await chain.close()
 
