@@ -119,7 +119,7 @@ def test_the_option_in_sql_ddl(spark: SparkSession, redis_url: str, redis_custom
     )
     with pytest.raises(Exception, match="had the column 'nmae'"):
         query.collect()
-    with pytest.raises(ConfigurationError, match="did you mean 'lookup.fail-on-missing-column'"):
+    with pytest.raises(ConfigurationError, match=r"did you mean 'lookup\.fail-on-missing-column'"):
         sql.sql(
             "CREATE TEMPORARY TABLE DdlTypo2 (id INT, nmae STRING) WITH ("
             f"'connector' = 'redis', 'url' = '{redis_url}', "
@@ -172,7 +172,7 @@ def test_the_option_fails_the_task() -> None:
     with pytest.raises(DataFormatError, match=r"lookup table 'T' .*'nmae'"):
         list(task(rows, strict)(probe([1])))
     # no row returned at all (every key a miss): nothing can be said, nothing is reported
-    data, reports = split(task(rows, strict)(probe([5, 6])))
+    _, reports = split(task(rows, strict)(probe([5, 6])))
     assert reports[0]["numMissingColumns"] == 0
 
 
