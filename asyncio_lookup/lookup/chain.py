@@ -178,7 +178,15 @@ class LookupChain:
         return self.full_cache is not None and self.full_cache.failed
 
     async def open(self) -> None:
-        """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
+        """Open the function in use (sync inline) or load the FULL cache; on the worker loop.
+        An error names the table and its target."""
+        try:
+            await self._open()
+        except Exception as error:
+            named = self._named(error)
+            raise named from named.__cause__
+
+    async def _open(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self._scope is not None and (self.cache is not None or self.full_cache is not None):
             lease = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
@@ -194,11 +202,8 @@ class LookupChain:
                 )
         try:
             await self._open_rest()
-        except BaseException as error:
+        except BaseException:
             self._release_cache()
-            if isinstance(error, Exception):
-                named = self._named(error)
-                raise named from named.__cause__
             raise
         self._opened = True
 

@@ -37,8 +37,9 @@ def is_readable(error: BaseException) -> bool:
 
 
 def readable(error: BaseException) -> BaseException:
-    """``error`` with only the user's frames (of its own traceback and its cause's) and no
-    cause (its message names it); raise it ``from None``."""
+    """``error`` with only the user's frames (of its own traceback and its cause's). Its cause
+    stays: PySpark leaves causes out of a task's error (its simplified traceback, the default)
+    and the message names it."""
     log.debug("lookup task failed", exc_info=error)
     frames: list[TracebackType] = []
     cause = error.__cause__

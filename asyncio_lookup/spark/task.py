@@ -185,7 +185,7 @@ class LookupJoinTask:
             yield from self._stream(batches)
         except Exception as error:
             if is_readable(error):
-                raise readable(error) from None
+                raise readable(error)  # noqa: B904 (the same error, its cause kept)
             raise
 
     def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
