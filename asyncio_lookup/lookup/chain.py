@@ -315,7 +315,7 @@ class LookupChain:
                 return self.full_cache.get(key)
             except Exception as error:
                 named = self._named(error, key)
-            raise named from named.__cause__
+                raise named from named.__cause__
         cache = self.cache
         if cache is None or type(cache) is not DefaultLookupCache:
             return None  # a user's LookupCache may not be peeked at without counting a miss
