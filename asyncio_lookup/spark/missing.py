@@ -1,4 +1,4 @@
-"""Dim columns that no looked-up row of a task contained (docs/semantics.md §2.10).
+"""Dim columns that no looked-up row of a task contained (docs/semantics.md §2.11).
 
 A typo in the declared schema, or a field the service does not have, would otherwise be NULL
 on every row, silently. A column counts as missing when the task's lookups returned rows and
@@ -15,11 +15,11 @@ from __future__ import annotations
 import difflib
 import logging
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from itertools import repeat
+from typing import Any
 
 from asyncio_lookup.errors import DataFormatError
-from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.option_names import FAIL_ON_MISSING_COLUMN
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,14 @@ class MissingColumns:
         self.returned = False  # some lookup returned a row
         self.sample: tuple[str, ...] = ()  # the columns of the first returned row
 
-    def observe(self, rows: Sequence[Row | None]) -> None:
-        """Note the columns of ``rows`` (``None``: a NULL-padded row, not a returned one)."""
+    def observe(self, rows: Sequence[Any], failed: Collection[int] = ()) -> None:
+        """Note the columns of ``rows`` (``None``: a NULL-padded row, not a returned one; at
+        the positions ``failed``: a failed row's failure, on_error='keep')."""
         if not self._unseen:
             return
+        if failed:
+            skip = set(failed)
+            rows = [None if i in skip else row for i, row in enumerate(rows)]
         returned = [row for row in rows if row is not None]
         if not returned:
             return

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
 from asyncio_lookup.lookup.chain import LookupChain, target_of
+from asyncio_lookup.lookup.failed_rows import RowFailure
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -21,6 +22,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
+from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.metrics import GAUGES, NUM_MISSING_COLUMNS, trailer, with_metrics_column
 from asyncio_lookup.spark.missing import MissingColumns
@@ -58,6 +60,9 @@ class LookupJoinTask:
     routing: PartitionRouting | None = None
     partition_column: str | None = None
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    #: With on_error='keep': the error column's name and Arrow type (docs/semantics.md §2.10).
+    error_column: str | None = None
+    error_type: pa.DataType | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -158,17 +163,48 @@ class LookupJoinTask:
         declared type fails the task naming the table, the key, the column and the value."""
         fields = [pa.field(c.name, c.type) for c in self.dim_columns]
         try:
-            return rows_to_arrays(joined.dim_rows, fields)
+            return rows_to_arrays(joined.dim_rows, fields)  # type: ignore[arg-type]
         except LossyValueError as error:
-            column = next(c for c in self.dim_columns if c.name == error.column)
-            key = self._key_of(joined.payload, joined.indices[error.index])
-            raise ResultTypeError(
-                f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
-                f"column {column.name!r} "
-                f"returned {type(error.value).__name__} value {error.value!r}, which does not "
-                f"fit the declared type {column.declared or column.type} ({error.reason}); "
-                "declare the column with a type that holds it"
-            ) from None
+            raise self._lossy(error, joined.payload, joined.indices[error.index]) from None
+
+    def _lossy(self, error: LossyValueError, batch: pa.RecordBatch, index: int) -> ResultTypeError:
+        column = next(c for c in self.dim_columns if c.name == error.column)
+        key = self._key_of(batch, index)
+        return ResultTypeError(
+            f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
+            f"column {column.name!r} returned {type(error.value).__name__} value {error.value!r}, which does not "
+            f"fit the declared type {column.declared or column.type} ({error.reason}); "
+            "declare the column with a type that holds it"
+        )
+
+    def output_keeping_failures(
+        self, joined: JoinedBatch[pa.RecordBatch]
+    ) -> tuple[pa.RecordBatch, int]:
+        """:meth:`output` with the error column (on_error='keep'): failed rows get NULL dim
+        columns and their failure; a value that does not fit its declared type makes its row
+        a failed row. Returns the batch and its number of failed rows."""
+        assert self.error_column is not None and self.error_type is not None
+        batch = joined.payload
+        if self.partition_column is not None:
+            batch = batch.drop_columns([self.partition_column])
+        rows: list[Any] = joined.dim_rows
+        failures = {position: rows[position] for position in joined.failures}
+        if failures:
+            rows = [None if position in failures else row for position, row in enumerate(rows)]
+
+        def failure_of(error: LossyValueError, index: int) -> RowFailure:
+            key = self._key_of(batch, index)
+            return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
+
+        fields = [pa.field(c.name, c.type) for c in self.dim_columns]
+        indices, dims, failures = convert_keeping_failures(
+            rows, joined.indices, failures, fields, failure_of
+        )
+        gathered = batch.take(pa.array(indices, type=pa.int64()))
+        names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]
+        errors = error_array(len(indices), failures, self.error_type)
+        out = pa.RecordBatch.from_arrays([*gathered.columns, *dims, errors], names=names)
+        return out, len(failures)
 
     def _key_of(self, batch: pa.RecordBatch, index: int) -> tuple[Any, ...]:
         return tuple(
@@ -216,6 +252,7 @@ class LookupJoinTask:
         keys = self.spec.key_columns
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False
+        failed_rows = 0
         try:
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
             if runner.is_async:
@@ -223,9 +260,16 @@ class LookupJoinTask:
             else:
                 joined = runner.run_sync(map(self.probe, batches))
             try:
-                for item in joined:
-                    columns.observe(item.dim_rows)
-                    yield self.output(item)
+                if self.error_column is None:
+                    for item in joined:
+                        columns.observe(item.dim_rows)
+                        yield self.output(item)
+                else:
+                    for item in joined:
+                        columns.observe(item.dim_rows, item.failures)
+                        out, failed = self.output_keeping_failures(item)
+                        failed_rows += failed
+                        yield out
             finally:
                 joined.close()
             succeeded = True
@@ -239,4 +283,5 @@ class LookupJoinTask:
             fail = self.options.fail_on_missing_column
             missing = columns.report(self.table_name, chain.target, fail=fail)
             operator = runner.operator_metrics()
+            operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
             yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}

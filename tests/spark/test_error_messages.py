@@ -1,5 +1,5 @@
 """Every kind of run-time lookup error names the lookup table, its target (secrets masked) and
-the key (docs/semantics.md §2.10): the executor's task run in process against the real servers,
+the key (docs/semantics.md §2.11): the executor's task run in process against the real servers,
 and once through Spark, where the failed job shows the library's message without its frames."""
 
 from __future__ import annotations

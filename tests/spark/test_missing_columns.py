@@ -1,6 +1,6 @@
 """A dim column no looked-up row contained is reported: a warning per task, the metric
 ``numMissingColumns``, an error with ``lookup.fail-on-missing-column`` (docs/semantics.md
-§2.10)."""
+§2.11)."""
 
 from __future__ import annotations
 
