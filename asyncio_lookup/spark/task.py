@@ -172,8 +172,8 @@ class LookupJoinTask:
         key = self._key_of(batch, index)
         return ResultTypeError(
             f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
-            f"column {column.name!r} returned {type(error.value).__name__} value {error.value!r}, which does not "
-            f"fit the declared type {column.declared or column.type} ({error.reason}); "
+            f"column {column.name!r} returned {type(error.value).__name__} value "
+            f"{error.value!r}, which does not fit the declared type {column.declared or column.type} ({error.reason}); "
             "declare the column with a type that holds it"
         )
 
