@@ -173,7 +173,8 @@ class LookupJoinTask:
         return ResultTypeError(
             f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
             f"column {column.name!r} returned {type(error.value).__name__} value "
-            f"{error.value!r}, which does not fit the declared type {column.declared or column.type} ({error.reason}); "
+            f"{error.value!r}, which does not fit the declared type "
+            f"{column.declared or column.type} ({error.reason}); "
             "declare the column with a type that holds it"
         )
 
