@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
 class AsyncLookupError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """Base class of every error this library raises on purpose.
+
+    ``context`` is set once the message names the lookup table, its target and the key
+    (:func:`in_lookup_context`).
+    """
+
+    context: str | None = None
 
 
 class ConfigurationError(AsyncLookupError, ValueError):
@@ -83,3 +90,37 @@ class HttpStatusError(AsyncLookupError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.status))
+
+
+def lookup_context(table: str, key: Any = None, target: str = "") -> str:
+    """How a run-time error names where it happened: ``lookup table 'T' (target), key K``."""
+    if not table:
+        return "lookup" if key is None else f"lookup of key {key!r}"
+    text = f"lookup table {table!r}"
+    if target:
+        text += f" ({target})"
+    if key is not None:
+        text += f", key {key!r}"
+    return text
+
+
+def in_lookup_context(error: BaseException, context: str) -> AsyncLookupError:
+    """``error`` with ``context`` (:func:`lookup_context`) leading its message.
+
+    One of this library's errors keeps its type (a copy: a batch's error is shared by its
+    keys) and its cause; any other error becomes a :class:`LookupFailedError` naming its type,
+    with it as the cause. An error that already has a context is returned as it is.
+    """
+    if isinstance(error, AsyncLookupError):
+        if error.context is not None:
+            return error
+        named = copy.copy(error)
+        named.args = (f"{context}: {error}",)
+        named.__cause__ = error.__cause__
+        named.__traceback__ = error.__traceback__
+    else:
+        named = LookupFailedError(f"{context}: {type(error).__name__}: {error}")
+        named.__cause__ = error
+    named.__suppress_context__ = True  # raised while handling ``error``: shown once, as cause
+    named.context = context
+    return named

@@ -1,4 +1,5 @@
-"""Every fenced ```python block of README.md and docs/*.md runs as written.
+"""Every fenced ```python block of README.md and docs/*.md runs as written, indented ones
+(inside a list item) included, dedented.
 
 Each block runs in a fresh interpreter (cwd a temporary directory, ``PYSPARK_PYTHON`` this
 interpreter). A block preceded by the line ``<!-- snippet: continue -->`` is appended to the
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TIMEOUT = 180
 
-_FENCE = re.compile(r"^```python\s*$")
+_FENCE = re.compile(r"^( *)```python\s*$")
 _MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(?:\((.*)\))?\s*-->\s*$")
 
 
@@ -67,12 +68,15 @@ def blocks(page: Path) -> list[Block]:
     found: list[Block] = []
     i = 0
     while i < len(lines):
-        if _FENCE.match(lines[i].strip()) and lines[i].startswith("```"):
+        fence = _FENCE.match(lines[i].rstrip("\n"))
+        if fence:
+            indent = len(fence.group(1))
             start = i + 1
             end = start
-            while end < len(lines) and not lines[end].startswith("```"):
+            while end < len(lines) and not _closes(lines[end], indent):
                 end += 1
-            block = Block(page, start + 1, "".join(lines[start:end]))
+            code = "".join(_dedent(line, indent) for line in lines[start:end])
+            block = Block(page, start + 1, code)
             previous = lines[i - 1].strip() if i > 0 else ""
             marker = _MARKER.match(previous)
             if marker:
@@ -82,6 +86,30 @@ def blocks(page: Path) -> list[Block]:
         else:
             i += 1
     return found
+
+
+def _closes(line: str, indent: int) -> bool:
+    """A closing fence of a block opened at ``indent`` (CommonMark: up to 3 spaces more)."""
+    stripped = line.lstrip(" ")
+    return stripped.startswith("```") and len(line) - len(stripped) <= indent + 3
+
+
+def _dedent(line: str, indent: int) -> str:
+    """``line`` without the fence's indentation (a blank line may have less)."""
+    head = line[:indent]
+    assert not head.strip(), f"a code line indented less than its fence: {line!r}"
+    return line[indent:]
+
+
+def test_indented_fences_are_found() -> None:
+    page = ROOT / "README.md"
+    indented = [
+        i
+        for i, line in enumerate(page.read_text(encoding="utf-8").splitlines())
+        if line.startswith(" ") and line.strip() == "```python"
+    ]
+    found = {block.line - 2 for block in blocks(page)}
+    assert indented and set(indented) <= found
 
 
 def all_blocks() -> list[Block]:

@@ -220,6 +220,11 @@ class HttpConnector(AsyncFirstSource):
             parts.append("bearer_token='***'")
         return f"HttpConnector({', '.join(parts)})"
 
+    @property
+    def target(self) -> str:
+        """What run-time errors name: the URL template (secrets masked)."""
+        return f"HTTP {mask_url(self.template.template)}"
+
     # -- LookupTableSource -------------------------------------------------------------------
 
     def async_lookup_function(self) -> AsyncLookupFunction:
@@ -285,7 +290,7 @@ class HttpConnector(AsyncFirstSource):
 
     def transient(self, message: str, retry_after: float | None = None) -> TransientError:
         message = redact(message, self.secrets())
-        log.warning("%s", message)
+        log.debug("%s", message)  # per attempt; the error that ends the retries says it once
         return TransientError(message, retry_after=retry_after)
 
     def failure(self, error: BaseException, method: str, url: str) -> TransientError:

@@ -43,6 +43,11 @@ class InMemoryConnector(AsyncFirstSource):
             f"latency={self.latency})"
         )
 
+    @property
+    def target(self) -> str:
+        """What run-time errors name."""
+        return f"in-memory rows ({len(self.rows)})"
+
     def _index(self) -> dict[Key, list[Row]]:
         index: dict[Key, list[Row]] = {}
         for row in self.rows:

@@ -137,6 +137,12 @@ class PostgresConnector(AsyncFirstSource):
             f"{list(self.columns) if self.columns is not None else None})"
         )
 
+    @property
+    def target(self) -> str:
+        """What run-time errors name: the server and the relation (password masked)."""
+        source = f"table {'.'.join(self.table)}" if self.table else "query"
+        return f"PostgreSQL {mask_url(self.dsn)}, {source}"
+
     # -- LookupTableSource -------------------------------------------------------------------
 
     def async_lookup_function(self) -> AsyncLookupFunction:
@@ -252,7 +258,7 @@ class PostgresConnector(AsyncFirstSource):
             f"PostgreSQL {action} failed on {mask_url(self.dsn)}: {type(error).__name__}: {error}",
             self.secrets(),
         )
-        log.warning("%s", message)
+        log.debug("%s", message)  # per attempt; the error that ends the retries says it once
         return TransientError(message)
 
     # -- scan --------------------------------------------------------------------------------

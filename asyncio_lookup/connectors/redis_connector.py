@@ -114,6 +114,11 @@ class RedisConnector(AsyncFirstSource):
             f"key_columns={list(self.key_columns)}, value_format={self.value_format!r})"
         )
 
+    @property
+    def target(self) -> str:
+        """What run-time errors name: the server and the key pattern (password masked)."""
+        return f"Redis {mask_url(self.url)}, keys {self.template.template!r}"
+
     # -- LookupTableSource -------------------------------------------------------------------
 
     def async_lookup_function(self) -> AsyncLookupFunction:
@@ -145,7 +150,7 @@ class RedisConnector(AsyncFirstSource):
             f"Redis {action} failed on {mask_url(self.url)}: {type(error).__name__}: {error}",
             url_secrets(self.url),
         )
-        log.warning("%s", message)
+        log.debug("%s", message)  # per attempt; the error that ends the retries says it once
         return TransientError(message)
 
     def decode(self, key_values: Mapping[str, Any], raw: Any, redis_key: str) -> list[Row]:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import ConfigurationError, in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
@@ -74,8 +74,10 @@ class LookupChain:
         async_sleep: Callable[[float], Awaitable[None]],
         metrics: CacheMetricGroup,
         cache_scope: ScopeKey | None = None,
+        target: str = "",
     ) -> None:
         self.name = name
+        self.target = target
         self.options = options
         self.is_async = is_async
         self.metrics = metrics
@@ -86,7 +88,9 @@ class LookupChain:
         self._async = async_function
         self._clock = clock
         self._async_sleep = async_sleep
-        self._retry = FailureRetry(options.max_retries, options.max_retry_backoff, table=name)
+        self._retry = FailureRetry(
+            options.max_retries, options.max_retry_backoff, table=name, target=target
+        )
         self._batcher: KeyBatcher | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
@@ -107,6 +111,7 @@ class LookupChain:
         clock: Clock | None = None,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         cache_scope: str | None = None,
+        target: str | None = None,
     ) -> LookupChain:
         """Pick the mode and build the cache; opens nothing (safe on the driver).
 
@@ -119,6 +124,9 @@ class LookupChain:
         key columns share one cache, full-cache snapshot and metric group, whatever their mode
         and lookup-miss retry (see :mod:`asyncio_lookup.lookup.scope`). ``None``: a cache of
         its own. Without a cache (``lookup.cache`` NONE) there is nothing to share.
+
+        ``target`` (default :func:`target_of` the source) is what run-time errors name besides
+        the table and the key.
         """
         plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
         metrics = CacheMetricGroup()
@@ -145,6 +153,7 @@ class LookupChain:
             async_sleep=async_sleep,
             metrics=metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
+            target=target_of(source) if target is None else target,
         )
 
     @staticmethod
@@ -169,7 +178,15 @@ class LookupChain:
         return self.full_cache is not None and self.full_cache.failed
 
     async def open(self) -> None:
-        """Open the function in use (sync inline) or load the FULL cache; on the worker loop."""
+        """Open the function in use (sync inline) or load the FULL cache; on the worker loop.
+        An error names the table and its target."""
+        try:
+            await self._open()
+        except Exception as error:
+            named = self._named(error)
+            raise named from named.__cause__
+
+    async def _open(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self._scope is not None and (self.cache is not None or self.full_cache is not None):
             lease = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
@@ -239,21 +256,26 @@ class LookupChain:
     # -- sync mode -------------------------------------------------------------------------
 
     def lookup(self, key: Key) -> list[Row]:
-        """The rows for ``key``; blocks (lookup-miss retry sleeps, as in Flink)."""
+        """The rows for ``key``; blocks (lookup-miss retry sleeps, as in Flink). An error names
+        the table, its target and the key (:func:`~asyncio_lookup.errors.in_lookup_context`)."""
         self.metrics.inc(NUM_LOOKUPS)
-        if self.full_cache is not None:
-            return self.full_cache.get(key)
-        if self.cache is None:
-            return self._load_sync(key)
-        cached = self.cache.get_if_present(key)
-        if cached is not None:
-            return cached
-        started = self._clock.now()
         try:
-            rows = self._load_sync(key)
-        except Exception:
-            self.metrics.inc(NUM_LOAD_FAILURES)
-            raise
+            if self.full_cache is not None:
+                return self.full_cache.get(key)
+            if self.cache is None:
+                return self._load_sync(key)
+            cached = self.cache.get_if_present(key)
+            if cached is not None:
+                return cached
+            started = self._clock.now()
+            try:
+                rows = self._load_sync(key)
+            except Exception:
+                self.metrics.inc(NUM_LOAD_FAILURES)
+                raise
+        except Exception as error:
+            named = self._named(error, key)
+            raise named from named.__cause__
         self._loaded(key, rows, started)
         return rows
 
@@ -289,7 +311,11 @@ class LookupChain:
         no coroutine, no task. A FULL cache always answers (or raises its load error)."""
         if self.full_cache is not None:
             self.metrics.inc(NUM_LOOKUPS)
-            return self.full_cache.get(key)
+            try:
+                return self.full_cache.get(key)
+            except Exception as error:
+                named = self._named(error, key)
+                raise named from named.__cause__
         cache = self.cache
         if cache is None or type(cache) is not DefaultLookupCache:
             return None  # a user's LookupCache may not be peeked at without counting a miss
@@ -299,21 +325,26 @@ class LookupChain:
         return rows
 
     async def async_lookup(self, key: Key) -> list[Row]:
-        """The rows for ``key``; retries wait on loop timers (cancel it to time it out)."""
+        """The rows for ``key``; retries wait on loop timers (cancel it to time it out). An
+        error names the table, its target and the key, as :meth:`lookup`'s do."""
         self.metrics.inc(NUM_LOOKUPS)
-        if self.full_cache is not None:
-            return self.full_cache.get(key)
-        if self.cache is None:
-            return await self._load_async(key)
-        cached = self.cache.get_if_present(key)
-        if cached is not None:
-            return cached
-        started = self._clock.now()
         try:
-            rows = await self._load_async(key)
-        except Exception:
-            self.metrics.inc(NUM_LOAD_FAILURES)
-            raise
+            if self.full_cache is not None:
+                return self.full_cache.get(key)
+            if self.cache is None:
+                return await self._load_async(key)
+            cached = self.cache.get_if_present(key)
+            if cached is not None:
+                return cached
+            started = self._clock.now()
+            try:
+                rows = await self._load_async(key)
+            except Exception:
+                self.metrics.inc(NUM_LOAD_FAILURES)
+                raise
+        except Exception as error:
+            named = self._named(error, key)
+            raise named from named.__cause__
         self._loaded(key, rows, started)
         return rows
 
@@ -353,6 +384,10 @@ class LookupChain:
 
     # -- shared ----------------------------------------------------------------------------
 
+    def _named(self, error: Exception, key: Key | None = None) -> Exception:
+        """``error`` naming this chain's table, target and ``key`` (the error path only)."""
+        return in_lookup_context(error, lookup_context(self.name, key, self.target))
+
     def _loaded(self, key: Key, rows: list[Row], started: float) -> None:
         assert self.cache is not None
         self.metrics.inc(LOAD_COUNT)
@@ -364,6 +399,13 @@ class LookupChain:
 
     def _count_miss_retry(self) -> None:
         self.metrics.inc(NUM_MISS_RETRIES)
+
+
+def target_of(source: object) -> str:
+    """What errors call a source: its ``target`` (the built-in connectors: service and
+    table or key pattern, secrets masked), else its type's name (a ``repr`` could hold one)."""
+    target = getattr(source, "target", None)
+    return target if isinstance(target, str) else type(source).__name__
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from enum import Enum
 from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import ConfigurationError, lookup_context
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.hints import CONF_TIMEOUT, ResolvedLookup, duration_text
@@ -254,10 +254,10 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
 
     async def timeout(self, element: _Probe) -> Collection[Row | None]:
         limit = duration_text(self.timeout_seconds or 0.0)
+        context = lookup_context(self.table, element.key, getattr(self.chain, "target", ""))
         raise TimeoutError(
-            f"Async function call has timed out: lookup of key {element.key!r} in table "
-            f"{self.table!r} did not finish within {limit} (LOOKUP hint 'timeout', or the job "
-            f"default {CONF_TIMEOUT}; retries count against it)"
+            f"Async function call has timed out: {context}: did not finish within {limit} "
+            f"(LOOKUP hint 'timeout', or the job default {CONF_TIMEOUT}; retries count against it)"
         )
 
 

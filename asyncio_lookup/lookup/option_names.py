@@ -1,8 +1,10 @@
-"""The names of a lookup table's ``lookup.*`` options (FLIP-221, batching, retry backoff)."""
+"""The names of a lookup table's ``lookup.*`` options (FLIP-221, batching, retry backoff,
+missing columns)."""
 
 CACHE = "lookup.cache"
 MAX_RETRIES = "lookup.max-retries"
 MAX_RETRY_BACKOFF = "lookup.max-retry-backoff"
+FAIL_ON_MISSING_COLUMN = "lookup.fail-on-missing-column"
 EXPIRE_AFTER_ACCESS = "lookup.partial-cache.expire-after-access"
 EXPIRE_AFTER_WRITE = "lookup.partial-cache.expire-after-write"
 CACHE_MISSING_KEY = "lookup.partial-cache.cache-missing-key"

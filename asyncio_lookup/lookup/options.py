@@ -22,6 +22,7 @@ from asyncio_lookup.lookup.option_names import (
     CACHE_MISSING_KEY,
     EXPIRE_AFTER_ACCESS,
     EXPIRE_AFTER_WRITE,
+    FAIL_ON_MISSING_COLUMN,
     INTERVAL_IN_DAYS,
     ISO_TIME,
     MAX_RETRIES,
@@ -130,6 +131,13 @@ OPTIONS: dict[str, Option] = {
         _POSITIVE,
         format_duration,
     ),
+    FAIL_ON_MISSING_COLUMN: Option(
+        "fail_on_missing_column",
+        BOOL_ALLOWED + " (true: a dim column no row of a task contained fails the task)",
+        "false",
+        parse_bool,
+        _bool_text,
+    ),
     EXPIRE_AFTER_ACCESS: Option(
         "partial_expire_after_access",
         POSITIVE_DURATION_ALLOWED,
@@ -188,6 +196,7 @@ class LookupOptions:
     cache: CacheType = CacheType.NONE
     max_retries: int = DEFAULT_MAX_RETRIES
     max_retry_backoff: float = DEFAULT_MAX_BACKOFF
+    fail_on_missing_column: bool = False
     partial_expire_after_access: float | None = None
     partial_expire_after_write: float | None = None
     partial_cache_missing_key: bool = True

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from asyncio_lookup.errors import LookupFailedError, TransientError
+from asyncio_lookup.errors import LookupFailedError, TransientError, lookup_context
 from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.validation import format_duration, parse_duration, parse_int
 
@@ -190,7 +190,8 @@ class _wait_backoff(tenacity.wait.wait_base):
 class FailureRetry(RetryPolicy):
     """``max_retries`` retries of a call that failed transiently; retry ``n`` waits
     ``initial * multiplier**(n-1)`` plus up to ``jitter`` seconds, at most ``maximum`` seconds,
-    and at least the error's ``retry_after``. ``table`` names the table in the final error."""
+    and at least the error's ``retry_after``. ``table`` and ``target`` are named in the final
+    error."""
 
     max_retries: int = DEFAULT_MAX_RETRIES
     maximum: float = DEFAULT_MAX_BACKOFF
@@ -198,6 +199,7 @@ class FailureRetry(RetryPolicy):
     multiplier: float = 3.0
     jitter: float = 0.5
     table: str = ""
+    target: str = ""
 
     def __post_init__(self) -> None:
         parse_int("lookup.max-retries", self.max_retries, minimum=0, text=False)
@@ -220,14 +222,17 @@ class FailureRetry(RetryPolicy):
         outcome = state.outcome
         assert outcome is not None
         last = outcome.exception()
-        table = f" in table {self.table!r}" if self.table else ""
-        raise LookupFailedError(
-            f"lookup of key {key!r}{table} failed after {state.attempt_number} attempt(s), "
+        context = lookup_context(self.table, key, self.target)
+        error = LookupFailedError(
+            f"{context}: failed after {state.attempt_number} attempt(s), "
             f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="
             f"{self.max_retries}, lookup.max-retry-backoff={format_duration(self.maximum)}); "
             f"last error: {type(last).__name__}: {last}",
             attempts=state.attempt_number,
-        ) from last
+        )
+        if self.table:
+            error.context = context
+        raise error from last
 
 
 @dataclass(frozen=True)

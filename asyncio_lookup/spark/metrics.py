@@ -25,7 +25,10 @@ import pyarrow as pa
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 
-GAUGES: frozenset[str] = CacheMetricGroup.GAUGES | OperatorMetrics.GAUGES
+#: Dim columns no row a task looked up contained (spark/missing.py); the maximum over tasks.
+NUM_MISSING_COLUMNS = "numMissingColumns"
+
+GAUGES: frozenset[str] = CacheMetricGroup.GAUGES | OperatorMetrics.GAUGES | {NUM_MISSING_COLUMNS}
 
 #: The hidden column of the trailer rows (a reserved name: an input may not have it).
 METRICS_COLUMN = "__asyncio_lookup_metrics"

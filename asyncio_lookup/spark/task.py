@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
-from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
+from asyncio_lookup.lookup.chain import LookupChain, target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
@@ -23,7 +23,9 @@ from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
-from asyncio_lookup.spark.metrics import GAUGES, trailer, with_metrics_column
+from asyncio_lookup.spark.failures import is_readable, readable
+from asyncio_lookup.spark.metrics import GAUGES, NUM_MISSING_COLUMNS, trailer, with_metrics_column
+from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
 
@@ -83,6 +85,7 @@ class LookupJoinTask:
             name=self.table_name,
             key_columns=self.spec.key_columns,
             cache_scope=self.cache_scope(partition),
+            target=target_of(self.connector),
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
@@ -168,9 +171,10 @@ class LookupJoinTask:
         column = next(c for c in self.dim_columns if c.name == error.column)
         key = self._key_of(batch, index)
         return ResultTypeError(
-            f"lookup table {self.table_name!r}, key {key!r}: column {column.name!r} "
-            f"returned {type(error.value).__name__} value {error.value!r}, which does not "
-            f"fit the declared type {column.declared or column.type} ({error.reason}); "
+            f"{lookup_context(self.table_name, key, target_of(self.connector))}: "
+            f"column {column.name!r} returned {type(error.value).__name__} value "
+            f"{error.value!r}, which does not fit the declared type "
+            f"{column.declared or column.type} ({error.reason}); "
             "declare the column with a type that holds it"
         )
 
@@ -212,7 +216,16 @@ class LookupJoinTask:
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The joined batches (with the null metrics column), then the task's metrics trailer."""
+        """The joined batches (with the null metrics column), then the task's metrics trailer.
+        The library's errors reach Spark without its frames (:mod:`.failures`)."""
+        try:
+            yield from self._stream(batches)
+        except Exception as error:
+            if is_readable(error):
+                raise readable(error)  # noqa: B904 (the same error, its cause kept)
+            raise
+
+    def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = self.output_schema
         sample: pa.RecordBatch | None = None
         joined = self._join(batches)
@@ -237,6 +250,8 @@ class LookupJoinTask:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
+        keys = self.spec.key_columns
+        columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False
         failed_rows = 0
         try:
@@ -248,9 +263,11 @@ class LookupJoinTask:
             try:
                 if self.error_column is None:
                     for item in joined:
+                        columns.observe(item.dim_rows)
                         yield self.output(item)
                 else:
                     for item in joined:
+                        columns.observe(item.dim_rows, item.failures)
                         out, failed = self.output_keeping_failures(item)
                         failed_rows += failed
                         yield out
@@ -264,6 +281,8 @@ class LookupJoinTask:
             cache = chain.metrics.take_delta()
             release_chain(chain_id, chain)
         if succeeded:
+            fail = self.options.fail_on_missing_column
+            missing = columns.report(self.table_name, chain.target, fail=fail)
             operator = runner.operator_metrics()
             operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
-            yield merge_metrics(cache, operator, GAUGES)
+            yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from asyncio_lookup.errors import TransientError
+from asyncio_lookup.errors import LookupFailedError, TransientError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.lookup.options import LookupOptions
@@ -65,10 +65,14 @@ async def test_errors_reach_exactly_the_failing_callers() -> None:
         *(chain.async_lookup((k,)) for k in keys), return_exceptions=True
     )
     for key, result in zip(keys, results, strict=True):
+        # wrapped, naming the key, with the connector's error as the cause
         if key == 3:
-            assert isinstance(result, ValueError)
+            assert isinstance(result, LookupFailedError)
+            assert isinstance(result.__cause__, ValueError)
+            assert "key (3,): ValueError: bad key 3" in str(result)
         elif key == 5:
-            assert isinstance(result, LookupError)
+            assert isinstance(result, LookupFailedError)
+            assert isinstance(result.__cause__, LookupError)
         else:
             assert result == [row((key,))]
     assert len(table.batches) == 1
@@ -87,7 +91,10 @@ async def test_a_failing_batch_call_fails_only_its_keys() -> None:
     results = await asyncio.gather(
         *(chain.async_lookup((k,)) for k in range(8)), return_exceptions=True
     )
-    assert all(isinstance(r, RuntimeError) for r in results[:4])
+    assert all(isinstance(r.__cause__, RuntimeError) for r in results[:4])
+    assert [str(r).split(":")[0] for r in results[:4]] == [
+        f"lookup of key ({k},)" for k in range(4)
+    ]
     assert results[4:] == [[row((k,))] for k in range(4, 8)]
     await chain.close()
 
@@ -247,7 +254,7 @@ async def test_without_batching_an_error_reaches_every_caller_of_the_key() -> No
     await asyncio.sleep(0.01)
     gate.set()
     results = await asyncio.gather(*callers, return_exceptions=True)
-    assert [str(r) for r in results] == ["bad key 1"] * 3
+    assert [str(r) for r in results] == ["lookup of key (1,): ValueError: bad key 1"] * 3
     assert chain.metrics.snapshot()["numExternalCalls"] == 1
     await chain.close()
 

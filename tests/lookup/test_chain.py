@@ -231,8 +231,9 @@ async def test_non_transient_error_propagates_at_once() -> None:
     table, clock = Table(), ManualClock()
     table.errors[(1,)] = [KeyError("bug")]
     chain = await sync_chain(table, options(), clock)
-    with pytest.raises(KeyError):
+    with pytest.raises(LookupFailedError, match=r"key \(1,\): KeyError: 'bug'") as raised:
         chain.lookup((1,))
+    assert isinstance(raised.value.__cause__, KeyError)
     assert len(table.calls) == 1 and clock.sleeps == []
 
 

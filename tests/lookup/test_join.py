@@ -294,7 +294,7 @@ async def test_async_timeout_fails_with_a_clear_error() -> None:
             chain, SPEC, resolve_lookup("LOOKUP('table'='T', 'timeout'='50ms')", "T")
         )
         with pytest.raises(
-            TimeoutError, match=r"key \(1,\) in table 'T' did not finish within 50 ms"
+            TimeoutError, match=r"lookup table 'T' \(.*\), key \(1,\): did not finish within 50 ms"
         ):
             await collect(runner.run_async([probe([1, 2])]))
         assert runner.operator_metrics()["numTimeouts"] >= 1

@@ -109,8 +109,9 @@ def test_postgres_double_into_int_fails(keys: DataFrame, postgres_dsn: str, pg_s
         keys, LookupTable("Scores", "id INT, score INT", connector, verify_target=False)
     )
     assert "ResultTypeError" in message
+    assert ("lookup table 'Scores' (PostgreSQL ") in message
     assert (
-        "lookup table 'Scores', key (2,): column 'score' returned float value 999.75, "
+        "key (2,): column 'score' returned float value 999.75, "
         "which does not fit the declared type INT"
     ) in message
 
@@ -122,8 +123,9 @@ def test_postgres_numeric_into_bigint_fails(
     message = join_error(
         keys, LookupTable("Amounts", "id INT, amount BIGINT", connector, verify_target=False)
     )
+    assert ("lookup table 'Amounts' (PostgreSQL ") in message
     assert (
-        "lookup table 'Amounts', key (2,): column 'amount' returned Decimal value "
+        "key (2,): column 'amount' returned Decimal value "
         "Decimal('999.75'), which does not fit the declared type BIGINT"
     ) in message
 
@@ -135,8 +137,9 @@ def test_postgres_out_of_range_names_the_offending_value_and_key(
     message = join_error(
         keys, LookupTable("Bigs", "id INT, big INT", connector, verify_target=False)
     )
+    assert ("lookup table 'Bigs' (PostgreSQL ") in message
     assert (
-        "lookup table 'Bigs', key (3,): column 'big' returned int value 5000000000, "
+        "key (3,): column 'big' returned int value 5000000000, "
         "which does not fit the declared type INT"
     ) in message
     assert "not in range" in message
@@ -184,8 +187,9 @@ def test_redis_json_fraction_into_int_fails(
 ) -> None:
     connector = RedisConnector(redis_url, redis_scores + "{id}")
     message = join_error(keys, LookupTable("RedisScores", "id INT, score INT", connector))
+    assert ("lookup table 'RedisScores' (Redis ") in message
     assert (
-        "lookup table 'RedisScores', key (2,): column 'score' returned float value 0.75, "
+        "key (2,): column 'score' returned float value 0.75, "
         "which does not fit the declared type INT"
     ) in message
     widened = LookupTable("RedisRatios", "id INT, ratio DOUBLE, score DECIMAL(5,2)", connector)
@@ -200,8 +204,9 @@ def test_http_json_fraction_into_int_fails(spark: SparkSession, dim_service: Dim
     df = spark.createDataFrame([(7001,), (7002,)], "k INT")
     connector = HttpConnector(f"{dim_service.url}/customers/{{id}}")
     message = join_error(df, LookupTable("HttpScores", "id INT, score INT", connector))
+    assert ("lookup table 'HttpScores' (HTTP ") in message
     assert (
-        "lookup table 'HttpScores', key (7002,): column 'score' returned float value 0.75, "
+        "key (7002,): column 'score' returned float value 0.75, "
         "which does not fit the declared type INT"
     ) in message
     widened = LookupTable("HttpScoresWide", "id INT, score DOUBLE", connector)

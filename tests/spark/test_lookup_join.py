@@ -228,7 +228,8 @@ def test_async_timeout_fails_the_job_with_a_clear_error(
         out.collect()
     message = str(error.value)
     assert "TimeoutError" in message
-    assert "lookup of key (1200,) in table 'Customers' did not finish within 300 ms" in message
+    assert "lookup table 'Customers' (HTTP http://127.0.0.1:" in message
+    assert "key (1200,): did not finish within 300 ms" in message
 
 
 def test_a_raising_lookup_function_fails_the_job_with_the_original_error(

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from asyncio_lookup.connectors import InMemoryConnector
-from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.errors import LookupFailedError, ResultTypeError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.lookup.hints import resolve_lookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, JoinType, KeyBinding
@@ -157,13 +157,15 @@ def test_successive_tasks_of_a_process_share_one_opened_chain() -> None:
 
 
 @pytest.mark.parametrize("hint", ["LOOKUP('table'='T')", "LOOKUP('table'='T', 'async'='false')"])
-def test_a_failing_partition_raises_the_original_error_and_leaves_the_loop_clean(
+def test_a_failing_partition_raises_the_named_error_and_leaves_the_loop_clean(
     hint: str,
 ) -> None:
     task = make_task(FailingConnector({1: [{"id": 1, "name": "a"}]}, bad_key=5), hint)
     outputs: list[pa.RecordBatch] = []
-    with pytest.raises(BoomError, match="rejected key 5"):
+    with pytest.raises(LookupFailedError, match="rejected key 5") as raised:
         outputs.extend(task(iter(batches(list(range(8)), list(range(8, 20))))))
+    assert str(raised.value).startswith("lookup table 'T' (FailingConnector), key (5,): BoomError")
+    assert isinstance(raised.value.__cause__, BoomError)  # the original, as the cause
     assert loop_tasks() == set()
     assert split(outputs)[1] == []  # a failed task reports nothing
     # the next partition of this process runs normally on the same loop

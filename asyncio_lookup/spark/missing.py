@@ -1,0 +1,88 @@
+"""Dim columns that no looked-up row of a task contained (docs/semantics.md §2.11).
+
+A typo in the declared schema, or a field the service does not have, would otherwise be NULL
+on every row, silently. A column counts as missing when the task's lookups returned rows and
+none of them had the column as a key (a row holding it with a null value has it). The dim key
+columns are not checked: HTTP point rows need not carry them.
+
+The check costs nothing per row once every column has been seen, which on the good path is
+the first rows of the first batch; until then each batch is scanned (in C) for the columns not
+seen yet.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import operator
+from collections.abc import Collection, Iterable, Sequence
+from itertools import repeat
+from typing import Any
+
+from asyncio_lookup.errors import DataFormatError
+from asyncio_lookup.lookup.option_names import FAIL_ON_MISSING_COLUMN
+
+log = logging.getLogger(__name__)
+
+
+class MissingColumns:
+    """The columns of ``columns`` that no row passed to :meth:`observe` contained."""
+
+    __slots__ = ("_unseen", "returned", "sample")
+
+    def __init__(self, columns: Iterable[str]) -> None:
+        self._unseen = list(dict.fromkeys(columns))
+        self.returned = False  # some lookup returned a row
+        self.sample: tuple[str, ...] = ()  # the columns of the first returned row
+
+    def observe(self, rows: Sequence[Any], failed: Collection[int] = ()) -> None:
+        """Note the columns of ``rows`` (``None``: a NULL-padded row, not a returned one; at
+        the positions ``failed``: a failed row's failure, on_error='keep')."""
+        if not self._unseen:
+            return
+        if failed:
+            skip = set(failed)
+            rows = [None if i in skip else row for i, row in enumerate(rows)]
+        returned = [row for row in rows if row is not None]
+        if not returned:
+            return
+        if not self.returned:
+            self.returned = True
+            self.sample = tuple(returned[0])
+        self._unseen = [
+            name for name in self._unseen if not any(map(operator.contains, returned, repeat(name)))
+        ]
+
+    @property
+    def missing(self) -> list[str]:
+        """The columns no returned row had ([] when no lookup returned a row)."""
+        return list(self._unseen) if self.returned else []
+
+    def report(self, table: str, target: str, *, fail: bool) -> int:
+        """Log one warning (or raise, with ``fail``) naming the missing columns; their number."""
+        missing = self.missing
+        if not missing:
+            return 0
+        message = describe(table, target, missing, self.sample)
+        if fail:
+            raise DataFormatError(f"{message} ({FAIL_ON_MISSING_COLUMN}=true)")
+        log.warning(
+            "%s; NULL in every output row of the task (set %s=true to fail instead)",
+            message,
+            FAIL_ON_MISSING_COLUMN,
+        )
+        return len(missing)
+
+
+def describe(table: str, target: str, missing: Sequence[str], sample: Sequence[str]) -> str:
+    """``lookup table 'T' (target): no row ... had column 'nmae' (did you mean 'name'?) ...``."""
+    parts = []
+    for name in missing:
+        close = difflib.get_close_matches(name, sample, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    noun = "column" if len(missing) == 1 else "columns"
+    return (
+        f"lookup table {table!r} ({target}): no row the lookups of this task returned had "
+        f"the {noun} {', '.join(parts)} (a returned row has {list(sample)}); fix the "
+        "declared schema or the source"
+    )
