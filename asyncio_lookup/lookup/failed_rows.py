@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import AsyncLookupError, ConfigurationError, LookupFailedError
 
 ON_ERROR_ALLOWED = "'fail' (the default: a failed row fails the job) or 'keep' (kept and marked)"
 
@@ -42,6 +42,20 @@ class OnError(Enum):
         raise error(option, value, ON_ERROR_ALLOWED)
 
 
+def error_class(error: BaseException) -> str:
+    """The class a failed row reports: the error's, or for a connector's own exception that the
+    chain wrapped into ``LookupFailedError`` (asyncpg, redis-py, a user's function), the
+    original's, which says more (``UndefinedTableError``, ``ResponseError``)."""
+    cause = error.__cause__
+    if (
+        type(error) is LookupFailedError
+        and cause is not None
+        and not isinstance(cause, AsyncLookupError)
+    ):
+        return type(cause).__name__
+    return type(error).__name__
+
+
 @dataclass(frozen=True, slots=True)
 class RowFailure:
     """Why one row failed: ``key`` is the lookup key as JSON text (for ``async_map``, the
@@ -58,7 +72,7 @@ class RowFailure:
         return cls(
             table=table,
             key=key_text(key),
-            error_class=type(error).__name__,
+            error_class=error_class(error),
             message=str(error) or repr(error),
             attempts=max(attempts, attempts_of(error)),
         )

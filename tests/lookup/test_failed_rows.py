@@ -225,3 +225,19 @@ async def test_a_raising_condition_is_a_failed_row_and_left_misses_stay_plain() 
         await chain.close()
     assert got[0] == ("b0", 0, "n1") and got[2] == ("b0", 2, None)
     assert isinstance(got[1][2], RowFailure) and got[1][2].error_class == "KeyError"
+
+
+def test_a_wrapped_foreign_error_reports_its_own_class() -> None:
+    from asyncio_lookup.errors import LookupFailedError, TransientError
+    from asyncio_lookup.lookup.failed_rows import RowFailure
+
+    class UndefinedTableError(Exception):
+        pass
+
+    wrapped = LookupFailedError("lookup table 'T', key (1,): relation missing")
+    wrapped.__cause__ = UndefinedTableError("relation \"t\" does not exist")
+    assert RowFailure.of("T", (1,), wrapped).error_class == "UndefinedTableError"
+    exhausted = LookupFailedError("lookup table 'T', key (1,): retries exhausted")
+    exhausted.__cause__ = TransientError("503")
+    assert RowFailure.of("T", (1,), exhausted).error_class == "LookupFailedError"
+    assert RowFailure.of("T", (1,), ValueError("x")).error_class == "ValueError"
