@@ -275,10 +275,12 @@ class HttpConnector(AsyncFirstSource):
         query = urlencode(pairs, quote_via=quote, safe="")
         return "GET", f"{self.batch_url}{separator}{query}", None
 
-    def transient(self, message: str, retry_after: float | None = None) -> TransientError:
+    def transient(
+        self, message: str, retry_after: float | None = None, status: int | None = None
+    ) -> TransientError:
         message = redact(message, self.secrets())
         log.warning("%s", message)
-        return TransientError(message, retry_after=retry_after)
+        return TransientError(message, retry_after=retry_after, status=status)
 
     def failure(self, error: BaseException, method: str, url: str) -> TransientError:
         return self.transient(
@@ -303,6 +305,7 @@ class HttpConnector(AsyncFirstSource):
                 f"HTTP {method} {mask_url(url)} answered {status}"
                 + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
                 retry_after,
+                status,
             )
         if not 200 <= status < 300:
             excerpt = body[:200].decode("utf-8", "replace")

@@ -34,6 +34,7 @@ from asyncio_lookup.lookup.metrics import (
     NUM_LOAD_FAILURES,
     NUM_LOOKUPS,
     NUM_MISS_RETRIES,
+    NUM_THROTTLED,
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.option_names import CACHE
@@ -43,6 +44,7 @@ from asyncio_lookup.lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup, TaskRate
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
@@ -74,6 +76,7 @@ class LookupChain:
         async_sleep: Callable[[float], Awaitable[None]],
         metrics: CacheMetricGroup,
         cache_scope: ScopeKey | None = None,
+        rate: TaskRate | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -82,6 +85,20 @@ class LookupChain:
         self.miss_retry = miss_retry
         self.cache = cache
         self.full_cache = full_cache
+        if rate is not None:  # below batching and retries: every connector call takes a token
+            if sync_function is not None:
+                sync_function = RateLimitedSyncLookup(
+                    sync_function,
+                    rate,
+                    sleep=clock.sleep,
+                    clock=clock.now,
+                    on_throttle=self._count_throttled,
+                )
+            if async_function is not None:
+                async_function = RateLimitedLookup(
+                    async_function, rate, on_throttle=self._count_throttled
+                )
+        self.rate = rate
         self._sync = sync_function
         self._async = async_function
         self._clock = clock
@@ -107,6 +124,7 @@ class LookupChain:
         clock: Clock | None = None,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         cache_scope: str | None = None,
+        rate: TaskRate | None = None,
     ) -> LookupChain:
         """Pick the mode and build the cache; opens nothing (safe on the driver).
 
@@ -119,6 +137,9 @@ class LookupChain:
         key columns share one cache, full-cache snapshot and metric group, whatever their mode
         and lookup-miss retry (see :mod:`asyncio_lookup.lookup.scope`). ``None``: a cache of
         its own. Without a cache (``lookup.cache`` NONE) there is nothing to share.
+
+        ``rate``: this chain's share of the table's ``lookup.rate-limit`` (the driver divides
+        the job's budget, see :mod:`asyncio_lookup.lookup.rate_limit`); None: no limit.
         """
         plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
         metrics = CacheMetricGroup()
@@ -145,6 +166,7 @@ class LookupChain:
             async_sleep=async_sleep,
             metrics=metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
+            rate=rate,
         )
 
     @staticmethod
@@ -361,6 +383,9 @@ class LookupChain:
 
     def _count_failure_retry(self) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
+
+    def _count_throttled(self) -> None:
+        self.metrics.inc(NUM_THROTTLED)
 
     def _count_miss_retry(self) -> None:
         self.metrics.inc(NUM_MISS_RETRIES)

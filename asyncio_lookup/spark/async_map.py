@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.lookup.rate_limit import RateLimit, TaskRate, rate_limited
 from asyncio_lookup.runtime import (
     AsyncRetryStrategy,
     AsyncWaitOperator,
@@ -28,6 +29,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
+from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
     DEFAULT_GC_YOUNG_THRESHOLD,
@@ -49,10 +51,11 @@ class AsyncMapTask:
     metrics_id: str | None
     flush_rows: int = DEFAULT_FLUSH_ROWS
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    rate: TaskRate | None = None  # this task's share of ``rate_limit``
 
     def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
         return AsyncWaitOperator(
-            self.fn,
+            self.fn if self.rate is None else rate_limited(self.fn, self.rate),
             timeout=self.timeout,
             capacity=self.capacity,
             output_mode=self.output_mode,
@@ -104,6 +107,7 @@ def async_map(
     retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
     *,
     metrics_id: str | None = None,
+    rate_limit: float | str | RateLimit | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
 
@@ -113,6 +117,9 @@ def async_map(
     ``retry_strategy`` are the async wait operator's (FLIP-232; ``output_mode`` also as text,
     e.g. ``'allow_unordered'``). With ``metrics_id`` the
     operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
+    ``rate_limit`` (requests/s for the whole job, ``'N/min'``..., or a :class:`RateLimit` with
+    ``adaptive`` / ``parallelism``) bounds the calls of ``fn``, retries included, shared by the
+    tasks as a lookup table's ``lookup.rate-limit`` is (docs/semantics.md §2.10).
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -131,6 +138,7 @@ def async_map(
         retry_strategy=retry_strategy,
         metrics_id=metrics_id,
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
+        rate=_task_rate(rate_limit, df),
     )
     task.operator()  # validates fn, timeout, capacity, output mode and retry strategy
     if metrics_id is None:
@@ -143,6 +151,20 @@ def async_map(
         )
     with_metrics = StructType([*parsed.fields, StructField(METRICS_COLUMN, StringType(), True)])
     return observe(df.mapInArrow(task, with_metrics), metrics_id)
+
+
+def _task_rate(rate_limit: Any, df: DataFrame) -> TaskRate | None:
+    limit = RateLimit.of(rate_limit)
+    if limit is None:
+        return None
+    return task_rate(
+        limit.requests_per_second,
+        limit.adaptive,
+        limit.parallelism,
+        df.sparkSession.conf,
+        what="async_map",
+        parallelism_option="rate_limit.parallelism",
+    )
 
 
 def async_map_metrics(metrics_id: str) -> dict[str, float]:

@@ -25,6 +25,7 @@ from asyncio_lookup.lookup.hints import (
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
+from asyncio_lookup.spark.rate_share import table_task_rate
 from asyncio_lookup.spark.schema import (
     arrow_type,
     check_literal,
@@ -285,6 +286,7 @@ def plan_lookup_join(
         output_schema=_arrow_schema(output, large),
         not_null=tuple(i for i, f in enumerate(output.fields) if not f.nullable),
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
+        rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
     )
     return task, output
 
@@ -389,5 +391,13 @@ def hash_partition(
     plan = plan_shuffle(
         df, task.spec, table.schema, table.connector, partitions=partitions, skew=skew
     )
-    routed = dataclasses.replace(task, routing=plan.routing, partition_column=PARTITION_COLUMN)
+    rate = table_task_rate(  # no more tasks at once than partitions
+        table.options,
+        df.sparkSession.conf,
+        partitions=plan.routing.num_partitions,
+        table=table.name,
+    )
+    routed = dataclasses.replace(
+        task, routing=plan.routing, partition_column=PARTITION_COLUMN, rate=rate
+    )
     return plan.df, routed

@@ -18,6 +18,7 @@ from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_source
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
+from asyncio_lookup.lookup.rate_limit import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
@@ -56,6 +57,8 @@ class LookupJoinTask:
     routing: PartitionRouting | None = None
     partition_column: str | None = None
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    #: This task's share of the table's ``lookup.rate-limit`` (spark/rate_share.py).
+    rate: TaskRate | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -78,6 +81,7 @@ class LookupJoinTask:
             name=self.table_name,
             key_columns=self.spec.key_columns,
             cache_scope=self.cache_scope(partition),
+            rate=self.rate,
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
@@ -97,6 +101,8 @@ class LookupJoinTask:
             f"{'async' if hint.prefer_async else 'sync'}:"
             f"{hint.retry_delay}:{hint.retry_max_attempts}"
         )
+        if self.rate is not None:  # a different share is a different limiter
+            base += f":rate={self.rate.rate!r}:{self.rate.adaptive}"
         if partition is None or self.routing is None:
             return base
         return f"{base}:partition={partition}/{self.routing.fingerprint()}"
