@@ -48,6 +48,8 @@ DECREASE = 0.5
 RECOVERY_SECONDS = 10.0
 #: The adaptive rate never drops below this fraction of the ceiling.
 FLOOR_FRACTION = 0.01
+#: A token, give or take float rounding (a timer set for a token's time must find one).
+_WHOLE = 1.0 - 1e-9
 
 RATE_ALLOWED = (
     "a number of requests per second > 0 (e.g. 200 or '200'), or a rate with a unit: "
@@ -154,7 +156,7 @@ class TokenBucket:
     def take(self, now: float) -> float:
         """Take a token and return 0.0, or take nothing and return the seconds until one."""
         self._refill(now)
-        if self.tokens >= 1.0 and now >= self.updated:
+        if self.tokens >= _WHOLE and now >= self.updated:
             self.tokens -= 1.0
             return 0.0
         return max(0.0, self.updated - now) + (1.0 - self.tokens) / self.rate
