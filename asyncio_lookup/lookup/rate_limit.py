@@ -5,10 +5,10 @@ Three pieces, state apart from I/O (httpcore's manner):
 - :class:`TokenBucket`: ``rate`` tokens per second, at most ``burst`` saved; every method takes
   ``now``, so any clock (a fake one in tests) drives it. In any interval of ``T`` seconds it
   grants at most ``rate * T + burst`` requests.
-- :class:`Aimd`: the adaptive mode's rate and concurrency: halved on a throttling answer
-  (429 / 503, or a ``Retry-After``) at most once per round trip, raised by ``ceiling / 10``
-  per second of successful calls back to the ceiling (TCP's additive increase,
-  multiplicative decrease).
+- :class:`Aimd`: the adaptive mode's rate and concurrency: a slow start (from an eighth of the
+  ceiling, doubling every 0.5 s), then halved on a throttling answer (429 / 503, or a
+  ``Retry-After``) at most once per round trip and raised by ``ceiling / 10`` per second of
+  successful calls back to the ceiling (TCP's additive increase, multiplicative decrease).
 - :class:`RateLimiter`: both on an event loop (waiters released in order by one loop timer),
   with a blocking form for the sync mode; :class:`RateLimitedLookup` puts it in front of an
   :class:`AsyncLookupFunction` (every point or batch call, retries included, takes a token;
@@ -48,6 +48,10 @@ DECREASE = 0.5
 RECOVERY_SECONDS = 10.0
 #: The adaptive rate never drops below this fraction of the ceiling.
 FLOOR_FRACTION = 0.01
+#: Adaptive mode starts at this fraction of the ceiling, doubling every this many seconds.
+SLOW_START_FRACTION = 0.125
+SLOW_START_DOUBLING = 0.5
+_SLOW_START_GAIN = math.log(2) / SLOW_START_DOUBLING
 #: A token, give or take float rounding (a timer set for a token's time must find one).
 _WHOLE = 1.0 - 1e-9
 
@@ -178,12 +182,18 @@ class TokenBucket:
 
 class Aimd:
     """The adaptive mode's rate (between ``ceiling * FLOOR_FRACTION`` and ``ceiling``) and its
-    cap on calls in flight (None: no cap until the first throttling answer)."""
+    cap on calls in flight (None: no cap until the first throttling answer).
+
+    It starts as TCP does, slowly: at ``ceiling * SLOW_START_FRACTION``, doubling every
+    ``SLOW_START_DOUBLING`` seconds of successful calls, so a ceiling set above what the service
+    takes is found without a second of calls at twice its rate; from the first throttling
+    answer on, additive increase and multiplicative decrease."""
 
     def __init__(self, ceiling: float) -> None:
         self.ceiling = ceiling
-        self.rate = ceiling
         self.floor = ceiling * FLOOR_FRACTION
+        self.rate = max(self.floor, ceiling * SLOW_START_FRACTION)
+        self.slow_start = True
         self.step = ceiling / RECOVERY_SECONDS  # requests/s gained per second of successes
         self.concurrency: float | None = None
         self.decreased_at = -math.inf
@@ -194,6 +204,7 @@ class Aimd:
         ``in_flight`` counts the calls in flight, this one included. True when decreased."""
         if sent_at < self.decreased_at:
             return False
+        self.slow_start = False
         self.rate = max(self.floor, self.rate * DECREASE)
         current = in_flight if self.concurrency is None else min(self.concurrency, in_flight)
         self.concurrency = max(1.0, current * DECREASE)
@@ -201,10 +212,12 @@ class Aimd:
         return True
 
     def succeeded(self) -> None:
-        """One successful call: ``step / rate`` more rate (``step`` per second at full pace),
-        one more call in flight per round of calls."""
+        """One successful call: in slow start ``ln 2 / SLOW_START_DOUBLING`` more rate (the rate
+        doubles every ``SLOW_START_DOUBLING`` s at full pace), else ``step / rate`` (``step``
+        per second at full pace); one more call in flight per round of calls."""
         if self.rate < self.ceiling:
-            self.rate = min(self.ceiling, self.rate + self.step / self.rate)
+            gain = _SLOW_START_GAIN if self.slow_start else self.step / self.rate
+            self.rate = min(self.ceiling, self.rate + gain)
         if self.concurrency is not None:
             self.concurrency += 1.0 / self.concurrency
 

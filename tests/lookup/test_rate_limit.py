@@ -19,6 +19,8 @@ from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.rate_limit import (
     DECREASE,
     RECOVERY_SECONDS,
+    SLOW_START_DOUBLING,
+    SLOW_START_FRACTION,
     Aimd,
     RateLimit,
     RateLimiter,
@@ -159,21 +161,35 @@ def test_bucket_pause_and_rate_change() -> None:
 # -- AIMD (fake clock) ------------------------------------------------------------------------
 
 
+def _succeed_until(aimd: Aimd, rate: float) -> float:
+    """Successes at the pace of the rate until it reaches ``rate``; the seconds they took."""
+    seconds = 0.0
+    while aimd.rate < rate:
+        seconds += 1.0 / aimd.rate
+        aimd.succeeded()
+    return seconds
+
+
+def test_aimd_slow_start_doubles_every_half_second() -> None:
+    aimd = Aimd(100.0)
+    assert aimd.rate == 100.0 * SLOW_START_FRACTION and aimd.slow_start
+    # 12.5 -> 100: three doublings
+    assert _succeed_until(aimd, 100.0) == pytest.approx(3 * SLOW_START_DOUBLING, rel=0.05)
+    assert aimd.rate == 100.0 and aimd.concurrency is None
+
+
 def test_aimd_halves_once_per_round_trip_and_recovers() -> None:
     aimd = Aimd(100.0)
+    _succeed_until(aimd, 100.0)
     assert aimd.throttled(sent_at=0.0, now=0.01, in_flight=8)
-    assert (aimd.rate, aimd.concurrency) == (100.0 * DECREASE, 8 * DECREASE)
+    assert (aimd.rate, aimd.concurrency, aimd.slow_start) == (100.0 * DECREASE, 8 * DECREASE, False)
     # answers to calls sent before that decrease say nothing about the new rate
     assert not aimd.throttled(sent_at=0.005, now=0.02, in_flight=8)
     assert aimd.rate == 50.0
     assert aimd.throttled(sent_at=0.03, now=0.04, in_flight=3)
     assert (aimd.rate, aimd.concurrency) == (25.0, 1.5)
-    # successes at the pace of the rate: +ceiling/RECOVERY_SECONDS per second of them
-    calls, seconds = 0, 0.0
-    while aimd.rate < aimd.ceiling:
-        aimd.succeeded()
-        calls += 1
-        seconds += 1.0 / aimd.rate
+    # additive increase: +ceiling/RECOVERY_SECONDS per second of successes
+    seconds = _succeed_until(aimd, 100.0)
     assert seconds == pytest.approx(RECOVERY_SECONDS * 0.75, rel=0.05)
     assert aimd.concurrency is not None and aimd.concurrency > 30
 
@@ -230,7 +246,7 @@ def test_a_cancelled_waiter_takes_no_token() -> None:
 
 def test_adaptive_limiter_caps_calls_in_flight_after_a_429() -> None:
     async def main() -> tuple[float, float | None, list[float]]:
-        limiter = RateLimiter(TaskRate(1000.0, adaptive=True))
+        limiter = RateLimiter(TaskRate(8000.0, adaptive=True))  # slow start at 1000/s
         sent = [await limiter.acquire() for _ in range(4)]  # four calls in flight
         limiter.release(sent[0], TransientError("429", status=429))
         assert limiter.aimd is not None
@@ -371,7 +387,9 @@ def test_retries_take_tokens_and_a_429_slows_an_adaptive_chain() -> None:
     metrics, rate, calls = run_virtual(main())
     assert calls == [(1,)] * 3
     assert metrics["numThrottledCalls"] == 2 and metrics["numFailureRetries"] == 2
-    assert rate < 100.0 * DECREASE + 1  # halved twice then one success: well below the ceiling
+    # slow start's 12.5/s halved twice (3.125/s), then one success adds step / rate
+    halved = 100.0 * SLOW_START_FRACTION * DECREASE * DECREASE
+    assert rate == pytest.approx(halved + (100.0 / RECOVERY_SECONDS) / halved)
 
 
 def test_sync_mode_sleeps_on_the_chain_clock() -> None:

@@ -1,0 +1,81 @@
+"""The rate-limit acceptance jobs, run in a Spark session of their own (``local[4]``: four
+tasks at once, which the shared test session's two cores do not give).
+
+``python -m tests.spark.rate_limit_job MODE LIMITED_URL THROTTLING_URL ROWS RATE`` prints one
+JSON line per job: the rows joined correctly, the table's metrics and what the driver gave
+each task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from asyncio_lookup.connectors import HttpConnector  # noqa: E402
+from asyncio_lookup.spark import LookupTable, lookup_join  # noqa: E402
+from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join  # noqa: E402
+
+MASTER = "local[4]"
+
+
+def session(mode: str) -> SparkSession:
+    builder = SparkSession.builder.appName(f"rate-limit-{mode}")
+    builder = builder.remote(MASTER) if mode == "connect" else builder.master(MASTER)
+    return (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+def run(spark: SparkSession, url: str, rows: int, options: dict[str, str]) -> dict[str, object]:
+    table = LookupTable(
+        "Items", "id BIGINT, v STRING", HttpConnector(f"{url}/items/{{id}}"), options
+    )
+    keys = spark.range(0, rows, 1, numPartitions=4)
+    task, _ = plan_lookup_join(keys, table, LookupJoinArgs("id", columns=["v"]))
+    joined = lookup_join(keys, table, "id", how="left", columns=["v"])
+    got = joined.agg(
+        F.count("*").alias("rows"),
+        F.sum((F.col("v") == F.concat(F.lit("v"), F.col("id").cast("string"))).cast("int")).alias(
+            "exact"
+        ),
+    ).collect()[0]
+    return {
+        "rows": got["rows"],
+        "exact": got["exact"],
+        "task_rate": None if task.rate is None else task.rate.rate,
+        "metrics": table.metrics(),
+    }
+
+
+def main() -> None:
+    mode, limited_url, throttling_url, rows, rate = sys.argv[1:6]
+    spark = session(mode)
+    spark.sparkContext.setLogLevel("ERROR") if mode == "classic" else None
+    try:
+        print("JOB " + json.dumps(run(spark, limited_url, int(rows), {"lookup.rate-limit": rate})))
+        adaptive = {
+            "lookup.rate-limit": str(2 * float(rate)),  # twice what the service allows
+            "lookup.rate-limit.adaptive": "true",
+            "lookup.max-retries": "10",
+            "lookup.max-retry-backoff": "2s",
+        }
+        print("JOB " + json.dumps(run(spark, throttling_url, int(rows), adaptive)), flush=True)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
