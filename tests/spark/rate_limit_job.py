@@ -15,12 +15,12 @@ import sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from asyncio_lookup.connectors import HttpConnector  # noqa: E402
-from asyncio_lookup.spark import LookupTable, lookup_join  # noqa: E402
-from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join  # noqa: E402
+from asyncio_lookup.connectors import HttpConnector
+from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
 
 MASTER = "local[4]"
 
