@@ -1,7 +1,7 @@
 """The lookup chain of one lookup table in one worker process (docs/semantics.md §2.2-2.4):
 
     cache -> lookup-miss retry -> failure retry (lookup.max-retries)
-          -> batching/coalescing -> connector
+          -> batching/coalescing -> rate limit (lookup.rate-limit) -> connector
 
 A FULL cache answers every lookup from its snapshot instead (no point lookup, no retry).
 """

@@ -41,7 +41,7 @@ from asyncio_lookup.validation import parse_bool, parse_int
 #: Answers that mean "too many requests": the adaptive mode backs off on them.
 THROTTLE_STATUSES = frozenset({429, 503})
 #: A task saves at most this many seconds of its rate (the bucket's burst), at least 1 request.
-BURST_SECONDS = 0.1
+BURST_SECONDS = 0.05
 #: Adaptive mode: the factor a throttling answer multiplies the rate and concurrency by ...
 DECREASE = 0.5
 #: ... and the seconds of successful calls that climb from 0 back to the ceiling.
