@@ -37,7 +37,7 @@ from asyncio_lookup.lookup.metrics import (
     NUM_THROTTLED,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.option_names import CACHE
+from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
     FullCachingLookupProvider,
@@ -426,6 +426,14 @@ def _plan(
             options.cache.value,
             "NONE (or unset) when the source is a caching provider",
             reason=f"{type(source).__name__} brings its own cache",
+        )
+    if full and options.rate_limit is not None:
+        raise ConfigurationError(
+            RATE_LIMIT,
+            options.rate_limit,
+            "no rate limit for a FullCachingLookupProvider",
+            reason="a FULL cache answers every lookup from its snapshot: there are no per-key "
+            "calls to limit",
         )
     if full or options.cache is CacheType.FULL:
         if not key_columns:

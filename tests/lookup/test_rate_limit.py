@@ -405,3 +405,14 @@ def test_sync_mode_sleeps_on_the_chain_clock() -> None:
     for i in range(9):
         assert chain.lookup((i,)) == [{"id": i}]
     assert clock.now() == pytest.approx(2.0) and len(table.calls) == 9
+
+
+def test_a_full_caching_provider_takes_no_rate_limit() -> None:
+    from asyncio_lookup.lookup.providers import FullCachingLookupProvider
+    from asyncio_lookup.lookup.reload import PeriodicCacheReloadTrigger
+
+    provider = FullCachingLookupProvider.of(lambda: [], PeriodicCacheReloadTrigger(60.0))
+    with pytest.raises(ConfigurationError, match=r"'lookup\.rate-limit'.*no per-key calls"):
+        LookupChain.validate(
+            provider, LookupOptions(rate_limit=5.0), prefer_async=True, key_columns=("id",)
+        )
