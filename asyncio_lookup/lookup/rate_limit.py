@@ -277,13 +277,17 @@ class RateLimiter:
             return await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():  # granted, but its caller is gone
-                self.release(future.result(), None)
+                self.release(future.result(), None, answered=False)
             raise
 
-    def release(self, sent_at: float, error: BaseException | None) -> None:
-        """A call sent at ``sent_at`` ended (``error`` when it failed): adapt, free its slot."""
+    def release(
+        self, sent_at: float, error: BaseException | None, *, answered: bool = True
+    ) -> None:
+        """A call sent at ``sent_at`` ended (``error`` when it failed; not ``answered`` when it
+        was cancelled, which says nothing about the service): adapt, free its slot."""
         self.in_flight -= 1
-        self._outcome(sent_at, error)
+        if answered:
+            self._outcome(sent_at, error)
         if self._waiters:
             self._pump()
 
@@ -344,10 +348,13 @@ class RateLimiter:
                     return now
             sleep(delay)
 
-    def release_blocking(self, sent_at: float, error: BaseException | None) -> None:
+    def release_blocking(
+        self, sent_at: float, error: BaseException | None, *, answered: bool = True
+    ) -> None:
         with self._lock:
             self.in_flight -= 1
-            self._outcome(sent_at, error)
+            if answered:
+                self._outcome(sent_at, error)
 
 
 class RateLimitedLookup(AsyncLookupFunction):
@@ -384,7 +391,7 @@ class RateLimitedLookup(AsyncLookupFunction):
             self._release(sent_at, error)
             raise
         except BaseException:
-            self.limiter.release(sent_at, None)
+            self.limiter.release(sent_at, None, answered=False)
             raise
         self.limiter.release(sent_at, None)
         return rows
@@ -399,7 +406,7 @@ class RateLimitedLookup(AsyncLookupFunction):
             self._release(sent_at, error)
             raise
         except BaseException:
-            self.limiter.release(sent_at, None)
+            self.limiter.release(sent_at, None, answered=False)
             raise
         throttle = next(
             (o for o in outcomes if isinstance(o, BaseException) and is_throttle(o)), None
@@ -448,7 +455,7 @@ class RateLimitedSyncLookup(LookupFunction):
             self.limiter.release_blocking(sent_at, error)
             raise
         except BaseException:
-            self.limiter.release_blocking(sent_at, None)
+            self.limiter.release_blocking(sent_at, None, answered=False)
             raise
         self.limiter.release_blocking(sent_at, None)
         return rows
@@ -479,7 +486,7 @@ class RateLimitedFunction(AsyncFunction[Any, Any]):
             self.limiter.release(sent_at, error)
             raise
         except BaseException:
-            self.limiter.release(sent_at, None)
+            self.limiter.release(sent_at, None, answered=False)
             raise
         self.limiter.release(sent_at, None)
         return result

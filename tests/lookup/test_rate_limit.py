@@ -23,6 +23,7 @@ from asyncio_lookup.lookup.rate_limit import (
     SLOW_START_FRACTION,
     Aimd,
     RateLimit,
+    RateLimitedLookup,
     RateLimiter,
     TaskRate,
     TokenBucket,
@@ -416,3 +417,19 @@ def test_a_full_caching_provider_takes_no_rate_limit() -> None:
         LookupChain.validate(
             provider, LookupOptions(rate_limit=5.0), prefer_async=True, key_columns=("id",)
         )
+
+
+def test_a_cancelled_call_neither_raises_nor_lowers_the_adaptive_rate() -> None:
+    async def main() -> tuple[float, int]:
+        gate = asyncio.Event()
+        table = Table({(1,): [{"id": 1}]})
+        fn = RateLimitedLookup(AsyncFn(table, gate), TaskRate(80.0, adaptive=True))
+        call = asyncio.ensure_future(fn.async_lookup((1,)))
+        await asyncio.sleep(0.1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return fn.limiter.rate, fn.limiter.in_flight
+
+    rate, in_flight = run_virtual(main())
+    assert rate == 80.0 * SLOW_START_FRACTION and in_flight == 0
