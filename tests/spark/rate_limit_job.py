@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -17,6 +18,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.spark import LookupTable, lookup_join
@@ -25,18 +27,34 @@ from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
 MASTER = "local[4]"
 
 
-def session(mode: str) -> SparkSession:
-    builder = SparkSession.builder.appName(f"rate-limit-{mode}")
-    builder = builder.remote(MASTER) if mode == "connect" else builder.master(MASTER)
-    return (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+def session(mode: str) -> tuple[SparkSession, SparkSession]:
+    """A classic ``local[4]`` session; for ``connect``, a Spark Connect client of a server
+    this process starts on a free loopback port (``remote("local[4]")`` would take the fixed
+    port 15002, which the test process's own Connect session may hold)."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.python.worker.reuse": "true",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+    if mode == "connect":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
+        conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
+        conf["spark.connect.grpc.binding.port"] = str(port)
+    builder = SparkSession.builder.appName(f"rate-limit-{mode}").master(MASTER)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    classic = builder.getOrCreate()
+    classic.sparkContext.setLogLevel("ERROR")
+    if mode == "classic":
+        return classic, classic
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # as remote() sets it: Connect's classes
+    return RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate(), classic
 
 
 def run(spark: SparkSession, url: str, rows: int, options: dict[str, str]) -> dict[str, object]:
@@ -62,8 +80,7 @@ def run(spark: SparkSession, url: str, rows: int, options: dict[str, str]) -> di
 
 def main() -> None:
     mode, limited_url, throttling_url, rows, rate = sys.argv[1:6]
-    spark = session(mode)
-    spark.sparkContext.setLogLevel("ERROR") if mode == "classic" else None
+    spark, server = session(mode)
     try:
         print("JOB " + json.dumps(run(spark, limited_url, int(rows), {"lookup.rate-limit": rate})))
         adaptive = {
@@ -75,6 +92,8 @@ def main() -> None:
         print("JOB " + json.dumps(run(spark, throttling_url, int(rows), adaptive)), flush=True)
     finally:
         spark.stop()
+        if server is not spark:
+            server.stop()  # the Connect server's session
 
 
 if __name__ == "__main__":
