@@ -58,7 +58,16 @@ class TransientError(AsyncLookupError):
 
 
 class LookupFailedError(AsyncLookupError):
-    """A connector lookup failed after its failure retries (``lookup.max-retries``) ran out."""
+    """A connector lookup failed after its failure retries (``lookup.max-retries``) ran out.
+
+    ``attempts`` is the number of calls made (the first one and its retries)."""
+
+    def __init__(self, message: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.attempts))
 
 
 class CacheLoadError(AsyncLookupError):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from asyncio_lookup.errors import ConfigurationError, HintError
+from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.retry import MissRetry
 from asyncio_lookup.validation import (
     format_duration,
@@ -121,6 +122,7 @@ HINT_OPTIONS: tuple[_HintOption, ...] = (
         lambda o, v: parse_int(o, v, minimum=1, allowed=_INT_ALLOWED, error=HintError),
     ),
     _HintOption("shuffle", "shuffle", lambda o, v: parse_bool(o, v, error=HintError), _bool_text),
+    _HintOption("on-error", "on_error", lambda o, v: OnError.of(v, o, HintError).value),
 )
 _BY_NAME = {option.name: option for option in HINT_OPTIONS}
 LOOKUP_OPTIONS = tuple(_BY_NAME)
@@ -149,6 +151,7 @@ class LookupHint:
     fixed_delay: float | None = None
     max_attempts: int | None = None
     shuffle: bool | None = None
+    on_error: str | None = None  # 'fail' | 'keep'
 
     def __post_init__(self) -> None:
         for option in HINT_OPTIONS:
@@ -422,6 +425,7 @@ class ResolvedLookup:
     ``prefer_async`` is a preference: a source without that capability uses the other one.
     ``timeout`` of ``None`` means no timeout. ``shuffle`` asks to hash-partition the probe side
     by the key's left columns before the lookup (SHUFFLE_HASH or ``'shuffle'='true'``).
+    ``on_error`` is the error output (``'on-error'``): fail the job, or keep failed rows.
     """
 
     table: str
@@ -432,6 +436,7 @@ class ResolvedLookup:
     retry_delay: float | None = None
     retry_max_attempts: int | None = None
     shuffle: bool = False
+    on_error: OnError = OnError.FAIL
     hint: LookupHint | None = field(default=None, compare=False)
 
     @property
@@ -509,6 +514,7 @@ def resolve_lookup(
         retry_delay=lookup.fixed_delay,
         retry_max_attempts=lookup.max_attempts,
         shuffle=shuffle or bool(lookup.shuffle),
+        on_error=OnError.of(lookup.on_error or "fail"),
         hint=lookup,
     )
 

@@ -7,6 +7,10 @@ input row indices to gather (an input row repeats once per surviving dim row) an
 them, the dim rows (``None`` = NULL-padded, for a LEFT join miss). The engine builds its output
 column-wise from those, e.g. with Arrow ``take``.
 
+With an error output (``on-error`` = keep, docs/semantics.md §2.10) a row whose lookup failed
+for good is emitted once with a :class:`RowFailure` as its dim row, and its position is listed in
+the joined batch's ``failures`` (found only while failures are outstanding: no cost per good row).
+
 Sync mode looks up one key at a time (retry sleeps block, as in Flink). Async mode runs every
 lookup through the async wait operator with the hint's capacity, output mode and timeout; the
 lookup-miss retry sits inside the chain (below the cache), so it holds the row's one slot and
@@ -32,6 +36,7 @@ from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.hints import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
@@ -43,6 +48,8 @@ from asyncio_lookup.runtime.rebatch import (
 )
 
 P = TypeVar("P")
+DimRow = Row | RowFailure | None
+"""A joined row's dim side: the looked-up row, None (NULL dim columns) or the row's failure."""
 
 
 class JoinType(Enum):
@@ -180,11 +187,13 @@ class ProbeBatch(Generic[P]):
 @dataclass
 class JoinedBatch(Generic[P]):
     """Output for (part of) one input batch: rows ``indices`` of ``payload`` joined with
-    ``dim_rows`` (aligned; ``None`` = NULL dim columns)."""
+    ``dim_rows`` (aligned; ``None`` = NULL dim columns). ``failures``: the positions whose dim
+    row is a :class:`RowFailure` (error output only)."""
 
     payload: P
     indices: list[int] = field(default_factory=list)
-    dim_rows: list[Row | None] = field(default_factory=list)
+    dim_rows: list[DimRow] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)
 
 
 class LookupChainLike(Protocol):
@@ -218,7 +227,7 @@ def _probes(batch: ProbeBatch[Any]) -> Iterator[_Probe]:
     return map(_Probe, batch.keys, repeat(None) if left_rows is None else left_rows)
 
 
-class _LookupCall(AsyncFunction[_Probe, Row | None]):
+class _LookupCall(AsyncFunction[_Probe, DimRow]):
     """One row's lookup through the chain; its outputs are the row's output dim rows (``None``:
     NULL-padded), none for an INNER join without a surviving dim row."""
 
@@ -269,7 +278,19 @@ class LookupJoinRunner(Generic[P]):
         self.spec = spec
         self.hint = hint
         self.flush_rows = check_flush_rows(flush_rows)
-        self.operator: AsyncWaitOperator[_Probe, Row | None] | None = None
+        self.operator: AsyncWaitOperator[_Probe, DimRow] | None = None
+        self.keep_failures = hint.on_error is OnError.KEEP
+        self.failed_rows = 0  # rows emitted as failures
+        self._unseen = 0  # failures made and not yet found in an output batch
+
+    def _failure(self, key: Key | None, error: BaseException, attempts: int = 1) -> RowFailure:
+        self.failed_rows += 1
+        return RowFailure.of(self.hint.table, key, error, attempts)
+
+    def _failed(self, element: _Probe, error: BaseException, attempts: int) -> list[RowFailure]:
+        """The operator's error output: the row once, as its failure."""
+        self._unseen += 1
+        return [self._failure(element.key, error, attempts)]
 
     @property
     def is_async(self) -> bool:
@@ -290,8 +311,15 @@ class LookupJoinRunner(Generic[P]):
             left_rows = batch.left_rows
             for index, key in enumerate(batch.keys):
                 left_row = left_rows[index] if left_rows is not None else None
-                rows = lookup(key) if key is not None else ()
-                for dim_row in spec.finish(rows, left_row):
+                dim_rows: Sequence[DimRow]
+                try:
+                    dim_rows = spec.finish(lookup(key) if key is not None else (), left_row)
+                except Exception as error:
+                    if not self.keep_failures:
+                        raise
+                    out.failures.append(len(out.indices))
+                    dim_rows = [self._failure(key, error)]
+                for dim_row in dim_rows:
                     out.indices.append(index)
                     out.dim_rows.append(dim_row)
                 if len(out.indices) >= self.flush_rows:
@@ -305,19 +333,25 @@ class LookupJoinRunner(Generic[P]):
     ) -> AsyncIterator[JoinedBatch[P]]:
         """Join through the async wait operator; output order follows the output mode."""
         hint = self.hint
-        operator: AsyncWaitOperator[_Probe, Row | None] = AsyncWaitOperator(
+        operator: AsyncWaitOperator[_Probe, DimRow] = AsyncWaitOperator(
             _LookupCall(self.chain, self.spec, hint.table, hint.timeout),
             timeout=hint.timeout,
             capacity=hint.capacity,
             output_mode=OutputMode(hint.output_mode),
+            on_error=self._failed if self.keep_failures else None,
         )
         self.operator = operator
-        rebatcher: Rebatcher[ProbeBatch[P], _Probe, Row | None] = Rebatcher(
+        rebatcher: Rebatcher[ProbeBatch[P], _Probe, DimRow] = Rebatcher(
             operator, _probes, flush_rows=self.flush_rows
         )
         joined = rebatcher.run(batches)
         try:
             async for out in joined:
-                yield JoinedBatch(out.batch.payload, out.indices, out.outputs)
+                batch: JoinedBatch[P] = JoinedBatch(out.batch.payload, out.indices, out.outputs)
+                if self._unseen:
+                    failures = [i for i, row in enumerate(out.outputs) if type(row) is RowFailure]
+                    batch.failures = failures
+                    self._unseen -= len(failures)
+                yield batch
         finally:
             await aclose(joined)

@@ -39,7 +39,7 @@ class CacheMetricGroup:
       connector (a batch is one call); ``numExternalKeys``: keys sent in those calls;
       ``numCoalescedLookups``: connector loads saved by sharing an in-flight call for the same key;
       ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error;
-      ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.10).
+      ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.11).
     """
 
     COUNTERS: ClassVar[tuple[str, ...]] = (

@@ -1,4 +1,4 @@
-"""Rate limits on the calls a task makes to an external system (docs/semantics.md §2.10).
+"""Rate limits on the calls a task makes to an external system (docs/semantics.md §2.11).
 
 Three pieces, state apart from I/O (httpcore's manner):
 

@@ -225,7 +225,8 @@ class FailureRetry(RetryPolicy):
             f"lookup of key {key!r}{table} failed after {state.attempt_number} attempt(s), "
             f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="
             f"{self.max_retries}, lookup.max-retry-backoff={format_duration(self.maximum)}); "
-            f"last error: {type(last).__name__}: {last}"
+            f"last error: {type(last).__name__}: {last}",
+            attempts=state.attempt_number,
         ) from last
 
 

@@ -29,7 +29,7 @@ class State(enum.Enum):
     PENDING = "an attempt is running or, with retry, the next one is scheduled"
     TIMING_OUT = "the deadline passed; the function's timeout hook decides the outcome"
     DONE = "final: a result, to be emitted"
-    FAILED = "final: an error, which fails the stream"
+    FAILED = "final: an error, which fails the stream (or, with an error output, a DONE record)"
 
 
 _PENDING = State.PENDING
@@ -80,6 +80,7 @@ class ResultHandler:
         "admitted",
         "armed",
         "at",
+        "attempts",
         "element",
         "next_attempt",
         "result",
@@ -88,6 +89,8 @@ class ResultHandler:
         "state",
         "task",
     )
+
+    attempts: int  # set by the retry delegator from the second attempt on; see attempts_made
 
     def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
         self.run = run
@@ -155,13 +158,40 @@ class ResultHandler:
                     waiter.set_result(None)
 
     def complete_exceptionally(self, error: BaseException) -> None:
-        """The record's final error: the stream fails with it."""
+        """The record's final error: the stream fails with it, or, with an error output
+        (``on_error``), the record is emitted with the outputs ``on_error`` gives for it."""
         self.state = State.FAILED
         self.armed = False
         run = self.run
-        run._metrics.in_flight -= 1
-        run._metrics.errors += 1
-        run._fail(error)
+        metrics = run._metrics
+        metrics.in_flight -= 1
+        metrics.errors += 1
+        on_error = run._on_error
+        if on_error is None:
+            run._fail(error)
+            return
+        try:
+            outputs = on_error(self.element, error, self.attempts_made())
+        except Exception as output_error:
+            if output_error.__cause__ is None:
+                output_error.__cause__ = error
+            run._fail(output_error)
+            return
+        type_error = result_type_error(self.element, outputs)
+        if type_error is not None:
+            type_error.__cause__ = error
+            run._fail(type_error)
+            return
+        self.state = _DONE
+        self.result = outputs
+        metrics.failed += 1
+        if self.slot.completed(self):
+            run._wake_consumer()
+
+    def attempts_made(self) -> int:
+        """Calls of the function started for this record. ``attempts`` is set by the retry
+        delegator from the second attempt on (left unset otherwise: no cost per record)."""
+        return getattr(self, "attempts", 1)
 
     def expire(self) -> None:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""

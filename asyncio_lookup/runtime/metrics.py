@@ -12,8 +12,9 @@ class OperatorMetrics:
 
     ``in_flight`` is a gauge (records admitted and not yet final); the rest only grow.
     ``completed`` counts records whose final outcome is a result (including a timeout hook's),
-    ``errors`` records that failed, ``timeouts`` records whose deadline expired, ``retries``
-    retry attempts started. Latency is admission-to-result of completed records.
+    ``errors`` records that failed, ``failed`` those of them emitted through the error output
+    (``on_error``) instead of failing the stream, ``timeouts`` records whose deadline expired,
+    ``retries`` retry attempts started. Latency is admission-to-result of completed records.
     """
 
     GAUGES: ClassVar[frozenset[str]] = frozenset(
@@ -24,6 +25,7 @@ class OperatorMetrics:
     __slots__ = (
         "completed",
         "errors",
+        "failed",
         "in_flight",
         "latency_count",
         "latency_max_ms",
@@ -39,6 +41,7 @@ class OperatorMetrics:
         self.retries = 0
         self.timeouts = 0
         self.errors = 0
+        self.failed = 0
         self.latency_count = 0
         self.latency_sum_ms = 0.0
         self.latency_max_ms = 0.0
@@ -67,6 +70,7 @@ class OperatorMetrics:
             "numRetries": float(self.retries),
             "numTimeouts": float(self.timeouts),
             "numErrors": float(self.errors),
+            "numFailedRows": float(self.failed),
             "latencyCount": float(self.latency_count),
             "latencySumMs": self.latency_sum_ms,
             "latencyMaxMs": self.latency_max_ms,

@@ -78,6 +78,11 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     more input is read. ``timeout`` is one budget per record from admission to final outcome,
     across retries; at the deadline ``fn.timeout(element)`` decides the outcome (the default
     raises ``TimeoutError``). Every argument is validated here (:class:`ConfigurationError`).
+
+    ``on_error(element, error, attempts)``, when given, is the error output: a record whose
+    final outcome is an error (after its retries, or its timeout when the timeout hook raises)
+    is emitted with the outputs it returns instead of failing the stream, and counted in
+    ``numFailedRows`` (docs/semantics.md §1.7). If it raises, the stream fails with that error.
     """
 
     def __init__(
@@ -90,6 +95,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
         metrics: OperatorMetrics | None = None,
         manage_lifecycle: bool = True,
+        on_error: Callable[[IN, BaseException, int], Collection[OUT]] | None = None,
     ) -> None:
         self.fn: AsyncFunction[IN, OUT] = as_async_function(fn, "fn")
         self.timeout = _check_timeout(timeout)
@@ -101,6 +107,11 @@ class AsyncWaitOperator(Generic[IN, OUT]):
             raise ConfigurationError("metrics", metrics, "an OperatorMetrics or None")
         self.metrics = metrics if metrics is not None else OperatorMetrics()
         self.manage_lifecycle = bool(manage_lifecycle)
+        if on_error is not None and not callable(on_error):
+            raise ConfigurationError(
+                "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"
+            )
+        self.on_error = on_error
         self._invoke = invoker(self.fn)
         self._invoke_now = now_invoker(self.fn)
         self._timeout_hook = has_timeout_hook(self.fn)
@@ -119,6 +130,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
             metrics=self.metrics,
             manage_lifecycle=self.manage_lifecycle,
             invoke_now=self._invoke_now,
+            on_error=self.on_error,
         )
 
     @contextlib.asynccontextmanager

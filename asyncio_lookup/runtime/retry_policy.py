@@ -41,12 +41,16 @@ class RetryPolicy:
 class RetryingHandler:
     """One record's attempts under a retry policy, delegating final outcomes to its handler."""
 
-    __slots__ = ("attempts", "handler", "policy")
+    __slots__ = ("handler", "policy")
 
     def __init__(self, handler: ResultHandler, policy: RetryPolicy) -> None:
         self.handler = handler
         self.policy = policy
-        self.attempts = 1  # the current attempt's number
+
+    @property
+    def attempts(self) -> int:
+        """The current attempt's number."""
+        return self.handler.attempts_made()
 
     def complete(self, result: Any) -> None:
         """An attempt's result: retried when the result predicate says so and the strategy
@@ -90,7 +94,7 @@ class RetryingHandler:
     def _retry(self) -> bool:
         """Schedule the next attempt if the strategy allows; False if the outcome is final."""
         try:
-            delay = self.policy.delay(self.attempts)
+            delay = self.policy.delay(self.handler.attempts_made())
         except Exception as error:
             self.handler.complete_exceptionally(error)
             return True
@@ -107,5 +111,5 @@ class RetryingHandler:
         if run._closed or handler.state is not State.PENDING:
             return
         run._metrics.retries += 1
-        self.attempts += 1
+        handler.attempts = handler.attempts_made() + 1
         handler.start(self)

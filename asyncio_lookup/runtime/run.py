@@ -63,8 +63,10 @@ class OperatorRun:
         metrics: OperatorMetrics,
         manage_lifecycle: bool,
         invoke_now: Callable[[Any], Collection[Any] | None] | None = None,
+        on_error: Callable[[Any, BaseException, int], Collection[Any]] | None = None,
     ) -> None:
         self._fn = fn
+        self._on_error = on_error
         self._invoke = invoke
         self._invoke_now = invoke_now
         self._timeout = math.inf if timeout is None else timeout

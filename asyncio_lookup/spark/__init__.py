@@ -6,6 +6,7 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 
 from asyncio_lookup.lookup.rate_limit import RateLimit
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
+from asyncio_lookup.spark.failed_rows import split_failed
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.shuffle import SkewOptions
 from asyncio_lookup.spark.sql import LookupSQL
@@ -19,4 +20,5 @@ __all__ = [
     "async_map",
     "async_map_metrics",
     "lookup_join",
+    "split_failed",
 ]

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.rate_limit import RateLimit, TaskRate, rate_limited
 from asyncio_lookup.runtime import (
     AsyncRetryStrategy,
@@ -19,9 +20,19 @@ from asyncio_lookup.runtime import (
     OutputMode,
     RetryStrategies,
 )
-from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatcher
+from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
+from asyncio_lookup.spark.failed_rows import (
+    DEFAULT_ERROR_COLUMN,
+    ERROR_TYPE,
+    check_error_column,
+    check_on_error,
+    collapse,
+    convert_keeping_failures,
+    error_array,
+    error_column_free,
+)
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
@@ -51,6 +62,10 @@ class AsyncMapTask:
     metrics_id: str | None
     flush_rows: int = DEFAULT_FLUSH_ROWS
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    #: With on_error='keep' (docs/semantics.md §2.10): the error column's Arrow field, and the
+    #: name failures give as their table.
+    error_field: pa.Field | None = None
+    name: str = "async_map"
     rate: TaskRate | None = None  # this task's share of ``rate_limit``
 
     def operator(self) -> AsyncWaitOperator[dict[str, Any], Mapping[str, Any]]:
@@ -60,23 +75,64 @@ class AsyncMapTask:
             capacity=self.capacity,
             output_mode=self.output_mode,
             retry_strategy=self.retry_strategy,
+            on_error=None if self.error_field is None else self._failed,
+        )
+
+    def _failed(self, row: dict[str, Any], error: BaseException, attempts: int) -> list[RowFailure]:
+        return [RowFailure.of(self.name, row, error, attempts)]
+
+    def build_keeping_failures(
+        self, out: Rebatched[list[dict[str, Any]], Any]
+    ) -> tuple[pa.RecordBatch, int]:
+        """:meth:`build` with the error column: failed input rows (the function's final error,
+        an output that is no dict, a value that does not fit the schema) become one row each
+        with NULL output columns and their failure. Returns the batch and its failed rows."""
+        assert self.error_field is not None
+        rows: list[Any] = out.outputs
+        failures: dict[int, RowFailure] = {}
+        bad: dict[int, RowFailure] = {}
+        for position, row in enumerate(rows):
+            if isinstance(row, Mapping):
+                continue
+            if type(row) is RowFailure:
+                failures[position] = row
+                continue
+            index = out.indices[position]
+            bad.setdefault(index, self._failure(out.batch[index], _not_a_dict(row)))
+        if failures:
+            rows = [None if position in failures else row for position, row in enumerate(rows)]
+        indices = out.indices
+        if bad:
+            rows, indices, failures = collapse(rows, indices, failures, bad)
+
+        def failure_of(error: LossyValueError, index: int) -> RowFailure:
+            return self._failure(out.batch[index], self._lossy(error))
+
+        indices, columns, failures = convert_keeping_failures(
+            rows, indices, failures, list(self.schema), failure_of
+        )
+        errors = error_array(len(indices), failures, self.error_field.type)
+        schema = self.schema.append(self.error_field)
+        return pa.RecordBatch.from_arrays([*columns, errors], schema=schema), len(failures)
+
+    def _failure(self, row: dict[str, Any], error: BaseException) -> RowFailure:
+        return RowFailure.of(self.name, row, error)
+
+    def _lossy(self, e: LossyValueError) -> ResultTypeError:
+        declared = self.schema.field(e.column).type
+        return ResultTypeError(
+            f"async_map: output column {e.column!r} got {type(e.value).__name__} value "
+            f"{e.value!r}, which does not fit the schema's type {declared} ({e.reason})"
         )
 
     def build(self, rows: list[Mapping[str, Any]]) -> pa.RecordBatch:
         for row in rows:
             if not isinstance(row, Mapping):
-                raise ResultTypeError(
-                    f"async_map: the function returned {type(row).__name__} {row!r} in its "
-                    "collection; each output must be a dict of column -> value"
-                )
+                raise _not_a_dict(row)
         try:
             return pa.RecordBatch.from_arrays(rows_to_arrays(rows, self.schema), schema=self.schema)
         except LossyValueError as e:
-            declared = self.schema.field(e.column).type
-            raise ResultTypeError(
-                f"async_map: output column {e.column!r} got {type(e.value).__name__} value "
-                f"{e.value!r}, which does not fit the schema's type {declared} ({e.reason})"
-            ) from None
+            raise self._lossy(e) from None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         operator = self.operator()
@@ -87,14 +143,36 @@ class AsyncMapTask:
             outputs = bridge.drive(
                 rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
             )
+            failed_rows = 0
             try:
                 for out in outputs:
-                    batch = self.build(out.outputs)
+                    if self.error_field is None:
+                        batch = self.build(out.outputs)
+                    else:
+                        batch, failed = self.build_keeping_failures(out)
+                        failed_rows += failed
                     yield batch if self.metrics_id is None else with_metrics_column(batch)
             finally:
                 outputs.close()
         if self.metrics_id is not None:
-            yield trailer(self.schema, operator.metrics.snapshot())
+            metrics = operator.metrics.snapshot()
+            metrics["numFailedRows"] = float(failed_rows)  # the function's and conversion's
+            schema = (
+                self.schema if self.error_field is None else self.schema.append(self.error_field)
+            )
+            yield trailer(schema, metrics)
+
+
+def _not_a_dict(row: Any) -> ResultTypeError:
+    return ResultTypeError(
+        f"async_map: the function returned {type(row).__name__} {row!r} in its "
+        "collection; each output must be a dict of column -> value"
+    )
+
+
+def _function_name(fn: Any) -> str:
+    named = fn if callable(fn) and hasattr(fn, "__qualname__") else type(fn)
+    return str(getattr(named, "__qualname__", type(fn).__name__))
 
 
 def async_map(
@@ -107,6 +185,8 @@ def async_map(
     retry_strategy: AsyncRetryStrategy = RetryStrategies.NO_RETRY,
     *,
     metrics_id: str | None = None,
+    on_error: str = "fail",
+    error_column: str = DEFAULT_ERROR_COLUMN,
     rate_limit: float | str | RateLimit | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
@@ -117,9 +197,12 @@ def async_map(
     ``retry_strategy`` are the async wait operator's (FLIP-232; ``output_mode`` also as text,
     e.g. ``'allow_unordered'``). With ``metrics_id`` the
     operator metrics are summed on the driver: :func:`async_map_metrics(metrics_id)`.
+    ``on_error='keep'`` keeps a row whose call failed for good (or whose output does not fit
+    ``schema``) as one row with NULL output columns and a struct column ``error_column``
+    (``key`` is the input row as JSON); see :func:`split_failed`.
     ``rate_limit`` (requests/s for the whole job, ``'N/min'``..., or a :class:`RateLimit` with
     ``adaptive`` / ``parallelism``) bounds the calls of ``fn``, retries included, shared by the
-    tasks as a lookup table's ``lookup.rate-limit`` is (docs/semantics.md §2.10).
+    tasks as a lookup table's ``lookup.rate-limit`` is (docs/semantics.md §2.11).
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -129,6 +212,12 @@ def async_map(
     arrow_schema = pa.schema(
         [pa.field(f.name, arrow_type(f.dataType, "schema", large), True) for f in parsed.fields]
     )
+    keep = check_on_error(on_error) is OnError.KEEP
+    error_field = None
+    if keep:
+        error_column_free(check_error_column(error_column), parsed.names, "the schema")
+        error_field = pa.field(error_column, arrow_type(ERROR_TYPE, "schema", large), True)
+        parsed = StructType([*parsed.fields, StructField(error_column, ERROR_TYPE, True)])
     task = AsyncMapTask(
         fn=fn,
         schema=arrow_schema,
@@ -138,6 +227,8 @@ def async_map(
         retry_strategy=retry_strategy,
         metrics_id=metrics_id,
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
+        error_field=error_field,
+        name=metrics_id if isinstance(metrics_id, str) and metrics_id else _function_name(fn),
         rate=_task_rate(rate_limit, df),
     )
     task.operator()  # validates fn, timeout, capacity, output mode and retry strategy

@@ -13,6 +13,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.hints import (
     CONF_BUFFER_CAPACITY,
@@ -24,6 +25,13 @@ from asyncio_lookup.lookup.hints import (
     resolve_lookup,
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.spark.failed_rows import (
+    DEFAULT_ERROR_COLUMN,
+    ERROR_TYPE,
+    check_error_column,
+    check_on_error,
+    error_column_free,
+)
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
 from asyncio_lookup.spark.rate_share import table_task_rate
 from asyncio_lookup.spark.schema import (
@@ -218,11 +226,15 @@ class LookupJoinArgs:
     alias: str | None = None
     shuffle_partitions: int | None = None
     skew: SkewOptions | bool | Mapping[str, Any] | None = None
+    on_error: str | None = None
+    error_column: str = DEFAULT_ERROR_COLUMN
     join_type: JoinType = dataclasses.field(init=False, repr=False)
     skew_options: SkewOptions = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "join_type", JoinType.of(self.how))
+        check_on_error(self.on_error)
+        check_error_column(self.error_column)
         for name in ("dim_filter", "condition", "left_condition"):
             value = getattr(self, name)
             if value is not None and not callable(value):
@@ -251,6 +263,7 @@ def plan_lookup_join(
         aliases=(args.alias,) if args.alias else (),
         defaults=async_defaults(df),
     )
+    hint = _with_on_error(hint, args.on_error)
     left = df.schema
     keys = _key_bindings(table, left, args.on, args.literals)
     spec = JoinSpec(
@@ -275,6 +288,11 @@ def plan_lookup_join(
         list(left.fields)
         + [StructField(c.output, dim_fields[c.name].dataType, True) for c in dim_columns]
     )
+    error_column = None
+    if hint.on_error is OnError.KEEP:
+        error_column = args.error_column
+        error_column_free(error_column, output.names, "the join's output")
+        output = StructType([*output.fields, StructField(error_column, ERROR_TYPE, True)])
     task = LookupJoinTask(
         table_id=table.table_id,
         table_name=table.name,
@@ -286,9 +304,28 @@ def plan_lookup_join(
         output_schema=_arrow_schema(output, large),
         not_null=tuple(i for i, f in enumerate(output.fields) if not f.nullable),
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
+        error_column=error_column,
+        error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
         rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
     )
     return task, output
+
+
+def _with_on_error(hint: ResolvedLookup, on_error: str | None) -> ResolvedLookup:
+    """The hint with the ``on_error`` argument applied (it may repeat the hint's 'on-error',
+    not contradict it)."""
+    chosen = check_on_error(on_error)
+    if chosen is None:
+        return hint
+    given = hint.hint.on_error if hint.hint is not None else None
+    if given is not None and given != chosen.value:
+        raise ConfigurationError(
+            "on_error",
+            on_error,
+            f"the LOOKUP hint's 'on-error'={given!r}, or no 'on-error' in the hint",
+            reason="the argument and the hint disagree",
+        )
+    return dataclasses.replace(hint, on_error=chosen)
 
 
 # The parameters after `table` are LookupJoinArgs's fields, listed again so that users and type
@@ -310,6 +347,8 @@ def lookup_join(
     alias: str | None = None,
     shuffle_partitions: int | None = None,
     skew: SkewOptions | bool | Mapping[str, Any] | None = None,
+    on_error: str | None = None,
+    error_column: str = DEFAULT_ERROR_COLUMN,
 ) -> DataFrame:
     """Join each row of ``df`` with the rows ``table`` returns for its key (docs/semantics.md §2.1).
 
@@ -331,6 +370,11 @@ def lookup_join(
     driver -- a Spark job run by this call -- and spreads hot keys over several partitions.
     With ``lookup.cache`` = FULL each task then loads only the rows its partition can be asked
     for.
+
+    Error output (``on_error``, or the LOOKUP hint's ``'on-error'``): ``'fail'`` (default) fails
+    the job at a row whose lookup failed for good; ``'keep'`` keeps each such row once, dim
+    columns NULL, with a struct column ``error_column`` (``table``, ``key``, ``error_class``,
+    ``message``, ``attempts``; NULL on good rows). :func:`split_failed` separates them.
     """
     args = LookupJoinArgs(
         on,
@@ -346,6 +390,8 @@ def lookup_join(
         alias=alias,
         shuffle_partitions=shuffle_partitions,
         skew=skew,
+        on_error=on_error,
+        error_column=error_column,
     )
     task, output = plan_lookup_join(df, table, args)
     if METRICS_COLUMN in df.columns:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError
 from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.failed_rows import RowFailure
 from asyncio_lookup.lookup.hints import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -22,6 +23,7 @@ from asyncio_lookup.lookup.rate_limit import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
+from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.metrics import GAUGES, trailer, with_metrics_column
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 
@@ -57,6 +59,9 @@ class LookupJoinTask:
     routing: PartitionRouting | None = None
     partition_column: str | None = None
     gc_threshold: int = DEFAULT_GC_YOUNG_THRESHOLD
+    #: With on_error='keep': the error column's name and Arrow type (docs/semantics.md §2.10).
+    error_column: str | None = None
+    error_type: pa.DataType | None = None
     #: This task's share of the table's ``lookup.rate-limit`` (spark/rate_share.py).
     rate: TaskRate | None = None
 
@@ -161,16 +166,48 @@ class LookupJoinTask:
         declared type fails the task naming the table, the key, the column and the value."""
         fields = [pa.field(c.name, c.type) for c in self.dim_columns]
         try:
-            return rows_to_arrays(joined.dim_rows, fields)
+            return rows_to_arrays(joined.dim_rows, fields)  # type: ignore[arg-type]
         except LossyValueError as error:
-            column = next(c for c in self.dim_columns if c.name == error.column)
-            key = self._key_of(joined.payload, joined.indices[error.index])
-            raise ResultTypeError(
-                f"lookup table {self.table_name!r}, key {key!r}: column {column.name!r} "
-                f"returned {type(error.value).__name__} value {error.value!r}, which does not "
-                f"fit the declared type {column.declared or column.type} ({error.reason}); "
-                "declare the column with a type that holds it"
-            ) from None
+            raise self._lossy(error, joined.payload, joined.indices[error.index]) from None
+
+    def _lossy(self, error: LossyValueError, batch: pa.RecordBatch, index: int) -> ResultTypeError:
+        column = next(c for c in self.dim_columns if c.name == error.column)
+        key = self._key_of(batch, index)
+        return ResultTypeError(
+            f"lookup table {self.table_name!r}, key {key!r}: column {column.name!r} "
+            f"returned {type(error.value).__name__} value {error.value!r}, which does not "
+            f"fit the declared type {column.declared or column.type} ({error.reason}); "
+            "declare the column with a type that holds it"
+        )
+
+    def output_keeping_failures(
+        self, joined: JoinedBatch[pa.RecordBatch]
+    ) -> tuple[pa.RecordBatch, int]:
+        """:meth:`output` with the error column (on_error='keep'): failed rows get NULL dim
+        columns and their failure; a value that does not fit its declared type makes its row
+        a failed row. Returns the batch and its number of failed rows."""
+        assert self.error_column is not None and self.error_type is not None
+        batch = joined.payload
+        if self.partition_column is not None:
+            batch = batch.drop_columns([self.partition_column])
+        rows: list[Any] = joined.dim_rows
+        failures = {position: rows[position] for position in joined.failures}
+        if failures:
+            rows = [None if position in failures else row for position, row in enumerate(rows)]
+
+        def failure_of(error: LossyValueError, index: int) -> RowFailure:
+            key = self._key_of(batch, index)
+            return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
+
+        fields = [pa.field(c.name, c.type) for c in self.dim_columns]
+        indices, dims, failures = convert_keeping_failures(
+            rows, joined.indices, failures, fields, failure_of
+        )
+        gathered = batch.take(pa.array(indices, type=pa.int64()))
+        names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]
+        errors = error_array(len(indices), failures, self.error_type)
+        out = pa.RecordBatch.from_arrays([*gathered.columns, *dims, errors], names=names)
+        return out, len(failures)
 
     def _key_of(self, batch: pa.RecordBatch, index: int) -> tuple[Any, ...]:
         return tuple(
@@ -207,6 +244,7 @@ class LookupJoinTask:
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
         succeeded = False
+        failed_rows = 0
         try:
             runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
             if runner.is_async:
@@ -214,8 +252,14 @@ class LookupJoinTask:
             else:
                 joined = runner.run_sync(map(self.probe, batches))
             try:
-                for item in joined:
-                    yield self.output(item)
+                if self.error_column is None:
+                    for item in joined:
+                        yield self.output(item)
+                else:
+                    for item in joined:
+                        out, failed = self.output_keeping_failures(item)
+                        failed_rows += failed
+                        yield out
             finally:
                 joined.close()
             succeeded = True
@@ -227,4 +271,5 @@ class LookupJoinTask:
             release_chain(chain_id, chain)
         if succeeded:
             operator = runner.operator_metrics()
+            operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
             yield merge_metrics(cache, operator, GAUGES)

@@ -85,6 +85,7 @@ def test_metrics_snapshot_names_and_latency_summary() -> None:
     for ms in [1.0, 2.0, 3.0, 10.0]:
         m.record_latency(ms)
     m.completed, m.retries, m.timeouts, m.errors, m.in_flight = 4, 2, 1, 1, 3
+    m.failed = 1
     snap = m.snapshot()
     assert snap == {
         "numInFlight": 3.0,
@@ -92,6 +93,7 @@ def test_metrics_snapshot_names_and_latency_summary() -> None:
         "numRetries": 2.0,
         "numTimeouts": 1.0,
         "numErrors": 1.0,
+        "numFailedRows": 1.0,
         "latencyCount": 4.0,
         "latencySumMs": 16.0,
         "latencyMaxMs": 10.0,

@@ -1,4 +1,4 @@
-"""Rate limits end to end (docs/semantics.md §2.10): the driver's share per task, validation on
+"""Rate limits end to end (docs/semantics.md §2.11): the driver's share per task, validation on
 the driver, the SQL DDL path, ``async_map``, and the acceptance jobs against a service that
 counts requests per 100 ms window.
 

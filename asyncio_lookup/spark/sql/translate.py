@@ -321,7 +321,17 @@ class Translator:
         structs = self.spark.sql(_sql(probe_query))
         struct_types: dict[str, Any] = {f.name: f.dataType for f in structs.schema.fields}
         sources = [Source(alias, tuple(struct_types[alias].names)) for _, alias, _ in probe]
-        dim = Source(dim_alias, definition.columns)
+        join_hints = hints.for_join((name, dim_alias))
+        keep = _keeps_failures(join_hints)
+        if keep and SQL_ERROR_FIELD.lower() in {c.lower() for c in definition.columns}:
+            raise SqlError(
+                "on-error",
+                "keep",
+                f"a table without a column named {SQL_ERROR_FIELD!r}",
+                reason=f"{name!r} has one, and the error output adds {dim_alias}."
+                f"{SQL_ERROR_FIELD}; rename the column in the DDL",
+            )
+        dim = Source(dim_alias, definition.columns + ((SQL_ERROR_FIELD,) if keep else ()))
         resolver = Resolver(sources, dim)
 
         # FOR SYSTEM_TIME AS OF <probe column>: checked, not used (processing time).
@@ -369,8 +379,10 @@ class Translator:
             probe_df = probe_df.where(F.expr(_sql(condition)))
         probe_df = probe_df.select(*columns)
 
-        dim_fields = needed[dim_alias] or [definition.columns[0]]
+        dim_fields = [f for f in needed[dim_alias] if f != SQL_ERROR_FIELD]
+        dim_fields = dim_fields or [definition.columns[0]]
         dim_flat = [(f, f"{prefix}_d{j}") for j, f in enumerate(dim_fields)]
+        error_column = f"{prefix}_error"
         lookup_table = definition.lookup_table(tuple(d for d, _ in key_order(key, definition)))
         try:
             joined = lookup_join(
@@ -378,12 +390,13 @@ class Translator:
                 lookup_table,
                 on=on,
                 how=how,
-                hints=hints.for_join((name, dim_alias)),
+                hints=join_hints,
                 columns=[f for f, _ in dim_flat],
                 rename=dict(dim_flat),
                 alias=dim_alias,
                 skew=self.skew,
                 shuffle_partitions=self._shuffle_partitions(),
+                error_column=error_column,
             )
         except SqlError:
             raise
@@ -396,12 +409,18 @@ class Translator:
         shaped = [
             F.struct(*[F.col(c).alias(f) for f, c in flat[s.alias]]).alias(s.alias) for s in sources
         ]
+        if keep:  # the failure, as a field of the dim struct: c.lookup_error
+            dim_flat.append((SQL_ERROR_FIELD, error_column))
+            dim_fields = [*dim_fields, SQL_ERROR_FIELD]
         dim_struct = F.struct(*[F.col(c).alias(f) for f, c in dim_flat]).alias(dim_alias)
         view = joined.select(*shaped, dim_struct, *([F.col(rid)] if consolidate else []))
         if residual:
             condition = and_all([self._qualified(r, resolver) for r in residual])
             assert condition is not None
-            view = self._filter(view, F.expr(_sql(condition)), consolidate, rid, sources, dim_alias)
+            kept = F.expr(_sql(condition))
+            if keep:  # a failed row has no dim values to test: it is kept as it is
+                kept = kept | F.col(f"{_quoted(dim_alias)}.{SQL_ERROR_FIELD}").isNotNull()
+            view = self._filter(view, kept, consolidate, rid, sources, dim_alias)
         view_name = f"__asyncio_lookup_{n}_{uuid.uuid4().hex[:8]}"
         view.createOrReplaceTempView(view_name)
         self.frames[view_name] = view
@@ -630,6 +649,16 @@ class Translator:
                     for a in aliases
                 ]
         select.set("expressions", expanded)
+
+
+SQL_ERROR_FIELD = "lookup_error"
+"""With ``'on-error'='keep'``, the dim alias's field with a row's failure (``c.lookup_error``)."""
+
+
+def _keeps_failures(hints: list[LookupHint | ShuffleHashHint]) -> bool:
+    """True when the join's LOOKUP hint (the first one, as in resolution) keeps failed rows."""
+    lookup = next((h for h in hints if isinstance(h, LookupHint)), None)
+    return lookup is not None and lookup.on_error == "keep"
 
 
 def _where(select: exp.Select) -> exp.Expr | None:
