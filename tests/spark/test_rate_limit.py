@@ -10,6 +10,7 @@ holds under load too.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -182,6 +183,16 @@ def test_cache_hits_do_not_count(spark: SparkSession, service: CountingService) 
 # -- acceptance: four tasks at once, in a session of their own --------------------------------
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment without the variables a local Connect session in this process leaves
+    set (they would put the job's classic session in Connect mode)."""
+    env = dict(os.environ)
+    for name in [n for n in env if n.startswith(("SPARK_CONNECT", "SPARK_LOCAL_REMOTE"))]:
+        del env[name]
+    env.pop("SPARK_REMOTE", None)
+    return env
+
+
 @pytest.fixture(scope="module", params=["classic", "connect"])
 def jobs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """Runs tests/spark/rate_limit_job.py (``local[4]``) against a counting service and one
@@ -199,6 +210,7 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
                 str(R),
             ],
             cwd=REPO,
+            env=_clean_env(),
             capture_output=True,
             text=True,
             timeout=500,
