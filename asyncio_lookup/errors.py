@@ -48,16 +48,20 @@ class ResultTypeError(AsyncLookupError, TypeError):
 class TransientError(AsyncLookupError):
     """A connector call failed in a way a retry may fix (connection lost, 429, 503).
 
-    ``retry_after`` (seconds), when set, is the earliest time the server asked to be called again.
+    ``retry_after`` (seconds), when set, is the earliest time the server asked to be called again;
+    ``status``, when set, the service's answer (429 and 503 slow an adaptive rate limit down).
     Connectors raise it with the underlying error as ``__cause__``.
     """
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.retry_after))
+        return (type(self), (str(self), self.retry_after, self.status))
 
 
 class LookupFailedError(AsyncLookupError):

@@ -288,10 +288,12 @@ class HttpConnector(AsyncFirstSource):
         query = urlencode(pairs, quote_via=quote, safe="")
         return "GET", f"{self.batch_url}{separator}{query}", None
 
-    def transient(self, message: str, retry_after: float | None = None) -> TransientError:
+    def transient(
+        self, message: str, retry_after: float | None = None, status: int | None = None
+    ) -> TransientError:
         message = redact(message, self.secrets())
         log.debug("%s", message)  # per attempt; the error that ends the retries says it once
-        return TransientError(message, retry_after=retry_after)
+        return TransientError(message, retry_after=retry_after, status=status)
 
     def failure(self, error: BaseException, method: str, url: str) -> TransientError:
         return self.transient(
@@ -330,6 +332,7 @@ class HttpConnector(AsyncFirstSource):
                 f"HTTP {method} {mask_url(url)} answered {status}"
                 + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
                 retry_after,
+                status,
             )
         excerpt = bytes(body[:200]).decode("utf-8", "replace")
         raise HttpStatusError(

@@ -24,6 +24,7 @@ from asyncio_lookup.lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
+from asyncio_lookup.lookup.rate_limit import RateLimit
 from asyncio_lookup.lookup.reload import (
     CacheReloadTrigger,
     PeriodicCacheReloadTrigger,
@@ -51,6 +52,7 @@ __all__ = [
     "PartialCachingAsyncLookupProvider",
     "PartialCachingLookupProvider",
     "PeriodicCacheReloadTrigger",
+    "RateLimit",
     "ReloadStrategy",
     "Row",
     "ScheduleMode",

@@ -1,7 +1,7 @@
 """The lookup chain of one lookup table in one worker process (docs/semantics.md §2.2-2.4):
 
     cache -> lookup-miss retry -> failure retry (lookup.max-retries)
-          -> batching/coalescing -> connector
+          -> batching/coalescing -> rate limit (lookup.rate-limit) -> connector
 
 A FULL cache answers every lookup from its snapshot instead (no point lookup, no retry).
 """
@@ -34,15 +34,17 @@ from asyncio_lookup.lookup.metrics import (
     NUM_LOAD_FAILURES,
     NUM_LOOKUPS,
     NUM_MISS_RETRIES,
+    NUM_THROTTLED,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.option_names import CACHE
+from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
     FullCachingLookupProvider,
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup, TaskRate
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
@@ -75,6 +77,7 @@ class LookupChain:
         metrics: CacheMetricGroup,
         cache_scope: ScopeKey | None = None,
         target: str = "",
+        rate: TaskRate | None = None,
     ) -> None:
         self.name = name
         self.target = target
@@ -84,6 +87,20 @@ class LookupChain:
         self.miss_retry = miss_retry
         self.cache = cache
         self.full_cache = full_cache
+        if rate is not None:  # below batching and retries: every connector call takes a token
+            if sync_function is not None:
+                sync_function = RateLimitedSyncLookup(
+                    sync_function,
+                    rate,
+                    sleep=clock.sleep,
+                    clock=clock.now,
+                    on_throttle=self._count_throttled,
+                )
+            if async_function is not None:
+                async_function = RateLimitedLookup(
+                    async_function, rate, on_throttle=self._count_throttled
+                )
+        self.rate = rate
         self._sync = sync_function
         self._async = async_function
         self._clock = clock
@@ -112,6 +129,7 @@ class LookupChain:
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         cache_scope: str | None = None,
         target: str | None = None,
+        rate: TaskRate | None = None,
     ) -> LookupChain:
         """Pick the mode and build the cache; opens nothing (safe on the driver).
 
@@ -127,6 +145,8 @@ class LookupChain:
 
         ``target`` (default :func:`target_of` the source) is what run-time errors name besides
         the table and the key.
+        ``rate``: this chain's share of the table's ``lookup.rate-limit`` (the driver divides
+        the job's budget, see :mod:`asyncio_lookup.lookup.rate_limit`); None: no limit.
         """
         plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
         metrics = CacheMetricGroup()
@@ -154,6 +174,7 @@ class LookupChain:
             metrics=metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
             target=target_of(source) if target is None else target,
+            rate=rate,
         )
 
     @staticmethod
@@ -397,6 +418,9 @@ class LookupChain:
     def _count_failure_retry(self) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
 
+    def _count_throttled(self) -> None:
+        self.metrics.inc(NUM_THROTTLED)
+
     def _count_miss_retry(self) -> None:
         self.metrics.inc(NUM_MISS_RETRIES)
 
@@ -443,6 +467,14 @@ def _plan(
             options.cache.value,
             "NONE (or unset) when the source is a caching provider",
             reason=f"{type(source).__name__} brings its own cache",
+        )
+    if full and options.rate_limit is not None:
+        raise ConfigurationError(
+            RATE_LIMIT,
+            options.rate_limit,
+            "no rate limit for a FullCachingLookupProvider",
+            reason="a FULL cache answers every lookup from its snapshot: there are no per-key "
+            "calls to limit",
         )
     if full or options.cache is CacheType.FULL:
         if not key_columns:

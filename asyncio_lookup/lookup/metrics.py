@@ -24,6 +24,7 @@ NUM_EXTERNAL_KEYS = "numExternalKeys"
 NUM_COALESCED = "numCoalescedLookups"
 NUM_MISS_RETRIES = "numLookupMissRetries"
 NUM_FAILURE_RETRIES = "numFailureRetries"
+NUM_THROTTLED = "numThrottledCalls"
 
 
 class CacheMetricGroup:
@@ -37,7 +38,8 @@ class CacheMetricGroup:
     - ``numLookups``: logical lookups asked of the chain; ``numExternalCalls``: calls made to the
       connector (a batch is one call); ``numExternalKeys``: keys sent in those calls;
       ``numCoalescedLookups``: connector loads saved by sharing an in-flight call for the same key;
-      ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error.
+      ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error;
+      ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.12).
     """
 
     COUNTERS: ClassVar[tuple[str, ...]] = (
@@ -51,6 +53,7 @@ class CacheMetricGroup:
         NUM_COALESCED,
         NUM_MISS_RETRIES,
         NUM_FAILURE_RETRIES,
+        NUM_THROTTLED,
     )
     GAUGES: ClassVar[frozenset[str]] = frozenset(
         {LATEST_LOAD_TIME, NUM_CACHED_RECORDS, NUM_CACHED_BYTES}

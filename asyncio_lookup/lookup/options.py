@@ -29,9 +29,13 @@ from asyncio_lookup.lookup.option_names import (
     MAX_RETRY_BACKOFF,
     MAX_ROWS,
     PERIODIC_INTERVAL,
+    RATE_LIMIT,
+    RATE_LIMIT_ADAPTIVE,
+    RATE_LIMIT_PARALLELISM,
     RELOAD_STRATEGY,
     SCHEDULE_MODE,
 )
+from asyncio_lookup.lookup.rate_limit import RATE_ALLOWED, format_rate, parse_rate
 from asyncio_lookup.lookup.reload import (
     ISO_TIME_ALLOWED,
     CacheReloadTrigger,
@@ -186,6 +190,26 @@ OPTIONS: dict[str, Option] = {
         _duration(positive=False),
         format_duration,
     ),
+    RATE_LIMIT: Option(
+        "rate_limit",
+        RATE_ALLOWED + " (for the whole job, shared by its tasks)",
+        "(none: no limit)",
+        parse_rate,
+        format_rate,
+    ),
+    RATE_LIMIT_ADAPTIVE: Option(
+        "rate_limit_adaptive",
+        BOOL_ALLOWED + " (back off on 429/503 answers, recover when they stop)",
+        "false",
+        parse_bool,
+        _bool_text,
+    ),
+    RATE_LIMIT_PARALLELISM: Option(
+        "rate_limit_parallelism",
+        "an integer >= 1 (the number of tasks that run the join at once)",
+        "(the task slots the Spark conf describes)",
+        _int(1),
+    ),
 }
 
 
@@ -208,6 +232,9 @@ class LookupOptions:
     full_timed_interval_in_days: int = 1
     batch_max_size: int = DEFAULT_BATCH_MAX_SIZE
     batch_max_wait: float = DEFAULT_BATCH_MAX_WAIT
+    rate_limit: float | None = None
+    rate_limit_adaptive: bool | None = None
+    rate_limit_parallelism: int | None = None
 
     def __post_init__(self) -> None:
         # Every field is parsed here, once, whichever way the options were given.
@@ -263,6 +290,30 @@ class LookupOptions:
                     OPTIONS[required].allowed,
                     reason=f"required when {RELOAD_STRATEGY!r} is {strategy.name}",
                 )
+
+        self._validate_rate_limit()
+
+    def _validate_rate_limit(self) -> None:
+        if self.rate_limit is None:
+            for name, field in (
+                (RATE_LIMIT_ADAPTIVE, self.rate_limit_adaptive),
+                (RATE_LIMIT_PARALLELISM, self.rate_limit_parallelism),
+            ):
+                if field is not None:
+                    raise ConfigurationError(
+                        RATE_LIMIT,
+                        None,
+                        RATE_ALLOWED,
+                        reason=f"required when {name!r} is set (the job's budget it applies to)",
+                    )
+        elif self.cache is CacheType.FULL:
+            raise ConfigurationError(
+                RATE_LIMIT,
+                format_rate(self.rate_limit),
+                "no rate limit with 'lookup.cache' = FULL (or a PARTIAL / NONE cache)",
+                reason="a FULL cache answers every lookup from its snapshot: there are no "
+                "per-key calls to limit",
+            )
 
     def build_cache(self, clock: Clock = MONOTONIC) -> DefaultLookupCache | None:
         """The partial cache these options describe (None unless ``lookup.cache`` is PARTIAL)."""

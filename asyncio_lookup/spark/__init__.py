@@ -4,6 +4,7 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) to ``sys.executable`` of your environment.
 """
 
+from asyncio_lookup.lookup.rate_limit import RateLimit
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
 from asyncio_lookup.spark.failed_rows import split_failed
 from asyncio_lookup.spark.join import lookup_join
@@ -14,6 +15,7 @@ from asyncio_lookup.spark.table import LookupTable
 __all__ = [
     "LookupSQL",
     "LookupTable",
+    "RateLimit",
     "SkewOptions",
     "async_map",
     "async_map_metrics",

@@ -13,6 +13,12 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
+from asyncio_lookup.lookup.rate_limit import (
+    RateLimit,
+    RateLimitedBatchFunction,
+    TaskRate,
+    rate_limited,
+)
 from asyncio_lookup.runtime import (
     AsyncBatchFunction,
     AsyncBatchWaitOperator,
@@ -41,6 +47,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
+from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
     DEFAULT_GC_YOUNG_THRESHOLD,
@@ -68,6 +75,7 @@ class AsyncMapTask:
     name: str = "async_map"
     batch_size: int | None = None  # None: fn is called per row
     batch_timeout: float | timedelta | None = None
+    rate: TaskRate | None = None  # this task's share of ``rate_limit``
 
     def operator(
         self,
@@ -77,7 +85,7 @@ class AsyncMapTask:
     ):
         if self.batch_size is not None:
             return AsyncBatchWaitOperator(
-                self.fn,
+                self.fn if self.rate is None else RateLimitedBatchFunction(self.fn, self.rate),
                 batch_size=self.batch_size,
                 batch_timeout=self.batch_timeout,
                 timeout=self.timeout,
@@ -99,7 +107,7 @@ class AsyncMapTask:
                 "list of rows",
             )
         return AsyncWaitOperator(
-            self.fn,
+            self.fn if self.rate is None else rate_limited(self.fn, self.rate),
             timeout=self.timeout,
             capacity=self.capacity,
             output_mode=self.output_mode,
@@ -218,6 +226,7 @@ def async_map(
     error_column: str = DEFAULT_ERROR_COLUMN,
     batch_size: int | None = None,
     batch_timeout: float | timedelta | None = None,
+    rate_limit: float | str | RateLimit | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
 
@@ -235,6 +244,10 @@ def async_map(
     returning one collection of output rows per input row; a batch is flushed when it has
     ``batch_size`` rows, ``batch_timeout`` seconds after its first row was read, or at the end of
     the partition. ``timeout``, ``capacity`` and ``retry_strategy`` then apply per batch.
+    ``rate_limit`` (requests/s for the whole job, ``'N/min'``..., or a :class:`RateLimit` with
+    ``adaptive`` / ``parallelism``) bounds the calls of ``fn``, retries included, shared by the
+    tasks as a lookup table's ``lookup.rate-limit`` is (docs/semantics.md §2.12); with
+    ``batch_size`` each call of a batch takes one token.
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -263,6 +276,7 @@ def async_map(
         name=metrics_id if isinstance(metrics_id, str) and metrics_id else _function_name(fn),
         batch_size=batch_size,
         batch_timeout=batch_timeout,
+        rate=_task_rate(rate_limit, df),
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
@@ -275,6 +289,20 @@ def async_map(
         )
     with_metrics = StructType([*parsed.fields, StructField(METRICS_COLUMN, StringType(), True)])
     return observe(df.mapInArrow(task, with_metrics), metrics_id)
+
+
+def _task_rate(rate_limit: Any, df: DataFrame) -> TaskRate | None:
+    limit = RateLimit.of(rate_limit)
+    if limit is None:
+        return None
+    return task_rate(
+        limit.requests_per_second,
+        limit.adaptive,
+        limit.parallelism,
+        df.sparkSession.conf,
+        what="async_map",
+        parallelism_option="rate_limit.parallelism",
+    )
 
 
 def async_map_metrics(metrics_id: str) -> dict[str, float]:

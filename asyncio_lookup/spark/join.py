@@ -33,6 +33,7 @@ from asyncio_lookup.spark.failed_rows import (
     error_column_free,
 )
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
+from asyncio_lookup.spark.rate_share import table_task_rate
 from asyncio_lookup.spark.schema import (
     arrow_type,
     check_literal,
@@ -305,6 +306,7 @@ def plan_lookup_join(
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
         error_column=error_column,
         error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
+        rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
     )
     return task, output
 
@@ -435,5 +437,13 @@ def hash_partition(
     plan = plan_shuffle(
         df, task.spec, table.schema, table.connector, partitions=partitions, skew=skew
     )
-    routed = dataclasses.replace(task, routing=plan.routing, partition_column=PARTITION_COLUMN)
+    rate = table_task_rate(  # no more tasks at once than partitions
+        table.options,
+        df.sparkSession.conf,
+        partitions=plan.routing.num_partitions,
+        table=table.name,
+    )
+    routed = dataclasses.replace(
+        task, routing=plan.routing, partition_column=PARTITION_COLUMN, rate=rate
+    )
     return plan.df, routed

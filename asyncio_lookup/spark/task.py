@@ -19,6 +19,7 @@ from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_source
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
+from asyncio_lookup.lookup.rate_limit import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
@@ -63,6 +64,8 @@ class LookupJoinTask:
     #: With on_error='keep': the error column's name and Arrow type (docs/semantics.md §2.10).
     error_column: str | None = None
     error_type: pa.DataType | None = None
+    #: This task's share of the table's ``lookup.rate-limit`` (spark/rate_share.py).
+    rate: TaskRate | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -86,6 +89,7 @@ class LookupJoinTask:
             key_columns=self.spec.key_columns,
             cache_scope=self.cache_scope(partition),
             target=target_of(self.connector),
+            rate=self.rate,
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
@@ -105,6 +109,8 @@ class LookupJoinTask:
             f"{'async' if hint.prefer_async else 'sync'}:"
             f"{hint.retry_delay}:{hint.retry_max_attempts}"
         )
+        if self.rate is not None:  # a different share is a different limiter
+            base += f":rate={self.rate.rate!r}:{self.rate.adaptive}"
         if partition is None or self.routing is None:
             return base
         return f"{base}:partition={partition}/{self.routing.fingerprint()}"

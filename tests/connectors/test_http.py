@@ -170,6 +170,7 @@ async def test_429_retry_after_is_honoured(http_service: Service) -> None:
     assert list(rows) == [{"id": 1, "name": "Ada", "country": "UK"}]
     assert retry.waits == [3.0, 3.0]
     assert all(isinstance(e, TransientError) and e.retry_after == 3.0 for e in retry.errors)
+    assert all(e.status == 429 for e in retry.errors)  # an adaptive rate limit backs off on it
     assert len(http_service.requests) == 3  # 2 x 429 then the answer: no row lost or repeated
 
 

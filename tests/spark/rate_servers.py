@@ -1,0 +1,123 @@
+"""A dim service that records when each request came, and optionally answers 429 above a rate.
+
+``GET /items/{id}`` answers ``{"id": id, "v": "v<id>"}``. With ``limit`` (requests/s) the
+service keeps a token bucket of that rate holding 100 ms of it and answers 429 when it is
+empty, as a quota-enforcing API does. Runs its own event loop in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Requests counted per 100 ms window, and what a rate-limit test asks of them."""
+
+    counts: list[int]
+    total: int
+    seconds: float  # from the first request to the last
+
+    @property
+    def max_per_second(self) -> int:
+        """The most requests in any 1 s window (ten consecutive 100 ms windows)."""
+        width = min(10, len(self.counts))
+        return max(sum(self.counts[i : i + width]) for i in range(len(self.counts) - width + 1))
+
+    @property
+    def average(self) -> float:
+        return self.total / self.seconds if self.seconds > 0 else float("inf")
+
+
+def windows(times: list[float]) -> Windows:
+    if not times:
+        return Windows([], 0, 0.0)
+    first = min(times)
+    counts = [0] * (int((max(times) - first) / 0.1) + 1)
+    for t in times:
+        counts[int((t - first) / 0.1)] += 1
+    return Windows(counts, len(times), max(times) - first)
+
+
+class CountingService:
+    """Records the arrival time of every request; answers 429 above ``limit`` requests/s."""
+
+    def __init__(self, limit: float | None = None) -> None:
+        self.limit = limit
+        self.times: list[float] = []
+        self.rejected: list[float] = []
+        self.port = 0
+        self._tokens = 0.0 if limit is None else limit / 10
+        self._updated = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        self.times.clear()
+        self.rejected.clear()
+
+    def _admit(self, now: float) -> bool:
+        if self.limit is None:
+            return True
+        burst = self.limit / 10
+        self._tokens = min(burst, self._tokens + (now - self._updated) * self.limit)
+        self._updated = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    async def _item(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        self.times.append(now)  # one thread (the service's loop) appends
+        if not self._admit(now):
+            self.rejected.append(now)
+            return web.json_response({"error": "too many requests"}, status=429)
+        key = request.match_info["id"]
+        return web.json_response({"id": int(key), "v": f"v{key}"})
+
+    def start(self) -> CountingService:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_get("/items/{id}", self._item)
+            runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="counting-service", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the counting service did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> CountingService:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
