@@ -385,17 +385,8 @@ class RateLimitedLookup(AsyncLookupFunction):
         return self.function.supports_batch
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
-        sent_at = await self.limiter.acquire()
-        try:
-            rows = await self.function.async_lookup(key)
-        except Exception as error:
-            self._release(sent_at, error)
-            raise
-        except BaseException:
-            self.limiter.release(sent_at, None, answered=False)
-            raise
-        self.limiter.release(sent_at, None)
-        return rows
+        rows = await _limited_call(self.limiter, self.function.async_lookup, key, self._release)
+        return rows  # type: ignore[no-any-return]
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
@@ -486,13 +477,22 @@ class RateLimitedFunction(AsyncFunction[Any, Any]):
         return f"RateLimited({self.inner!r}, {format_rate(self.limit.rate)})"
 
 
-async def _limited_call(limiter: RateLimiter, call: Callable[[Any], Any], argument: Any) -> Any:
-    """``await call(argument)`` once ``limiter`` gives a token; its outcome told back to it."""
+async def _limited_call(
+    limiter: RateLimiter,
+    call: Callable[[Any], Any],
+    argument: Any,
+    failed: Callable[[float, BaseException], None] | None = None,
+) -> Any:
+    """``await call(argument)`` once ``limiter`` gives a token; its outcome told back to it
+    (an error through ``failed(sent_at, error)`` when given, e.g. to note a throttle)."""
     sent_at = await limiter.acquire()
     try:
         result = await call(argument)
     except Exception as error:
-        limiter.release(sent_at, error)
+        if failed is None:
+            limiter.release(sent_at, error)
+        else:
+            failed(sent_at, error)
         raise
     except BaseException:
         limiter.release(sent_at, None, answered=False)
@@ -539,7 +539,7 @@ class _WithInvokeNow(RateLimitedFunction):
 
 
 class _WithBoth(_WithTimeoutHook, _WithInvokeNow):
-    pass
+    """Both hooks of the wrapped function kept."""
 
 
 def rate_limited(fn: Any, limit: TaskRate) -> RateLimitedFunction:

@@ -131,6 +131,26 @@ def _stream(
     return AsyncStream(stream, operator, use_uvloop)
 
 
+def _batch_operator(
+    fn: BatchFn[IN, OUT],
+    timeout: float | timedelta | None,
+    batch_size: int,
+    batch_timeout: float | timedelta | None,
+    capacity: int,
+    output_mode: OutputMode,
+    retry_strategy: AsyncRetryStrategy,
+) -> AsyncBatchWaitOperator[IN, OUT]:
+    return AsyncBatchWaitOperator(
+        fn,
+        batch_size=batch_size,
+        batch_timeout=batch_timeout,
+        timeout=timeout,
+        capacity=capacity,
+        output_mode=output_mode,
+        retry_strategy=retry_strategy,
+    )
+
+
 class AsyncDataStream:
     """Flink's ``AsyncDataStream``: apply an async function to a stream, ordered or not,
     with a total timeout per record and optional retries. ``timeout`` is in seconds or a
@@ -219,19 +239,10 @@ class AsyncDataStream:
         """Calls ``fn`` with batches of up to ``batch_size`` records (flushed when full,
         ``batch_timeout`` after their first record, and at the end); outputs in input order.
         ``timeout``, ``capacity`` and ``retry_strategy`` apply per batch."""
-        return AsyncStream(
-            stream,
-            AsyncBatchWaitOperator(
-                fn,
-                batch_size=batch_size,
-                batch_timeout=batch_timeout,
-                timeout=timeout,
-                capacity=capacity,
-                output_mode=OutputMode.ORDERED,
-                retry_strategy=retry_strategy,
-            ),
-            use_uvloop,
+        operator = _batch_operator(
+            fn, timeout, batch_size, batch_timeout, capacity, OutputMode.ORDERED, retry_strategy
         )
+        return AsyncStream(stream, operator, use_uvloop)
 
     @staticmethod
     def unordered_wait_batch(
@@ -247,19 +258,10 @@ class AsyncDataStream:
     ) -> AsyncStream[IN, OUT]:
         """As :meth:`ordered_wait_batch`, with batches emitted in completion order (never
         across a watermark; a batch's records stay together and in order)."""
-        return AsyncStream(
-            stream,
-            AsyncBatchWaitOperator(
-                fn,
-                batch_size=batch_size,
-                batch_timeout=batch_timeout,
-                timeout=timeout,
-                capacity=capacity,
-                output_mode=OutputMode.UNORDERED,
-                retry_strategy=retry_strategy,
-            ),
-            use_uvloop,
+        operator = _batch_operator(
+            fn, timeout, batch_size, batch_timeout, capacity, OutputMode.UNORDERED, retry_strategy
         )
+        return AsyncStream(stream, operator, use_uvloop)
 
 
 # Keep RetryStrategies importable from here for users writing `AsyncDataStream` code.
