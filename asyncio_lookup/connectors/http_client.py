@@ -1,9 +1,10 @@
 """The HTTP clients behind :class:`~asyncio_lookup.connectors.HttpConnector`, one interface.
 
-``pyreqwest`` (Rust reqwest + hyper on a tokio thread, an asyncio API) is the default: the
-request, the connection pool, the response parsing and the JSON decoding run in Rust, about
-half the CPU per request of ``aiohttp`` in this process (``benchmarks/http_clients.py``).
-``aiohttp`` stays as the alternative (``client="aiohttp"``).
+``asyncio`` (the default): HTTP/1.1 on asyncio protocols with llhttp parsing
+(:mod:`~asyncio_lookup.connectors.http11`), the least CPU per request of the clients measured
+(``benchmarks/http_clients.py``; docs/design.md, "The HTTP client"). ``pyreqwest`` (Rust
+reqwest + hyper on a tokio thread; the optional extra ``asyncio-lookup[pyreqwest]``) for
+HTTP/2 where a TLS server offers it.
 
 A client answers ``fetch(method, url, body)`` with ``(status, headers, body)``, where headers
 are read-only and case-insensitive, and the point lookups' ``get_json(url)`` with ``(status,
@@ -15,21 +16,20 @@ connection errors; a cancelled caller sees ``CancelledError``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import urllib.request
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from asyncio_lookup.errors import ConfigurationError, DataFormatError
-from asyncio_lookup.runtime.deadlines import Deadlines
 
 if TYPE_CHECKING:
     from asyncio_lookup.connectors.http_connector import HttpConnector
 
-CLIENTS = ("pyreqwest", "aiohttp")
-DEFAULT_CLIENT = "pyreqwest"
+CLIENTS = ("asyncio", "pyreqwest")
+DEFAULT_CLIENT = "asyncio"
 
 EMPTY: Any = object()  # get_json's payload for a 2xx answer without a body
 Fetched = tuple[int, Mapping[str, str], bytes]
@@ -54,9 +54,9 @@ def check_client(client: Any) -> str:
 
 def open_client(c: HttpConnector) -> HttpClient:
     """A new client for ``c`` (its ``client`` option); call on the loop that will use it."""
-    if c.client == "aiohttp":
-        return AiohttpClient(c)
-    return PyreqwestClient(c)
+    if c.client == "pyreqwest":
+        return PyreqwestClient(c)
+    return AsyncioClient(c)
 
 
 def timeout_error(c: HttpConnector) -> TimeoutError:
@@ -65,9 +65,12 @@ def timeout_error(c: HttpConnector) -> TimeoutError:
 
 def decode_json(c: HttpConnector, method: str, url: str, body: bytes) -> Any:
     """The JSON of a 2xx body; ``EMPTY`` for a blank one."""
-    if not body.strip():
-        return EMPTY
     try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        if not body.strip():
+            return EMPTY
+    try:  # what orjson refuses and the standard allows: NaN, integers beyond 64 bits
         return json.loads(body)
     except ValueError as error:
         from asyncio_lookup.connectors._secrets import mask_url
@@ -86,14 +89,50 @@ def has_dot_segment(url: str) -> bool:
     return any(segment.lower() in dots for segment in path.split("/"))
 
 
+class AsyncioClient:
+    """HTTP/1.1 on asyncio protocols (:mod:`~asyncio_lookup.connectors.http11`): a future per
+    request, the response parsed by llhttp, every request's timeout on one loop timer."""
+
+    def __init__(self, c: HttpConnector) -> None:
+        from asyncio_lookup.connectors.http11 import Http11Client
+
+        self.connector = c
+        self.client = Http11Client(c.max_connections, c.timeout, c.request_headers())
+        self._errors = (ConnectionError, OSError)
+
+    async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
+        c = self.connector
+        try:
+            return await self.client.fetch(method, url, body)
+        except TimeoutError as error:
+            raise c.failure(timeout_error(c), method, url) from error
+        except self._errors as error:
+            raise c.failure(error, method, url) from error
+
+    async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
+        status, headers, body = await self.fetch("GET", url, None)
+        if 200 <= status < 300 and status != 204:
+            return status, headers, decode_json(self.connector, "GET", url, body)
+        return status, headers, body
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
 class PyreqwestClient:
     """pyreqwest: one ``Client`` (pool of ``max_connections``), the total per-request timeout
     in Rust, redirects not followed, HTTP/2 where a TLS server offers it, proxies from the
     environment (reqwest's default)."""
 
     def __init__(self, c: HttpConnector) -> None:
-        from pyreqwest.client import ClientBuilder
-        from pyreqwest.exceptions import JSONDecodeError, PyreqwestError, RequestTimeoutError
+        try:
+            from pyreqwest.client import ClientBuilder
+            from pyreqwest.exceptions import JSONDecodeError, PyreqwestError, RequestTimeoutError
+        except ImportError as error:
+            raise ConfigurationError(
+                "client", "pyreqwest", "'asyncio', or install asyncio-lookup[pyreqwest]",
+                f"pyreqwest is not installed here ({error})",
+            ) from error
 
         self.connector = c
         self._timeout_errors = (RequestTimeoutError,)
@@ -110,8 +149,8 @@ class PyreqwestClient:
             .build()
         )
         # a key that is only dots would be removed from the path by reqwest's URL parser:
-        # such rare requests go through aiohttp, which sends the path as it is
-        self._dots: AiohttpClient | None = None
+        # such rare requests go through the asyncio client, which sends the path as it is
+        self._dots: AsyncioClient | None = None
 
     async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
         if has_dot_segment(url):
@@ -147,67 +186,12 @@ class PyreqwestClient:
         except self._errors as error:
             raise self.connector.failure(error, "GET", url) from error
 
-    def _dot_client(self) -> AiohttpClient:
+    def _dot_client(self) -> AsyncioClient:
         if self._dots is None:
-            self._dots = AiohttpClient(self.connector)
+            self._dots = AsyncioClient(self.connector)
         return self._dots
 
     async def close(self) -> None:
         await self.client.close()
         if self._dots is not None:
             await self._dots.close()
-
-
-class AiohttpClient:
-    """aiohttp: one session (pool of ``max_connections``); the timeouts of all requests run on
-    one loop timer (:class:`Deadlines`); the URL is sent as given (``encoded=True``)."""
-
-    def __init__(self, c: HttpConnector) -> None:
-        import aiohttp
-        from yarl import URL
-
-        self.connector = c
-        self._url = URL
-        self._errors = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-        self.deadlines = Deadlines(c.timeout)
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=c.max_connections),
-            timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
-            headers=c.request_headers(),  # every request's (not merged per request)
-            raise_for_status=False,
-            # proxies from HTTP(S)_PROXY / NO_PROXY, as reqwest does; aiohttp then looks them
-            # up per request, so only when the environment names one
-            trust_env=bool(urllib.request.getproxies()),
-        )
-
-    async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
-        c = self.connector
-        deadline = self.deadlines.start()
-        try:
-            async with self.session.request(
-                method,
-                self._url(url, encoded=True),
-                data=body,
-                headers=None if body is None else _JSON_BODY,
-                allow_redirects=False,  # not to other hosts with our credentials
-            ) as response:
-                return response.status, response.headers, await response.read()
-        except self._errors as error:
-            raise c.failure(error, method, url) from error
-        except asyncio.CancelledError:
-            if deadline.timed_out():
-                timeout = timeout_error(c)
-                raise c.failure(timeout, method, url) from timeout
-            raise
-        finally:
-            deadline.finish()
-
-    async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
-        status, headers, body = await self.fetch("GET", url, None)
-        if 200 <= status < 300 and status != 204:
-            return status, headers, decode_json(self.connector, "GET", url, body)
-        return status, headers, body
-
-    async def close(self) -> None:
-        self.deadlines.close()
-        await self.session.close()

@@ -388,13 +388,20 @@ def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
 
 
 def test_client_option_is_checked() -> None:
-    assert HttpConnector("http://h/c/{id}", client="aiohttp").client == "aiohttp"
-    with pytest.raises(ConfigurationError, match=r"client.*'pyreqwest' \| 'aiohttp'"):
-        HttpConnector("http://h/c/{id}", client="requests")
+    assert HttpConnector("http://h/c/{id}", client="pyreqwest").client == "pyreqwest"
+    with pytest.raises(ConfigurationError, match=r"client.*'asyncio' \| 'pyreqwest'"):
+        HttpConnector("http://h/c/{id}", client="aiohttp")
+
+
+async def test_special_json_the_fast_decoder_refuses_is_still_read(http_service: Service) -> None:
+    c = HttpConnector(f"{http_service.base}/raw/200/{{id}}")
+    big = 2**70
+    rows = await _both(c, (f'{{"id": {big}, "x": NaN}}',))
+    assert rows[0]["id"] == big and rows[0]["x"] != rows[0]["x"]
 
 
 def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
-    # reqwest's URL parser turns /c/%2E%2E into /: such requests go through aiohttp
+    # reqwest's URL parser turns /c/%2E%2E into /: such requests go through the asyncio client
     for url in ("http://h/c/%2E%2E", "http://h/c/%2e/x", "http://h/c/.%2E?q=1", "http://h/%2E"):
         assert has_dot_segment(url), url
     for url in ("http://h/c/a%2Eb", "http://h/c/%2E%2E%2E", "http://h/c?id=%2E%2E", "http://h/c"):
