@@ -1,0 +1,383 @@
+"""The asyncio HTTP/1.1 client against scripted servers on 127.0.0.1: keep-alive and the pool,
+the kept-alive race, framing (chunked, read to close), timeouts, TLS and proxies."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import trustme
+import uvloop
+
+from asyncio_lookup.connectors.http11 import ConnectionClosed, Http11Client, ProtocolViolation
+
+# the loop-policy fixture is the way to run one module on both loops (pytest-asyncio 1.x keeps
+# it, deprecated, until its loop-factories hook can be scoped to one module)
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\"")
+
+R, W = asyncio.StreamReader, asyncio.StreamWriter
+Handler = Callable[[R, W, "Scripted"], Awaitable[None]]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
+    """Every test on both loops: Spark's Python workers run uvloop when it is installed."""
+    if request.param == "uvloop":
+        return uvloop.EventLoopPolicy()
+    return asyncio.DefaultEventLoopPolicy()
+
+
+class Scripted:
+    """A TCP server whose connections run ``handler``; counts connections and requests."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.open_now = 0
+        self.most_open = 0
+        self.request_lines: list[bytes] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self, ssl_context: ssl.SSLContext | None = None) -> Scripted:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=ssl_context)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        try:
+            await self.handler(reader, writer, self)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.open_now -= 1
+            writer.close()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The request head (a request without a body), or None at the end of input."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None
+        self.request_lines.append(head.split(b"\r\n", 1)[0])
+        return head
+
+    async def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def answer(body: bytes = b'{"ok": true}', extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+async def keep_alive(reader: R, writer: W, s: Scripted) -> None:
+    while await s.read_request(reader) is not None:
+        writer.write(answer())
+        await writer.drain()
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Callable[[Handler], Awaitable[Scripted]]]:
+    started: list[Scripted] = []
+
+    async def start(handler: Handler) -> Scripted:
+        server = await Scripted(handler).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.close()
+
+
+def client(max_connections: int = 10, timeout: float = 5.0, **kw: object) -> Http11Client:
+    return Http11Client(max_connections, timeout, {"Accept": "application/json"}, **kw)  # type: ignore[arg-type]
+
+
+async def test_requests_reuse_one_kept_alive_connection(scripted) -> None:
+    server = await scripted(keep_alive)
+    c = client()
+    try:
+        for i in range(5):
+            status, headers, body = await c.fetch("GET", f"http://127.0.0.1:{server.port}/c/{i}")
+            assert (status, body, headers["content-length"]) == (200, b'{"ok": true}', "12")
+    finally:
+        await c.close()
+    assert server.connections == 1
+    assert server.request_lines == [b"GET /c/%d HTTP/1.1" % i for i in range(5)]
+
+
+async def test_the_pool_never_opens_more_than_max_connections(scripted) -> None:
+    async def slow(reader: R, writer: W, s: Scripted) -> None:
+        while await s.read_request(reader) is not None:
+            await asyncio.sleep(0.01)
+            writer.write(answer())
+
+    server = await scripted(slow)
+    c = client(max_connections=3)
+    try:
+        url = f"http://127.0.0.1:{server.port}/x"
+        answers = await asyncio.gather(*(c.fetch("GET", url) for _ in range(30)))
+    finally:
+        await c.close()
+    assert [a[0] for a in answers] == [200] * 30
+    assert server.connections == 3 and server.most_open == 3
+
+
+async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once(scripted) -> None:
+    async def one_per_connection(reader: R, writer: W, s: Scripted) -> None:
+        # answers one request, then reads the next and closes without answering: the race
+        # of a server's keep-alive timeout with a request on its way
+        await s.read_request(reader)
+        writer.write(answer())
+        await writer.drain()
+        await s.read_request(reader)
+
+    server = await scripted(one_per_connection)
+    c = client(max_connections=1)
+    try:
+        url = f"http://127.0.0.1:{server.port}/x"
+        for _ in range(3):
+            assert (await c.fetch("GET", url))[0] == 200
+    finally:
+        await c.close()
+    assert server.connections == 3
+
+
+async def test_a_new_connection_closed_before_the_answer_is_an_error(scripted) -> None:
+    async def hang_up(reader: R, writer: W, s: Scripted) -> None:
+        await s.read_request(reader)
+
+    server = await scripted(hang_up)
+    c = client()
+    try:
+        with pytest.raises(ConnectionClosed):
+            await c.fetch("GET", f"http://127.0.0.1:{server.port}/x")
+    finally:
+        await c.close()
+    assert server.connections == 1, "a fresh connection is not retried"
+
+
+async def test_framing_chunked_read_to_close_and_connection_close(scripted) -> None:
+    async def framed(reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        assert head is not None
+        if b"/chunked" in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for part in (b'{"a":', b" 1", b"}"):
+                writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            await s.read_request(reader)  # kept alive: the next request may come here
+        elif b"/to-close" in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+        else:
+            writer.write(answer(b"closing", b"Connection: close\r\n"))
+
+    server = await scripted(framed)
+    c = client()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        assert (await c.fetch("GET", base + "/chunked"))[2] == b'{"a": 1}'
+        assert (await c.fetch("GET", base + "/to-close"))[2] == b"until the end"
+        assert (await c.fetch("GET", base + "/close"))[2] == b"closing"
+        assert (await c.fetch("GET", base + "/close"))[2] == b"closing"
+    finally:
+        await c.close()
+    assert server.connections == 4  # the chunked one was reused by nobody: the rest closed
+
+
+async def test_post_sends_the_body_with_its_length(scripted) -> None:
+    seen: list[bytes] = []
+
+    async def echo(reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        assert head is not None
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        seen.append(head)
+        body = await reader.readexactly(length)
+        writer.write(answer(body))
+        await writer.drain()
+
+    server = await scripted(echo)
+    c = client()
+    try:
+        status, _, body = await c.fetch("POST", f"http://127.0.0.1:{server.port}/b", b'{"k": [1]}')
+    finally:
+        await c.close()
+    assert (status, body) == (200, b'{"k": [1]}')
+    assert b"Content-Type: application/json" in seen[0] and b"Host: 127.0.0.1:" in seen[0]
+
+
+async def test_a_timeout_aborts_the_request_and_frees_its_connection(scripted) -> None:
+    async def silent_first(reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        if head is not None and b"/slow" in head:
+            await asyncio.sleep(5)
+            return
+        writer.write(answer())
+        await keep_alive(reader, writer, s)
+
+    server = await scripted(silent_first)
+    c = client(max_connections=1, timeout=0.2)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        with pytest.raises(TimeoutError):
+            await c.fetch("GET", base + "/slow")
+        assert (await c.fetch("GET", base + "/fast"))[0] == 200, "the slot was freed"
+    finally:
+        await c.close()
+
+
+async def test_a_cancelled_request_frees_its_connection(scripted) -> None:
+    async def never(reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        if head is not None and b"/never" in head:
+            await asyncio.sleep(5)
+            return
+        writer.write(answer())
+        await keep_alive(reader, writer, s)
+
+    server = await scripted(never)
+    c = client(max_connections=1)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        task = asyncio.ensure_future(c.fetch("GET", base + "/never"))
+        waiting = asyncio.ensure_future(c.fetch("GET", base + "/ok"))  # waits for the slot
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (await asyncio.wait_for(waiting, 2))[0] == 200
+    finally:
+        await c.close()
+
+
+async def test_an_unreadable_answer_is_a_protocol_violation(scripted) -> None:
+    async def garbage(reader: R, writer: W, s: Scripted) -> None:
+        await s.read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+
+    server = await scripted(garbage)
+    c = client()
+    try:
+        with pytest.raises(ProtocolViolation):
+            await c.fetch("GET", f"http://127.0.0.1:{server.port}/x")
+    finally:
+        await c.close()
+
+
+# -- TLS and proxies ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authority() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+async def tls_server(authority: trustme.CA) -> AsyncIterator[Scripted]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+    server = await Scripted(keep_alive).start(context)
+    yield server
+    await server.close()
+
+
+def trusting(authority: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    authority.configure_trust(context)
+    return context
+
+
+async def test_tls_verifies_the_server(tls_server: Scripted, authority: trustme.CA) -> None:
+    c = client(ssl_context=trusting(authority))
+    try:
+        for _ in range(3):
+            assert (await c.fetch("GET", f"https://localhost:{tls_server.port}/x"))[0] == 200
+    finally:
+        await c.close()
+    assert tls_server.connections == 1
+    untrusting = client()
+    try:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await untrusting.fetch("GET", f"https://localhost:{tls_server.port}/x")
+    finally:
+        await untrusting.close()
+
+
+async def test_tls_trusts_ssl_cert_file(
+    tls_server: Scripted, authority: trustme.CA, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    c = client()  # the default context reads the environment
+    try:
+        assert (await c.fetch("GET", f"https://localhost:{tls_server.port}/x"))[0] == 200
+    finally:
+        await c.close()
+
+
+class Proxy:
+    """A forward proxy: absolute-form requests answered with the line it saw; CONNECT tunnels."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.heads: list[bytes] = []
+
+    async def __call__(self, reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        assert head is not None
+        self.heads.append(head)
+        line = head.split(b"\r\n", 1)[0]
+        self.lines.append(line)
+        if not line.startswith(b"CONNECT "):
+            writer.write(answer(line))
+            await writer.drain()
+            return
+        port = line.split()[1].rsplit(b":", 1)[1]  # "localhost" is 127.0.0.1 here
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_proxies_from_the_environment(
+    scripted, tls_server: Scripted, authority: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Proxy()
+    proxy_server = await scripted(proxy)
+    monkeypatch.setenv("HTTP_PROXY", f"http://user:p%40ss@127.0.0.1:{proxy_server.port}")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy_server.port}")
+    monkeypatch.setenv("NO_PROXY", "direct.example")
+    c = client(ssl_context=trusting(authority))
+    try:
+        status, _, body = await c.fetch("GET", "http://service.example:8080/c/1?x=2")
+        assert (status, body) == (200, b"GET http://service.example:8080/c/1?x=2 HTTP/1.1")
+        assert b"Proxy-Authorization: Basic dXNlcjpwQHNz\r\n" in proxy.heads[0]
+        assert (await c.fetch("GET", f"https://localhost:{tls_server.port}/y"))[0] == 200
+        assert proxy.lines[1] == b"CONNECT localhost:%d HTTP/1.1" % tls_server.port
+        assert tls_server.request_lines == [b"GET /y HTTP/1.1"], "origin-form inside the tunnel"
+        with pytest.raises(OSError):  # NO_PROXY: straight to a host that does not resolve
+            await c.fetch("GET", "http://direct.example/c/1")
+        assert len(proxy.lines) == 2
+    finally:
+        await c.close()
