@@ -1,5 +1,6 @@
-"""An HTTP/JSON service as a dim table, read with pyreqwest or aiohttp (``client``; see
-:mod:`~asyncio_lookup.connectors.http_client`); the sync mode runs the same code.
+"""An HTTP/JSON service as a dim table, read with the library's own HTTP/1.1 client on asyncio
+or pyreqwest (``client``; see :mod:`~asyncio_lookup.connectors.http_client`); the sync mode
+runs the same code.
 
 A point lookup is ``GET url`` where ``url`` is a template over the key columns
 (``"http://host/customers/{id}"``). Every key value is percent-encoded with nothing kept safe
@@ -141,7 +142,7 @@ class HttpConnector(AsyncFirstSource):
 
     ``max_connections`` is the connection-pool size of each executor process (default 100,
     the default async ``capacity``, so a full pipeline of point lookups never waits for a
-    connection). ``client``: ``"pyreqwest"`` (default) or ``"aiohttp"`` (see
+    connection). ``client``: ``"asyncio"`` (default) or ``"pyreqwest"`` (see
     :mod:`~asyncio_lookup.connectors.http_client`).
     """
 
