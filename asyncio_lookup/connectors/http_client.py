@@ -110,9 +110,15 @@ class AsyncioClient:
             raise c.failure(error, method, url) from error
 
     async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
-        status, headers, body = await self.fetch("GET", url, None)
+        c = self.connector
+        try:  # fetch's body inline: one coroutine less per point lookup
+            status, headers, body = await self.client.fetch("GET", url, None)
+        except TimeoutError as error:
+            raise c.failure(timeout_error(c), "GET", url) from error
+        except self._errors as error:
+            raise c.failure(error, "GET", url) from error
         if 200 <= status < 300 and status != 204:
-            return status, headers, decode_json(self.connector, "GET", url, body)
+            return status, headers, decode_json(c, "GET", url, body)
         return status, headers, body
 
     async def close(self) -> None:
