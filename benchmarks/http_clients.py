@@ -107,8 +107,9 @@ def run(ctx: Context) -> ScenarioResult:
     result.notes.append(
         "Each run is a child process (uvloop) driving HttpConnector's async lookup function "
         "with `capacity` lookups in flight; cpu_us_per_request is that process's CPU (all its "
-        "threads) per request; the latency server runs in the harness process (one core at "
-        "most), so at capacity 1,000 it, not the client, bounds the rate."
+        "threads) per request; the latency server runs in the harness process, so its CPU is "
+        "not the client's (a raw asyncio server: about 40 µs per request at the pyreqwest "
+        "client's rates, see benchmarks/servers.py)."
     )
     result.notes.append(
         "Features (documented behaviour as the connector configures each client):\n\n"

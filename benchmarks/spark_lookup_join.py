@@ -130,8 +130,10 @@ def run(ctx: Context) -> ScenarioResult:
         "JVM, and this process (the driver plus the latency server's thread), from psutil."
     )
     result.notes.append(
-        "The latency server shares the 2 cores with Spark's JVM and the 2 Python workers, so "
-        "the concurrent variants are CPU-bound well below Little's law (2 x 100 / latency)."
+        "The latency server (a raw asyncio server in this process, 40-90 µs of CPU per "
+        "request depending on the rate, see benchmarks/servers.py) shares the 2 cores with "
+        "Spark's JVM and the 2 Python workers, so the concurrent variants are CPU-bound below "
+        "Little's law (2 x 100 / latency)."
     )
     result.plots.append(plots.grouped_bars(
         ctx.out_dir / "spark_lookup_join.png", plot_title(machine_info()), rates, "rows / s",
