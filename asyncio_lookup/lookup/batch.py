@@ -55,6 +55,7 @@ class KeyBatcher:
         self._inline: set[asyncio.Task[object]] = set()  # callers making a call in their task
         self._closing = False
         self._unwound: dict[asyncio.Task[object], asyncio.Future[None]] = {}  # aclose waits
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``: a call made in the caller's task when batching is off and no
@@ -63,7 +64,7 @@ class KeyBatcher:
             return await self.load(key)
         waiters: list[asyncio.Future[list[Row]]] = []  # callers that join while this runs
         self._in_flight[key] = waiters
-        caller = asyncio.current_task()
+        caller = self._current_task()
         if caller is not None:
             self._inline.add(caller)
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
@@ -96,6 +97,17 @@ class KeyBatcher:
                 if not future.done():
                     future.set_result(list(rows))
         return rows
+
+    def _current_task(self) -> asyncio.Task[object] | None:
+        # current_task() without a loop asks get_running_loop(), which on Python 3.11 makes a
+        # getpid() system call: per lookup, the loop the batcher last ran on is asked first.
+        loop = self._loop
+        if loop is not None:
+            task = asyncio.current_task(loop)
+            if task is not None:
+                return task
+        loop = self._loop = asyncio.get_running_loop()
+        return asyncio.current_task(loop)
 
     def load(self, key: Key) -> asyncio.Future[list[Row]]:
         """A future of the rows for ``key`` from one (possibly shared, possibly batched)
