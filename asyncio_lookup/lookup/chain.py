@@ -326,6 +326,12 @@ class LookupChain:
 
     # -- async mode ------------------------------------------------------------------------
 
+    @property
+    def answers_now(self) -> bool:
+        """Whether :meth:`lookup_cached` can answer at all (a FULL cache, or the default
+        PARTIAL cache); if not, a caller goes straight to :meth:`async_lookup`."""
+        return self.full_cache is not None or type(self.cache) is DefaultLookupCache
+
     def lookup_cached(self, key: Key) -> list[Row] | None:
         """The rows for ``key`` when the cache has them, counted as a lookup and a hit; else
         None, counting nothing (then call :meth:`async_lookup`). The async path's fast path:
