@@ -18,7 +18,9 @@ batch), and one finished at admission never enters the deadline queue. Retries a
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+import sys
 import time
 from collections.abc import (
     AsyncIterable,
@@ -26,6 +28,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Collection,
+    Coroutine,
     Iterable,
     Iterator,
 )
@@ -40,6 +43,19 @@ from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.queue import OrderedQueue, StreamElementQueue, UnorderedQueue
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy
 from asyncio_lookup.runtime.retry_policy import RetryingHandler, RetryPolicy
+
+ATTEMPT_TASK_NAME = "asyncio-lookup attempt"
+
+
+def attempt_task_factory(
+    loop: asyncio.AbstractEventLoop,
+) -> Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]:
+    """How a run starts its attempts' tasks: ``loop.create_task``, or, on Python 3.11 when the
+    loop has no task factory, the same Task given a name: 3.11 formats a ``Task-<n>`` name for
+    every task created without one, about 2,000 instructions per record."""
+    if sys.version_info >= (3, 12) or loop.get_task_factory() is not None:
+        return loop.create_task
+    return functools.partial(asyncio.Task, loop=loop, name=ATTEMPT_TASK_NAME)
 
 
 class OperatorRun:
@@ -81,6 +97,7 @@ class OperatorRun:
             if type(self._loop).time is asyncio.BaseEventLoop.time
             else self._loop.time
         )
+        self._new_task = attempt_task_factory(self._loop)
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
         self._retry = RetryPolicy(retry_strategy) if retry_strategy is not None else None
         # Every record not final yet, in admission order = deadline order (a record without a
@@ -286,7 +303,7 @@ class OperatorRun:
                     self._deadlines.add(handler)
                 return
         self._deadlines.add(handler)
-        handler.task = self._loop.create_task(handler.attempt(receiver))
+        handler.task = self._new_task(handler.attempt(receiver))
 
     # ---------------------------------------------------------------- shared with the handlers
 
