@@ -26,7 +26,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime.batch_function import (
@@ -165,6 +165,9 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
             manage_lifecycle=manage_lifecycle,
             on_error=None if on_error is None else _per_element(on_error),
         )
+
+    fans_out: ClassVar[bool] = True
+    """A record entry's element is a :class:`Batch`, its result one collection per element."""
 
     @property
     def metrics(self) -> OperatorMetrics:

@@ -6,7 +6,7 @@ import contextlib
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
@@ -84,6 +84,9 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     is emitted with the outputs it returns instead of failing the stream, and counted in
     ``numFailedRows`` (docs/semantics.md §1.7). If it raises, the stream fails with that error.
     """
+
+    fans_out: ClassVar[bool] = False
+    """A record entry's element is the record itself (:class:`AsyncBatchWaitOperator`: a batch)."""
 
     def __init__(
         self,

@@ -20,29 +20,37 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
-    Collection,
     Iterable,
     Sized,
 )
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime.elements import Watermark
+from asyncio_lookup.runtime.handler import WatermarkEntry
+from asyncio_lookup.runtime.run import OperatorRun
 
 B = TypeVar("B", bound=Sized)
 E = TypeVar("E")
 OUT = TypeVar("OUT")
-OUT_co = TypeVar("OUT_co", covariant=True)
+E_contra = TypeVar("E_contra", contravariant=True)
 
 DEFAULT_FLUSH_ROWS = 8192
 
 
-class ElementOperator(Protocol[E, OUT_co]):
-    """What the rebatcher drives: ``AsyncWaitOperator`` or ``AsyncBatchWaitOperator``."""
+class ElementOperator(Protocol[E_contra]):
+    """What the rebatcher drives: ``AsyncWaitOperator`` or ``AsyncBatchWaitOperator``.
 
-    def process(
-        self, source: AsyncIterable[E]
-    ) -> AsyncIterator[tuple[E, Collection[OUT_co]] | Watermark]: ...
+    ``running(source)`` gives the run whose ready entries the rebatcher takes a batch at a
+    time; ``fans_out``: a record entry's element is a batch of elements (``.elements``) and its
+    result one collection of outputs per element."""
+
+    @property
+    def fans_out(self) -> bool: ...
+
+    def running(
+        self, source: AsyncIterable[E_contra]
+    ) -> AbstractAsyncContextManager[OperatorRun]: ...
 
 
 def check_flush_rows(flush_rows: Any) -> int:
@@ -83,7 +91,7 @@ class Rebatcher(Generic[B, E, OUT]):
 
     def __init__(
         self,
-        operator: ElementOperator[E, OUT],
+        operator: ElementOperator[E],
         elements: Callable[[B], Iterable[E]],
         *,
         flush_rows: int = DEFAULT_FLUSH_ROWS,
@@ -98,27 +106,35 @@ class Rebatcher(Generic[B, E, OUT]):
         """The output batches; on every exit the operator's run and ``batches`` are closed."""
         owner: dict[int, tuple[_Pending[B, OUT], int]] = {}
         flush_rows = self.flush_rows
+        fans_out = self.operator.fans_out
         source = self._source(batches, owner)
-        stream = self.operator.process(source)
         try:
-            async for item in stream:
-                if not isinstance(item, tuple):
-                    continue  # a watermark: none are sent, nothing to emit
-                element, outputs = item
-                pending, index = owner.pop(id(element))
-                out = pending.out
-                for output in outputs:
-                    out.indices.append(index)
-                    out.outputs.append(output)
-                pending.left -= 1
-                if pending.left == 0:
-                    if out.outputs:
-                        yield out
-                elif len(out.outputs) >= flush_rows:
-                    pending.out = Rebatched(out.batch)
-                    yield out
+            async with self.operator.running(source) as run:
+                while (entries := await run.next_batch()) is not None:
+                    for entry in entries:
+                        if run.failure is not None:
+                            raise run.failure
+                        if type(entry) is WatermarkEntry:
+                            continue  # none are sent, nothing to emit
+                        pairs = (
+                            zip(entry.element.elements, entry.result, strict=True)
+                            if fans_out
+                            else ((entry.element, entry.result),)
+                        )
+                        for element, outputs in pairs:
+                            pending, index = owner.pop(id(element))
+                            out = pending.out
+                            for output in outputs:
+                                out.indices.append(index)
+                                out.outputs.append(output)
+                            pending.left -= 1
+                            if pending.left == 0:
+                                if out.outputs:
+                                    yield out
+                            elif len(out.outputs) >= flush_rows:
+                                pending.out = Rebatched(out.batch)
+                                yield out
         finally:
-            await aclose(stream)
             await source.aclose()
 
     async def _source(
