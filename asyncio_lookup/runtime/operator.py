@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -138,15 +146,21 @@ class AsyncWaitOperator(Generic[IN, OUT]):
 
     @contextlib.asynccontextmanager
     async def running(
-        self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
+        self,
+        source: (
+            Iterable[IN | Watermark] | AsyncIterable[IN | Watermark] | AsyncIterable[Sequence[IN]]
+        ),
+        *,
+        chunked: bool = False,
     ) -> AsyncIterator[OperatorRun]:
         """A started run over ``source`` (``await run.next_batch()`` until None), stopped on
         leaving the block whatever the exit: outstanding work is cancelled and awaited and
-        ``fn.close()`` runs (when managing the lifecycle); on a failure, the failure is raised."""
+        ``fn.close()`` runs (when managing the lifecycle); on a failure, the failure is raised.
+        ``chunked``: ``source`` is an async iterable of lists of records."""
         run = self.new_run()
         error: BaseException | None = None
         try:
-            await run.start(source)
+            await run.start(source, chunked=chunked)
             yield run
         except GeneratorExit:  # the consumer stopped early (aclose): not a failure
             raise

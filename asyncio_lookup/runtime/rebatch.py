@@ -21,9 +21,11 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Iterable,
+    Sequence,
     Sized,
 )
 from contextlib import AbstractAsyncContextManager
+from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
@@ -49,7 +51,7 @@ class ElementOperator(Protocol[E_contra]):
     def fans_out(self) -> bool: ...
 
     def running(
-        self, source: AsyncIterable[E_contra]
+        self, source: AsyncIterable[Sequence[E_contra]], *, chunked: bool
     ) -> AbstractAsyncContextManager[OperatorRun]: ...
 
 
@@ -109,7 +111,7 @@ class Rebatcher(Generic[B, E, OUT]):
         fans_out = self.operator.fans_out
         source = self._source(batches, owner)
         try:
-            async with self.operator.running(source) as run:
+            async with self.operator.running(source, chunked=True) as run:
                 while (entries := await run.next_batch()) is not None:
                     for entry in entries:
                         if run.failure is not None:
@@ -141,24 +143,23 @@ class Rebatcher(Generic[B, E, OUT]):
         self,
         batches: AsyncIterable[B] | Iterable[B],
         owner: dict[int, tuple[_Pending[B, OUT], int]],
-    ) -> AsyncGenerator[E, None]:
+    ) -> AsyncGenerator[list[E], None]:
+        """Each batch's elements, as one list, each registered in ``owner`` (in C)."""
         inputs = as_async_iterator(batches)
-        elements = self.elements
         try:
             async for batch in inputs:
                 size = len(batch)
                 if not size:
                     continue
-                pending: _Pending[B, OUT] = _Pending(batch, size)
-                index = -1
-                for index, element in enumerate(elements(batch)):
-                    owner[id(element)] = (pending, index)
-                    yield element
-                if index + 1 != size:
+                elements = list(self.elements(batch))
+                if len(elements) != size:
                     raise ValueError(
-                        f"a batch of {size} gave {index + 1} elements; elements() must give one "
-                        "per row"
+                        f"a batch of {size} gave {len(elements)} elements; elements() must give "
+                        "one per row"
                     )
+                pending: _Pending[B, OUT] = _Pending(batch, size)
+                owner.update(zip(map(id, elements), zip(repeat(pending), range(size)), strict=True))
+                yield elements
         finally:
             # Close the input now, on this loop (not later from a garbage collector).
             await aclose(inputs)

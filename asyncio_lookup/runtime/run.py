@@ -122,12 +122,16 @@ class OperatorRun:
 
     # ---------------------------------------------------------------- consumer side
 
-    async def start(self, source: Iterable[Any] | AsyncIterable[Any]) -> None:
-        """Open the function (when managing its lifecycle) and start reading ``source``."""
+    async def start(
+        self, source: Iterable[Any] | AsyncIterable[Any], *, chunked: bool = False
+    ) -> None:
+        """Open the function (when managing its lifecycle) and start reading ``source``;
+        ``chunked``: ``source`` is an async iterable of lists of elements (admitted one by one
+        as room frees up, without an ``await`` per element)."""
         if self._manage:
             self._opened = True
             await self._fn.open()
-        self._feeder = self._loop.create_task(self._feed(source))
+        self._feeder = self._loop.create_task(self._feed(source, chunked))
         self._feeder.add_done_callback(self._feeder_done)
 
     async def next_batch(self) -> list[QueueEntry] | None:
@@ -205,9 +209,12 @@ class OperatorRun:
 
     # ---------------------------------------------------------------- input side
 
-    async def _feed(self, source: Iterable[Any] | AsyncIterable[Any]) -> None:
+    async def _feed(self, source: Iterable[Any] | AsyncIterable[Any], chunked: bool) -> None:
         try:
-            if isinstance(source, AsyncIterable):
+            if chunked:
+                assert isinstance(source, AsyncIterable)
+                read_all = await self._read_chunks(source.__aiter__())
+            elif isinstance(source, AsyncIterable):
                 read_all = await self._read_async(source.__aiter__())
             else:
                 read_all = await self._read(iter(source))
@@ -257,6 +264,32 @@ class OperatorRun:
                 admit(element)
         finally:
             aclose = getattr(aiterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _read_chunks(self, chunks: AsyncIterator[Iterable[Any]]) -> bool:
+        """Admit every element of every chunk; False when the stream failed first. No chunk
+        is read while the operator is full."""
+        capacity = self._capacity
+        admit = self._admit
+        try:
+            while True:
+                if (self._occupied >= capacity or self.failure is not None) and not (
+                    await self._room()
+                ):
+                    return False
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    return True
+                for element in chunk:
+                    if (self._occupied >= capacity or self.failure is not None) and not (
+                        await self._room()
+                    ):
+                        return False
+                    admit(element)
+        finally:
+            aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
 
