@@ -20,16 +20,17 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
+    Collection,
     Iterable,
     Sequence,
     Sized,
 )
 from contextlib import AbstractAsyncContextManager
-from itertools import repeat
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime.handler import WatermarkEntry
 from asyncio_lookup.runtime.run import OperatorRun
 
 B = TypeVar("B", bound=Sized)
@@ -38,6 +39,9 @@ OUT = TypeVar("OUT")
 E_contra = TypeVar("E_contra", contravariant=True)
 
 DEFAULT_FLUSH_ROWS = 8192
+
+_element = attrgetter("element")
+_result = attrgetter("result")
 
 
 class ElementOperator(Protocol[E_contra]):
@@ -113,29 +117,31 @@ class Rebatcher(Generic[B, E, OUT]):
         try:
             async with self.operator.running(source, chunked=True) as run:
                 while (entries := await run.next_batch()) is not None:
-                    for entry in entries:
-                        if run.failure is not None:
-                            raise run.failure
-                        if type(entry) is WatermarkEntry:
-                            continue  # none are sent, nothing to emit
-                        pairs = (
-                            zip(entry.element.elements, entry.result, strict=True)
-                            if fans_out
-                            else ((entry.element, entry.result),)
+                    # (element, outputs) of each entry (the source sends no watermarks)
+                    pairs: Iterable[tuple[E, Collection[OUT]]] = (
+                        chain.from_iterable(
+                            zip(e.element.elements, e.result, strict=True) for e in entries
                         )
-                        for element, outputs in pairs:
-                            pending, index = owner.pop(id(element))
-                            out = pending.out
-                            for output in outputs:
-                                out.indices.append(index)
-                                out.outputs.append(output)
-                            pending.left -= 1
-                            if pending.left == 0:
-                                if out.outputs:
-                                    yield out
-                            elif len(out.outputs) >= flush_rows:
-                                pending.out = Rebatched(out.batch)
-                                yield out
+                        if fans_out
+                        else zip(map(_element, entries), map(_result, entries), strict=True)
+                    )
+                    for element, outputs in pairs:
+                        pending, index = owner.pop(id(element))
+                        out = pending.out
+                        for output in outputs:
+                            out.indices.append(index)
+                            out.outputs.append(output)
+                        pending.left -= 1
+                        if pending.left == 0:
+                            if not out.outputs:
+                                continue
+                        elif len(out.outputs) >= flush_rows:
+                            pending.out = Rebatched(out.batch)
+                        else:
+                            continue
+                        yield out
+                        if run.failure is not None:  # while the consumer had the batch
+                            raise run.failure
         finally:
             await source.aclose()
 
