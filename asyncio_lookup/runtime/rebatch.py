@@ -10,7 +10,9 @@ element is emitted, or earlier in pieces of ``flush_rows`` outputs; the order of
 the operator's output mode's.
 
 Per element the cost is one dict insert and one dict pop (the element's batch and index, found
-by identity, so the elements need no wrapper and the function sees them as they are).
+by identity, so the elements need no wrapper and the function sees them as they are). A batch's
+elements go to the operator as one list (registered in C, no ``await`` per element), and its
+ready outcomes come back a batch at a time.
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ class _Pending(Generic[B, OUT]):
 class Rebatcher(Generic[B, E, OUT]):
     """Runs the elements of sized input batches through ``operator``; see the module docstring.
 
-    ``elements(batch)`` yields exactly ``len(batch)`` distinct objects (it may build them
-    lazily: the operator pulls them as capacity frees up). An empty batch is skipped.
+    ``elements(batch)`` yields exactly ``len(batch)`` distinct objects (built when the batch is
+    read; the operator admits them as capacity frees up). An empty batch is skipped.
     """
 
     def __init__(
