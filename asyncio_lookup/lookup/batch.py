@@ -55,15 +55,22 @@ class KeyBatcher:
         self._inline: set[asyncio.Task[object]] = set()  # callers making a call in their task
         self._closing = False
         self._unwound: dict[asyncio.Task[object], asyncio.Future[None]] = {}  # aclose waits
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``: a call made in the caller's task when batching is off and no
         call for the key is in flight, else a share of a (batched) call."""
-        if self.batching or key in self._in_flight:
+        in_flight = self._in_flight
+        if self.batching or key in in_flight:
             return await self.load(key)
         waiters: list[asyncio.Future[list[Row]]] = []  # callers that join while this runs
-        self._in_flight[key] = waiters
-        caller = asyncio.current_task()
+        in_flight[key] = waiters
+        # current_task() without a loop asks get_running_loop(), which on Python 3.11 makes a
+        # getpid() system call: the loop the batcher last ran on is asked first.
+        loop = self._loop
+        caller = None if loop is None else asyncio.current_task(loop)
+        if caller is None:
+            caller = self._current_task()
         if caller is not None:
             self._inline.add(caller)
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
@@ -90,12 +97,17 @@ class KeyBatcher:
                 unwound = self._unwound.pop(caller, None)
                 if unwound is not None and not unwound.done():
                     unwound.set_result(None)
-        if self._in_flight.get(key) is waiters:
-            del self._in_flight[key]
+        if in_flight.get(key) is waiters:
+            del in_flight[key]
             for future in waiters:
                 if not future.done():
                     future.set_result(list(rows))
         return rows
+
+    def _current_task(self) -> asyncio.Task[object] | None:
+        """The running task, noting the loop it runs on (the first call, or a new loop)."""
+        loop = self._loop = asyncio.get_running_loop()
+        return asyncio.current_task(loop)
 
     def load(self, key: Key) -> asyncio.Future[list[Row]]:
         """A future of the rows for ``key`` from one (possibly shared, possibly batched)

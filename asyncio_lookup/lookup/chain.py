@@ -326,6 +326,12 @@ class LookupChain:
 
     # -- async mode ------------------------------------------------------------------------
 
+    @property
+    def answers_now(self) -> bool:
+        """Whether :meth:`lookup_cached` can answer at all (a FULL cache, or the default
+        PARTIAL cache); if not, a caller goes straight to :meth:`async_lookup`."""
+        return self.full_cache is not None or type(self.cache) is DefaultLookupCache
+
     def lookup_cached(self, key: Key) -> list[Row] | None:
         """The rows for ``key`` when the cache has them, counted as a lookup and a hit; else
         None, counting nothing (then call :meth:`async_lookup`). The async path's fast path:
@@ -349,47 +355,60 @@ class LookupChain:
         """The rows for ``key``; retries wait on loop timers (cancel it to time it out). An
         error names the table, its target and the key, as :meth:`lookup`'s do."""
         self.metrics.inc(NUM_LOOKUPS)
+        cache = self.cache
+        started = 0.0
         try:
             if self.full_cache is not None:
                 return self.full_cache.get(key)
-            if self.cache is None:
-                return await self._load_async(key)
-            cached = self.cache.get_if_present(key)
-            if cached is not None:
-                return cached
-            started = self._clock.now()
+            if cache is not None:
+                cached = cache.get_if_present(key)
+                if cached is not None:
+                    return cached
+                started = self._clock.now()
+            batcher = self._batcher
             try:
-                rows = await self._load_async(key)
+                if batcher is None:
+                    rows = await self._load_unbatched(key)
+                else:
+                    # The first attempt inline, in this coroutine (the hot path); the retry
+                    # policies take over only after it.
+                    try:
+                        rows = await batcher.lookup(key)
+                    except Exception as error:
+                        rows = await self._retry_failure(key, batcher, error)
+                    if not rows and self.miss_retry is not None:
+                        rows = await self._retry_miss(key, batcher, rows)
             except Exception:
-                self.metrics.inc(NUM_LOAD_FAILURES)
+                if cache is not None:
+                    self.metrics.inc(NUM_LOAD_FAILURES)
                 raise
         except Exception as error:
             named = self._named(error, key)
             raise named from named.__cause__
-        self._loaded(key, rows, started)
+        if cache is not None:
+            self._loaded(key, rows, started)
         return rows
 
-    async def _load_async(self, key: Key) -> list[Row]:
-        batcher = self._batcher
-        if batcher is None:
-            if self._sync is not None:
-                # a sync-mode chain asked asynchronously: run the blocking path in a thread
-                return await asyncio.to_thread(self._load_sync, key)
-            raise RuntimeError(f"{self!r} is not open; call open() first")
-        # The first attempt inline (the hot path); the retry policies take over only after it.
-        try:
-            rows = await batcher.lookup(key)
-        except Exception as error:
-            rows = await self._retry.resume_async(
-                key,
-                lambda: batcher.lookup(key),
-                error,
-                failed=True,
-                sleep=self._async_sleep,
-                on_retry=self._count_failure_retry,
-            )
-        if rows or self.miss_retry is None:
-            return rows
+    async def _load_unbatched(self, key: Key) -> list[Row]:
+        if self._sync is not None:
+            # a sync-mode chain asked asynchronously: run the blocking path in a thread
+            return await asyncio.to_thread(self._load_sync, key)
+        raise RuntimeError(f"{self!r} is not open; call open() first")
+
+    async def _retry_failure(self, key: Key, batcher: KeyBatcher, error: Exception) -> list[Row]:
+        """The failure retry after a first attempt that raised ``error``."""
+        return await self._retry.resume_async(
+            key,
+            lambda: batcher.lookup(key),
+            error,
+            failed=True,
+            sleep=self._async_sleep,
+            on_retry=self._count_failure_retry,
+        )
+
+    async def _retry_miss(self, key: Key, batcher: KeyBatcher, rows: list[Row]) -> list[Row]:
+        """The lookup-miss retry after attempts that found no row."""
+        assert self.miss_retry is not None
 
         def load() -> Awaitable[list[Row]]:
             return self._retry.call_async(

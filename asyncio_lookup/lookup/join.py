@@ -161,7 +161,8 @@ class JoinSpec:
     def finish(self, rows: Collection[Row], left_row: Row | None) -> list[Row | None]:
         """The output dim rows for one input row given what the lookup returned."""
         if rows and self.dim_filter is None and self.condition is None:
-            return list(rows)  # no conditions: every row survives
+            # no conditions: every row survives (the chain's list is read, never changed)
+            return rows if type(rows) is list else list(rows)
         survivors: list[Row | None] = []
         for row in rows:
             if self.dim_filter is not None and not self.dim_filter(row):
@@ -239,13 +240,6 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
         self.table = table
         self.timeout_seconds = timeout
 
-    def invoke_now(self, element: _Probe) -> Collection[Row | None] | None:
-        """Answer a NULL key or a cache hit at admission, without a task."""
-        if element.key is None:
-            return self.spec.finish((), element.left_row)
-        rows = self.chain.lookup_cached(element.key)
-        return None if rows is None else self.spec.finish(rows, element.left_row)
-
     async def async_invoke(self, element: _Probe) -> Collection[Row | None]:
         if element.key is None:
             return self.spec.finish((), element.left_row)
@@ -259,6 +253,17 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
             f"Async function call has timed out: {context}: did not finish within {limit} "
             f"(LOOKUP hint 'timeout', or the job default {CONF_TIMEOUT}; retries count against it)"
         )
+
+
+class _CachedLookupCall(_LookupCall):
+    """:class:`_LookupCall` for a chain whose cache may answer at admission."""
+
+    def invoke_now(self, element: _Probe) -> Collection[Row | None] | None:
+        """Answer a NULL key or a cache hit at admission, without a task."""
+        if element.key is None:
+            return self.spec.finish((), element.left_row)
+        rows = self.chain.lookup_cached(element.key)
+        return None if rows is None else self.spec.finish(rows, element.left_row)
 
 
 class LookupJoinRunner(Generic[P]):
@@ -335,8 +340,10 @@ class LookupJoinRunner(Generic[P]):
     ) -> AsyncIterator[JoinedBatch[P]]:
         """Join through the async wait operator; output order follows the output mode."""
         hint = self.hint
+        call = _CachedLookupCall if getattr(self.chain, "answers_now", True) else _LookupCall
         operator: AsyncWaitOperator[_Probe, DimRow] = AsyncWaitOperator(
-            _LookupCall(self.chain, self.spec, hint.table, hint.timeout),
+            # without a cache that may answer, no call per row at admission to ask it
+            call(self.chain, self.spec, hint.table, hint.timeout),
             timeout=hint.timeout,
             capacity=hint.capacity,
             output_mode=OutputMode(hint.output_mode),

@@ -26,7 +26,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime.batch_function import (
@@ -112,6 +112,12 @@ def fan_out(
     return zip(batch.elements, results, strict=True)
 
 
+async def _flattened(chunks: AsyncIterable[Sequence[IN]]) -> AsyncIterator[IN]:
+    async for chunk in chunks:
+        for element in chunk:
+            yield element
+
+
 def _per_element(
     on_error: Callable[[IN, BaseException, int], Collection[OUT]],
 ) -> Callable[[Batch[IN], BaseException, int], Collection[Collection[OUT]]]:
@@ -166,6 +172,9 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
             on_error=None if on_error is None else _per_element(on_error),
         )
 
+    fans_out: ClassVar[bool] = True
+    """A record entry's element is a :class:`Batch`, its result one collection per element."""
+
     @property
     def metrics(self) -> OperatorMetrics:
         """The operator's counters; they count batches (``numCompleted``: batches done)."""
@@ -190,11 +199,19 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
 
     @contextlib.asynccontextmanager
     async def running(
-        self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
+        self,
+        source: (
+            Iterable[IN | Watermark] | AsyncIterable[IN | Watermark] | AsyncIterable[Sequence[IN]]
+        ),
+        *,
+        chunked: bool = False,
     ) -> AsyncIterator[OperatorRun]:
         """The inner operator's run over the batches of ``source``: a record entry's
-        ``element`` is a :class:`Batch` and its ``result`` one collection per element."""
-        async with self.operator.running(self._batches(source)) as run:
+        ``element`` is a :class:`Batch` and its ``result`` one collection per element.
+        ``chunked``: ``source`` is an async iterable of lists of elements."""
+        if chunked:
+            source = _flattened(cast(AsyncIterable[Sequence[IN]], source))
+        async with self.operator.running(self._batches(source)) as run:  # type: ignore[arg-type]
             yield run
 
     async def process(

@@ -106,7 +106,7 @@ class ResultHandler:
 
     def start(self, receiver: Receiver) -> None:
         """Start an attempt whose outcome goes to ``receiver``."""
-        self.task = self.run._loop.create_task(self.attempt(receiver))
+        self.task = self.run._new_task(self.attempt(receiver))
 
     async def attempt(self, receiver: Receiver) -> None:
         """One call of the function; its outcome counts only while the record is pending."""

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Sequence,
+)
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
@@ -85,6 +93,9 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     ``numFailedRows`` (docs/semantics.md §1.7). If it raises, the stream fails with that error.
     """
 
+    fans_out: ClassVar[bool] = False
+    """A record entry's element is the record itself (:class:`AsyncBatchWaitOperator`: a batch)."""
+
     def __init__(
         self,
         fn: AsyncFunction[IN, OUT] | Callable[[IN], Awaitable[Collection[OUT]]],
@@ -135,15 +146,21 @@ class AsyncWaitOperator(Generic[IN, OUT]):
 
     @contextlib.asynccontextmanager
     async def running(
-        self, source: Iterable[IN | Watermark] | AsyncIterable[IN | Watermark]
+        self,
+        source: (
+            Iterable[IN | Watermark] | AsyncIterable[IN | Watermark] | AsyncIterable[Sequence[IN]]
+        ),
+        *,
+        chunked: bool = False,
     ) -> AsyncIterator[OperatorRun]:
         """A started run over ``source`` (``await run.next_batch()`` until None), stopped on
         leaving the block whatever the exit: outstanding work is cancelled and awaited and
-        ``fn.close()`` runs (when managing the lifecycle); on a failure, the failure is raised."""
+        ``fn.close()`` runs (when managing the lifecycle); on a failure, the failure is raised.
+        ``chunked``: ``source`` is an async iterable of lists of records."""
         run = self.new_run()
         error: BaseException | None = None
         try:
-            await run.start(source)
+            await run.start(source, chunked=chunked)
             yield run
         except GeneratorExit:  # the consumer stopped early (aclose): not a failure
             raise

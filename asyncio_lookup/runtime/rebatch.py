@@ -10,7 +10,9 @@ element is emitted, or earlier in pieces of ``flush_rows`` outputs; the order of
 the operator's output mode's.
 
 Per element the cost is one dict insert and one dict pop (the element's batch and index, found
-by identity, so the elements need no wrapper and the function sees them as they are).
+by identity, so the elements need no wrapper and the function sees them as they are). A batch's
+elements go to the operator as one list (registered in C, no ``await`` per element), and its
+ready outcomes come back a batch at a time.
 """
 
 from __future__ import annotations
@@ -22,27 +24,41 @@ from collections.abc import (
     Callable,
     Collection,
     Iterable,
+    Sequence,
     Sized,
 )
+from contextlib import AbstractAsyncContextManager
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime.elements import Watermark
+from asyncio_lookup.runtime.run import OperatorRun
 
 B = TypeVar("B", bound=Sized)
 E = TypeVar("E")
 OUT = TypeVar("OUT")
-OUT_co = TypeVar("OUT_co", covariant=True)
+E_contra = TypeVar("E_contra", contravariant=True)
 
 DEFAULT_FLUSH_ROWS = 8192
 
+_element = attrgetter("element")
+_result = attrgetter("result")
 
-class ElementOperator(Protocol[E, OUT_co]):
-    """What the rebatcher drives: ``AsyncWaitOperator`` or ``AsyncBatchWaitOperator``."""
 
-    def process(
-        self, source: AsyncIterable[E]
-    ) -> AsyncIterator[tuple[E, Collection[OUT_co]] | Watermark]: ...
+class ElementOperator(Protocol[E_contra]):
+    """What the rebatcher drives: ``AsyncWaitOperator`` or ``AsyncBatchWaitOperator``.
+
+    ``running(source)`` gives the run whose ready entries the rebatcher takes a batch at a
+    time; ``fans_out``: a record entry's element is a batch of elements (``.elements``) and its
+    result one collection of outputs per element."""
+
+    @property
+    def fans_out(self) -> bool: ...
+
+    def running(
+        self, source: AsyncIterable[Sequence[E_contra]], *, chunked: bool
+    ) -> AbstractAsyncContextManager[OperatorRun]: ...
 
 
 def check_flush_rows(flush_rows: Any) -> int:
@@ -77,13 +93,13 @@ class _Pending(Generic[B, OUT]):
 class Rebatcher(Generic[B, E, OUT]):
     """Runs the elements of sized input batches through ``operator``; see the module docstring.
 
-    ``elements(batch)`` yields exactly ``len(batch)`` distinct objects (it may build them
-    lazily: the operator pulls them as capacity frees up). An empty batch is skipped.
+    ``elements(batch)`` yields exactly ``len(batch)`` distinct objects (built when the batch is
+    read; the operator admits them as capacity frees up). An empty batch is skipped.
     """
 
     def __init__(
         self,
-        operator: ElementOperator[E, OUT],
+        operator: ElementOperator[E],
         elements: Callable[[B], Iterable[E]],
         *,
         flush_rows: int = DEFAULT_FLUSH_ROWS,
@@ -98,51 +114,60 @@ class Rebatcher(Generic[B, E, OUT]):
         """The output batches; on every exit the operator's run and ``batches`` are closed."""
         owner: dict[int, tuple[_Pending[B, OUT], int]] = {}
         flush_rows = self.flush_rows
+        fans_out = self.operator.fans_out
         source = self._source(batches, owner)
-        stream = self.operator.process(source)
         try:
-            async for item in stream:
-                if not isinstance(item, tuple):
-                    continue  # a watermark: none are sent, nothing to emit
-                element, outputs = item
-                pending, index = owner.pop(id(element))
-                out = pending.out
-                for output in outputs:
-                    out.indices.append(index)
-                    out.outputs.append(output)
-                pending.left -= 1
-                if pending.left == 0:
-                    if out.outputs:
+            async with self.operator.running(source, chunked=True) as run:
+                while (entries := await run.next_batch()) is not None:
+                    # (element, outputs) of each entry (the source sends no watermarks)
+                    pairs: Iterable[tuple[E, Collection[OUT]]] = (
+                        chain.from_iterable(
+                            zip(e.element.elements, e.result, strict=True) for e in entries
+                        )
+                        if fans_out
+                        else zip(map(_element, entries), map(_result, entries), strict=True)
+                    )
+                    for element, outputs in pairs:
+                        pending, index = owner.pop(id(element))
+                        out = pending.out
+                        for output in outputs:
+                            out.indices.append(index)
+                            out.outputs.append(output)
+                        pending.left -= 1
+                        if pending.left == 0:
+                            if not out.outputs:
+                                continue
+                        elif len(out.outputs) >= flush_rows:
+                            pending.out = Rebatched(out.batch)
+                        else:
+                            continue
                         yield out
-                elif len(out.outputs) >= flush_rows:
-                    pending.out = Rebatched(out.batch)
-                    yield out
+                        if run.failure is not None:  # while the consumer had the batch
+                            raise run.failure
         finally:
-            await aclose(stream)
             await source.aclose()
 
     async def _source(
         self,
         batches: AsyncIterable[B] | Iterable[B],
         owner: dict[int, tuple[_Pending[B, OUT], int]],
-    ) -> AsyncGenerator[E, None]:
+    ) -> AsyncGenerator[list[E], None]:
+        """Each batch's elements, as one list, each registered in ``owner`` (in C)."""
         inputs = as_async_iterator(batches)
-        elements = self.elements
         try:
             async for batch in inputs:
                 size = len(batch)
                 if not size:
                     continue
-                pending: _Pending[B, OUT] = _Pending(batch, size)
-                index = -1
-                for index, element in enumerate(elements(batch)):
-                    owner[id(element)] = (pending, index)
-                    yield element
-                if index + 1 != size:
+                elements = list(self.elements(batch))
+                if len(elements) != size:
                     raise ValueError(
-                        f"a batch of {size} gave {index + 1} elements; elements() must give one "
-                        "per row"
+                        f"a batch of {size} gave {len(elements)} elements; elements() must give "
+                        "one per row"
                     )
+                pending: _Pending[B, OUT] = _Pending(batch, size)
+                owner.update(zip(map(id, elements), zip(repeat(pending), range(size)), strict=True))
+                yield elements
         finally:
             # Close the input now, on this loop (not later from a garbage collector).
             await aclose(inputs)

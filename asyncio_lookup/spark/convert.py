@@ -209,29 +209,24 @@ def rows_to_arrays(
     """The columns ``fields`` of ``rows`` (``None``: a row of NULLs), each exactly of its type.
 
     A column a row lacks is NULL there. Raises :class:`LossyValueError` for the first value
-    that does not convert exactly.
+    that does not convert exactly. Column by column: only the declared columns are read (a
+    service's rows often hold many more), each inferred and cast in C.
     """
-    inferred: dict[str, pa.Array] = {}
-    try:
-        struct = pa.array(rows)
-    except _ARROW_ERRORS:
-        struct = None
-    if struct is not None and pt.is_struct(struct.type):
-        children = struct.flatten()
-        inferred = {struct.type.field(i).name: children[i] for i in range(len(children))}
-        all_known = True
-    else:
-        all_known = struct is not None and pt.is_null(struct.type)
+    nulls = None in rows
     out = []
     for field in fields:
-        child = inferred.get(field.name)
-        if child is None and all_known:
-            out.append(pa.nulls(len(rows), field.type))
-            continue
-        converted = None if child is None else _cast_or_none(child, field.type)
+        name = field.name
+        if nulls:
+            values = [None if row is None else row.get(name) for row in rows]
+        else:
+            values = [row.get(name) for row in rows]  # type: ignore[union-attr]
+        try:
+            inferred = pa.array(values)
+        except _ARROW_ERRORS:
+            inferred = None
+        converted = None if inferred is None else _cast_or_none(inferred, field.type)
         if converted is None:  # no one inferred type, or a value that does not fit: name it
-            values = [None if row is None else row.get(field.name) for row in rows]
-            converted = _column_slow(values, field.name, field.type)
+            converted = _column_slow(values, name, field.type)
         out.append(converted)
     return out
 
