@@ -1,4 +1,4 @@
-"""Connectors: HTTP (own HTTP/1.1 on asyncio), Redis (redis.asyncio), PostgreSQL (asyncpg), in memory.
+"""Connectors: HTTP (own HTTP/1.1 client), Redis (redis.asyncio), PostgreSQL (asyncpg), in memory.
 
 Each implements its lookups (point and batch) and its scan once, asynchronously; its sync
 lookup (``'async'='false'``) runs that code through
