@@ -58,6 +58,9 @@ def attempt_task_factory(
     return functools.partial(asyncio.Task, loop=loop, name=ATTEMPT_TASK_NAME)
 
 
+_END = object()
+
+
 class OperatorRun:
     """The state of one ``process()`` call; use ``start``, ``next_batch`` until None, ``stop``.
 
@@ -115,6 +118,7 @@ class OperatorRun:
         self._feeder: asyncio.Task[None] | None = None
         self._consumer_waiter: asyncio.Future[None] | None = None
         self._feeder_waiter: asyncio.Future[None] | None = None
+        self._pending: Iterator[Any] | None = None  # the rest of the chunk being read
         self._input_done = False
         self._closed = False
         self._opened = False
@@ -146,9 +150,15 @@ class OperatorRun:
             self._handed = 0
             waiter = self._feeder_waiter
             if waiter is not None:
-                self._feeder_waiter = None
-                if not waiter.done():
-                    waiter.set_result(None)
+                if self._pending is not None:
+                    try:
+                        self._admit_pending()
+                    except Exception as error:
+                        self._fail(error)
+                if self._pending is None or self._occupied < self._capacity:
+                    self._feeder_waiter = None
+                    if not waiter.done():
+                        waiter.set_result(None)
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -269,29 +279,42 @@ class OperatorRun:
 
     async def _read_chunks(self, chunks: AsyncIterator[Iterable[Any]]) -> bool:
         """Admit every element of every chunk; False when the stream failed first. No chunk
-        is read while the operator is full."""
-        capacity = self._capacity
-        admit = self._admit
+        is read while the operator is full. The rest of a chunk waits in ``_pending``: the
+        consumer admits from it as it frees slots (:meth:`_admit_pending`), in its own loop
+        iteration rather than one later, in this task."""
         try:
             while True:
-                if (self._occupied >= capacity or self.failure is not None) and not (
-                    await self._room()
-                ):
+                if not await self._room():
                     return False
                 try:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     return True
-                for element in chunk:
-                    if (self._occupied >= capacity or self.failure is not None) and not (
-                        await self._room()
-                    ):
+                self._pending = iter(chunk)
+                while not self._admit_pending():
+                    if not await self._room():
                         return False
-                    admit(element)
         finally:
+            self._pending = None
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _admit_pending(self) -> bool:
+        """Admit elements of the chunk being read while there is room; True once it is used
+        up (or there is none)."""
+        pending = self._pending
+        if pending is None:
+            return True
+        capacity = self._capacity
+        admit = self._admit
+        while self._occupied < capacity and self.failure is None:
+            element = next(pending, _END)
+            if element is _END:
+                self._pending = None
+                return True
+            admit(element)
+        return False
 
     async def _room(self) -> bool:
         """Wait for a free slot; False when the stream fails first."""

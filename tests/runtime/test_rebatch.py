@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import AsyncWaitOperator, OutputMode
@@ -121,3 +123,41 @@ async def test_elements_must_match_the_batch_size() -> None:
 def test_flush_rows_is_checked(flush_rows: Any) -> None:
     with pytest.raises(ConfigurationError, match="flush_rows"):
         rebatcher(flush_rows=flush_rows)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 12), min_size=1, max_size=6),
+    capacity=st.integers(1, 6),
+    ordered=st.booleans(),
+)
+def test_capacity_bounds_what_is_in_flight_and_each_element_is_out_once(
+    sizes: list[int], capacity: int, ordered: bool
+) -> None:
+    """The consumer admits the rest of a chunk as it frees slots: never past ``capacity``,
+    every element exactly once, each batch in input order when ordered."""
+    batches = [[b * 100 + i for i in range(n)] for b, n in enumerate(sizes)]
+    in_flight, most = 0, 0
+
+    async def tracked(item: Item) -> Collection[str]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.0005 * ((item.value * 7) % 3))
+        in_flight -= 1
+        return [str(item.value)]
+
+    mode = OutputMode.ORDERED if ordered else OutputMode.UNORDERED
+    operator: AsyncWaitOperator[Item, str] = AsyncWaitOperator(
+        tracked, timeout=5.0, capacity=capacity, output_mode=mode
+    )
+    got = asyncio.run(collect(Rebatcher(operator, items, flush_rows=5).run(batches)))
+    assert most <= capacity
+    if sum(sizes) >= capacity:
+        assert most == capacity, "the operator fills its capacity"
+    seen = Counter((tuple(b), i) for b, indices, _ in got for i in indices)
+    assert seen == Counter((tuple(b), i) for b in batches for i in range(len(b)))
+    if ordered:
+        for batch, indices, outputs in got:
+            assert outputs == [str(batch[i]) for i in indices]
+            assert indices == sorted(indices)
