@@ -38,6 +38,10 @@ def _load_standalone() -> ModuleType:
 standalone = _load_standalone()
 
 
+# the core dependencies' modules (pyproject's `dependencies`), which a node must have
+CORE_MODULES = "asyncpg, httptools, orjson, pyarrow, redis, sqlglot, tenacity, xxhash"
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cluster")
@@ -53,7 +57,7 @@ def package(workdir: Path) -> Path:
 def node_python(workdir: Path) -> Path:
     python = standalone.node_python(workdir / "node")
     deps = subprocess.run(
-        [str(python), "-c", "import aiohttp, asyncpg, pyarrow, redis, tenacity, xxhash"],
+        [str(python), "-c", f"import {CORE_MODULES}"],
         capture_output=True,
         text=True,
     )
