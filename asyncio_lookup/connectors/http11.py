@@ -30,17 +30,13 @@ import ssl
 import urllib.request
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import httptools
 
+from asyncio_lookup.connectors.http_client import Fetched
 from asyncio_lookup.runtime.deadlines import DeadlineQueue
-
-if TYPE_CHECKING:
-    pass
-
-Fetched = tuple[int, Mapping[str, str], bytes]
 
 USER_AGENT = "asyncio-lookup"
 _SAFE_TARGET = "/?&=%:@!$'()*+,;~-._[]"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from asyncio_lookup.errors import ConfigurationError, DataFormatError
+from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 
 if TYPE_CHECKING:
     from asyncio_lookup.connectors.http_connector import HttpConnector
@@ -98,28 +98,28 @@ class AsyncioClient:
 
         self.connector = c
         self.client = Http11Client(c.max_connections, c.timeout, c.request_headers())
-        self._errors = (ConnectionError, OSError)
+        self._errors = OSError  # connection errors and TimeoutError are OSErrors
 
     async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
-        c = self.connector
         try:
             return await self.client.fetch(method, url, body)
-        except TimeoutError as error:
-            raise c.failure(timeout_error(c), method, url) from error
         except self._errors as error:
-            raise c.failure(error, method, url) from error
+            raise self._failure(error, method, url) from error
 
     async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
-        c = self.connector
         try:  # fetch's body inline: one coroutine less per point lookup
             status, headers, body = await self.client.fetch("GET", url, None)
-        except TimeoutError as error:
-            raise c.failure(timeout_error(c), "GET", url) from error
         except self._errors as error:
-            raise c.failure(error, "GET", url) from error
+            raise self._failure(error, "GET", url) from error
         if 200 <= status < 300 and status != 204:
-            return status, headers, decode_json(c, "GET", url, body)
+            return status, headers, decode_json(self.connector, "GET", url, body)
         return status, headers, body
+
+    def _failure(self, error: BaseException, method: str, url: str) -> TransientError:
+        c = self.connector
+        if isinstance(error, TimeoutError):
+            error = timeout_error(c)
+        return c.failure(error, method, url)
 
     async def close(self) -> None:
         await self.client.close()

@@ -83,6 +83,21 @@ async def keep_alive(reader: R, writer: W, s: Scripted) -> None:
         await writer.drain()
 
 
+def silent_on(path: bytes) -> Handler:
+    """A connection whose first request never gets an answer when it asks for ``path``, and
+    is kept alive otherwise."""
+
+    async def handler(reader: R, writer: W, s: Scripted) -> None:
+        head = await s.read_request(reader)
+        if head is not None and path in head:
+            await asyncio.sleep(5)
+            return
+        writer.write(answer())
+        await keep_alive(reader, writer, s)
+
+    return handler
+
+
 @pytest.fixture
 async def scripted() -> AsyncIterator[Callable[[Handler], Awaitable[Scripted]]]:
     started: list[Scripted] = []
@@ -218,15 +233,7 @@ async def test_post_sends_the_body_with_its_length(scripted) -> None:
 
 
 async def test_a_timeout_aborts_the_request_and_frees_its_connection(scripted) -> None:
-    async def silent_first(reader: R, writer: W, s: Scripted) -> None:
-        head = await s.read_request(reader)
-        if head is not None and b"/slow" in head:
-            await asyncio.sleep(5)
-            return
-        writer.write(answer())
-        await keep_alive(reader, writer, s)
-
-    server = await scripted(silent_first)
+    server = await scripted(silent_on(b"/slow"))
     c = client(max_connections=1, timeout=0.2)
     try:
         base = f"http://127.0.0.1:{server.port}"
@@ -238,15 +245,7 @@ async def test_a_timeout_aborts_the_request_and_frees_its_connection(scripted) -
 
 
 async def test_a_cancelled_request_frees_its_connection(scripted) -> None:
-    async def never(reader: R, writer: W, s: Scripted) -> None:
-        head = await s.read_request(reader)
-        if head is not None and b"/never" in head:
-            await asyncio.sleep(5)
-            return
-        writer.write(answer())
-        await keep_alive(reader, writer, s)
-
-    server = await scripted(never)
+    server = await scripted(silent_on(b"/never"))
     c = client(max_connections=1)
     try:
         base = f"http://127.0.0.1:{server.port}"
