@@ -3,9 +3,9 @@
 Candidates: the library's three clients, ``asyncio`` (its own HTTP/1.1 on asyncio protocols, the
 default), ``aiohttp`` (the optional extra and the conformance reference) and ``pyreqwest`` (Rust
 reqwest, the optional extra). Each run is a child process that opens ``HttpConnector``'s async
-lookup function with that client on uvloop and keeps ``capacity``
-point lookups in flight against the latency
-server (in this process, so its CPU is not the client's) until ``requests`` are answered. The
+lookup function with that client on uvloop and keeps ``capacity`` point lookups in flight
+against the latency server (in this process, so its CPU is not the client's) until
+``requests`` are answered. The
 child reports its own CPU time (user + system of every thread: pyreqwest's tokio thread
 included) per request, the lookups' p50/p99 latency and its throughput; the server counts the
 connections it saw. Clients are interleaved, medians of ``ctx.repeats`` runs.
