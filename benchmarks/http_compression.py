@@ -99,7 +99,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--capacity", type=int, default=50)
-    parser.add_argument("--paths", default="/small/identity,/small/gzip,/large/identity,/large/gzip")
+    parser.add_argument(
+        "--paths", default="/small/identity,/small/gzip,/large/identity,/large/gzip"
+    )
     args = parser.parse_args()
     receive, send = multiprocessing.Pipe(duplex=False)
     server = multiprocessing.Process(target=_serve, args=(send,), daemon=True)

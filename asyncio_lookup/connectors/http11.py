@@ -156,7 +156,8 @@ class ConnectionPool:
         connection.idle = connection.reused = True
         self.idle.setdefault(connection.origin, []).append(connection)
         if self._sweep is None:
-            self._sweep = asyncio.get_running_loop().call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
         self._wake()
 
     def discard(self, connection: Http11Connection) -> None:
