@@ -23,8 +23,15 @@ import time
 from typing import Any
 
 SMALL = json.dumps(
-    {"id": 12345, "name": "Ada Lovelace", "country": "UK", "tier": "gold",
-     "since": "2015-06-01", "score": 0.93, "tags": ["a", "b"]}
+    {
+        "id": 12345,
+        "name": "Ada Lovelace",
+        "country": "UK",
+        "tier": "gold",
+        "since": "2015-06-01",
+        "score": 0.93,
+        "tags": ["a", "b"],
+    }
 ).encode()
 LARGE = json.dumps([{"id": i, "name": f"customer-{i}", "note": "x" * 20} for i in range(1000)])[
     :50_000

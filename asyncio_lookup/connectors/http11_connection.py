@@ -50,9 +50,7 @@ class Headers(Mapping[str, str]):
 
     def _index(self) -> dict[str, str]:
         if self._by_name is None:
-            self._by_name = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw
-            }
+            self._by_name = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw}
         return self._by_name
 
     def __getitem__(self, name: str) -> str:
@@ -183,9 +181,11 @@ class Http11Connection(asyncio.Protocol):
             return
         reason = f": {exc}" if exc else ""
         self.waiter = None
-        waiter.set_exception(ConnectionClosed(
-            f"the server closed the connection{reason}", before_answer=not self.received
-        ))
+        waiter.set_exception(
+            ConnectionClosed(
+                f"the server closed the connection{reason}", before_answer=not self.received
+            )
+        )
 
     # -- httptools callbacks -----------------------------------------------------------------
 
@@ -204,8 +204,7 @@ class Http11Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if len(self.raw_headers) > self.max_headers or (
             self.head_seen > self.limits.max_header_bytes
-            and sum(len(k) + len(v) + 4 for k, v in self.raw_headers)
-            > self.limits.max_header_bytes
+            and sum(len(k) + len(v) + 4 for k, v in self.raw_headers) > self.limits.max_header_bytes
         ):
             raise self._too_large_head()
         self.headers_done = True

@@ -52,8 +52,11 @@ class Origin:
                 proxy_headers = authorization
         self.address = (self.proxy[0], self.proxy[1]) if self.proxy else (self.host, self.port)
         self.tail = (
-            b"Host: " + self.authority.encode("idna" if not authority.isascii() else "ascii")
-            + b"\r\n" + headers + proxy_headers
+            b"Host: "
+            + self.authority.encode("idna" if not authority.isascii() else "ascii")
+            + b"\r\n"
+            + headers
+            + proxy_headers
         )
 
 

@@ -19,7 +19,7 @@ from asyncio_lookup.connectors.http_codings import ACCEPT_ENCODING
 from tests.connectors.scripted import R, Scripted, W, answer, client, keep_alive
 
 Policy = asyncio.AbstractEventLoopPolicy
-pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\"")
+pytestmark = pytest.mark.filterwarnings('ignore:Overriding the "event_loop_policy"')
 
 
 @pytest.fixture
@@ -259,8 +259,11 @@ async def test_accept_encoding_given_by_the_user_replaces_the_default(scripted) 
         ("one endless header", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 300_000, Limits()),
         ("header count", b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 200 + b"\r\n", Limits()),
         ("body", answer(b"x" * 5000), Limits(max_body_size=4096)),
-        ("inflated body", answer(gzip.compress(b"0" * 100_000), b"Content-Encoding: gzip\r\n"),
-         Limits(max_body_size=50_000)),
+        (
+            "inflated body",
+            answer(gzip.compress(b"0" * 100_000), b"Content-Encoding: gzip\r\n"),
+            Limits(max_body_size=50_000),
+        ),
     ],
 )
 async def test_answers_over_a_limit_are_refused(scripted, what, response, limits) -> None:
