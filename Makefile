@@ -22,8 +22,10 @@ demo: setup
 cluster-demo: setup
 	$(PY) examples/cluster/standalone.py
 
+# On 3 pytest-xdist workers: classic Spark tests on one, Connect ones on another, the rest spread
+# (tests/conftest.py); `$(PY) -m pytest` alone runs them one by one.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3
 
 bench: setup
 	$(PY) -m benchmarks all
