@@ -340,8 +340,14 @@ class OperatorRun:
         now = self._time()
         handler = ResultHandler(self, element, now, now + self._timeout)
         self._occupied += 1
-        self._metrics.in_flight += 1
         self._queue.put(handler)
+        self._start(handler)
+
+    def _start(self, handler: ResultHandler) -> None:
+        """Make an admitted record's first call (or take the function's answer at once); its
+        deadline, ``handler.at``, is set."""
+        element = handler.element
+        self._metrics.in_flight += 1
         retry = self._retry
         receiver = handler if retry is None else RetryingHandler(handler, retry)
         invoke_now = self._invoke_now
