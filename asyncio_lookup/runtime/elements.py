@@ -12,7 +12,7 @@ class OutputMode(enum.Enum):
     The one name for the output mode in every layer. ``OutputMode(text)`` also accepts the
     spellings users write, case-insensitively: ``'ordered'``, ``'unordered'``, Flink SQL's
     ``'allow_unordered'`` (the LOOKUP hint's ``'output-mode'`` and
-    ``table.exec.async-lookup.output-mode``) and ``'key_ordered'`` (also ``'key-ordered'``).
+    ``table.exec.async-lookup.output-mode``) and ``'key_ordered'``.
     """
 
     ORDERED = "ordered"
@@ -36,7 +36,6 @@ _SPELLINGS = {
     "unordered": OutputMode.UNORDERED,
     "allow_unordered": OutputMode.UNORDERED,
     "key_ordered": OutputMode.KEY_ORDERED,
-    "key-ordered": OutputMode.KEY_ORDERED,
 }
 
 OUTPUT_MODES_ALLOWED = (
