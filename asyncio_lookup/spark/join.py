@@ -17,6 +17,7 @@ from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.hints import (
     CONF_BUFFER_CAPACITY,
+    CONF_KEY_ORDERED,
     CONF_OUTPUT_MODE,
     CONF_TIMEOUT,
     AsyncDefaults,
@@ -61,7 +62,10 @@ def async_defaults(df: DataFrame) -> AsyncDefaults:
     """Job-level async lookup defaults from the Spark conf (``table.exec.async-lookup.*``)."""
     conf = df.sparkSession.conf
     return AsyncDefaults.from_conf(
-        {key: conf.get(key, None) for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT)}
+        {
+            key: conf.get(key, None)
+            for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT, CONF_KEY_ORDERED)
+        }
     )
 
 
