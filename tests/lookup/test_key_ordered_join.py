@@ -90,7 +90,8 @@ class Tracking(AsyncLookupFunction):
 
 @pytest.mark.parametrize("how", ["hint", "job default"])
 async def test_the_runner_keeps_order_per_lookup_key(how: str) -> None:
-    ids = [random.Random(7).randrange(6) if i % 9 else None for i in range(120)]
+    rng = random.Random(7)
+    ids = [rng.randrange(6) if i % 9 else None for i in range(120)]
     fn = Tracking(seed=3)
     if how == "hint":
         resolved = resolve_lookup(
