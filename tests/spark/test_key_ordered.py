@@ -148,6 +148,30 @@ def _write_changes(source: Path) -> list[dict[str, Any]]:
     return changes
 
 
+class LateEveryThird(AsyncLookupFunction):
+    """Every third lookup of a key (per task) misses, as if the dim row arrived late: the
+    lookup-miss retry finds it. In UNORDERED mode a later change of the key overtakes the one
+    whose lookup is waiting to retry (the later one's lookup finds the row at once); KEY_ORDERED
+    makes it wait."""
+
+    def __init__(self) -> None:
+        self.calls: dict[Key, int] = {}
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        self.calls[key] = self.calls.get(key, 0) + 1
+        await asyncio.sleep(random.random() * 0.004)
+        if self.calls[key] % 3 == 0:
+            return []
+        return [{"k": key[0], "name": f"name-{key[0]}"}]
+
+
+STREAM_HINT = (
+    "LOOKUP('table'='Names', 'output-mode'='{mode}', 'capacity'='64', "
+    "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', 'fixed-delay'='20ms', "
+    "'max-attempts'='2')"
+)
+
+
 def _upsert_into(state_file: str) -> Callable[[DataFrame, int], None]:
     def upsert(batch: DataFrame, batch_id: int) -> None:
         state = json.loads(Path(state_file).read_text()) if Path(state_file).exists() else {}
@@ -172,12 +196,11 @@ def test_a_change_stream_upserted_in_key_order_ends_as_the_sequential_reference(
         .option("maxFilesPerTrigger", 1)
         .json(str(source))
     )
+    names = LookupTable(
+        "Names", "k INT, name STRING", AsyncLookupFunctionProvider.of(LateEveryThird())
+    )
     enriched = lookup_join(
-        stream,
-        dim(),
-        on="k",
-        hints="LOOKUP('table'='Names', 'output-mode'='key_ordered', 'capacity'='64')",
-        prefix="dim_",
+        stream, names, on="k", hints=STREAM_HINT.format(mode="key_ordered"), prefix="dim_"
     )
     state_file = tmp_path / "state.json"
     query = (
