@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, cast
 
 from asyncio_lookup.runtime.elements import Watermark
 from asyncio_lookup.runtime.handler import ResultHandler, Slot
@@ -81,14 +81,10 @@ class KeyOrder:
 
     def completed(self, handler: ResultHandler) -> bool:
         """A record of a key is final: queue it for emission, then start the key's next record."""
-        assert isinstance(handler, KeyedHandler)
-        ready = handler.segment.completed(handler)
-        self._release(handler.key)
+        keyed = cast(KeyedHandler, handler)  # every handler whose slot this is
+        ready = keyed.segment.completed(keyed)
+        self._release(keyed.key)
         return ready
-
-    def waiting(self) -> int:
-        """Records admitted and not started (behind an earlier record of their key)."""
-        return sum(len(lane) for lane in self.lanes.values() if lane is not None)
 
     def _release(self, key: Hashable) -> None:
         lanes = self.lanes
