@@ -215,3 +215,45 @@ def test_a_change_stream_upserted_in_key_order_ends_as_the_sequential_reference(
     finally:
         query.stop()
     assert json.loads(state_file.read_text()) == reference
+
+
+async def _change_row(row: dict[str, Any]) -> list[dict[str, Any]]:
+    await asyncio.sleep(random.random() * 0.005)  # later changes of a key may finish first
+    return [{"seq": row["seq"], "k": row["k"], "v": row["v"], "dim_name": f"name-{row['k']}"}]
+
+
+def test_async_map_key_ordered_on_a_stream_ends_as_the_sequential_reference(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source = tmp_path / "changes"
+    source.mkdir()
+    changes = _write_changes(source)
+    reference = {str(c["k"]): [c["seq"], c["v"], f"name-{c['k']}"] for c in changes}
+    stream = (
+        spark.readStream.schema("seq INT, k INT, v INT")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(2, "k")  # a file is one partition: each key's changes in one, in file order
+    )
+    mapped = async_map(
+        stream,
+        _change_row,
+        "seq INT, k INT, v INT, dim_name STRING",
+        timeout=30,
+        capacity=64,
+        output_mode="key_ordered",
+        key=["k"],
+    )
+    state_file = tmp_path / "state.json"
+    query = (
+        mapped.writeStream.foreachBatch(_upsert_into(str(state_file)))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert json.loads(state_file.read_text()) == reference
