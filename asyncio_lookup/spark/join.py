@@ -365,7 +365,8 @@ def lookup_join(
     followed by the dim columns (``columns`` selects them; ``rename`` / ``prefix`` rename them;
     a name colliding with a left column is an error). ``dim_filter(dim_row)`` and
     ``condition(left_row, dim_row)`` filter the looked-up rows; ``left_condition(left_row)``
-    decides whether a row is looked up at all. Every error is raised here, before any Spark job runs.
+    decides whether a row is looked up at all. Every error is raised here, before any Spark job
+    runs.
 
     Hash lookup join (``SHUFFLE_HASH('T')`` or ``'shuffle'='true'``): the rows are first
     exchanged so that each key is looked up in one partition (its cache sees every repeat of
