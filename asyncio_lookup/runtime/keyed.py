@@ -19,6 +19,7 @@ record is handed to the async function), so a hot key's backlog does not time ou
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any, cast
@@ -32,13 +33,21 @@ KeySelector = Callable[[Any], Hashable]
 
 
 class KeyedHandler(ResultHandler):
-    """A record of a key-ordered run: its key, and the queue's slot it reports to after its
-    key's lane has moved on."""
+    """A record of a key-ordered run: its key, the queue's slot it reports to after its key's
+    lane has moved on, and, once its deadline cancelled a running call, that call's task (its
+    key is freed only when the call has unwound: never two calls of a key at once)."""
 
-    __slots__ = ("key", "segment")
+    __slots__ = ("key", "segment", "unwinding")
 
     key: Hashable
     segment: Slot
+    unwinding: asyncio.Task[None]  # set only by expire() (no cost per record otherwise)
+
+    def expire(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            self.unwinding = task  # before the outcome: without a hook it is final at once
+        super().expire()
 
 
 class KeyOrder:
@@ -83,7 +92,13 @@ class KeyOrder:
         """A record of a key is final: queue it for emission, then start the key's next record."""
         keyed = cast(KeyedHandler, handler)  # every handler whose slot this is
         ready = keyed.segment.completed(keyed)
-        self._release(keyed.key)
+        unwinding: asyncio.Task[None] | None = getattr(keyed, "unwinding", None)
+        if unwinding is not None and not unwinding.done():
+            # a call its deadline cancelled is still unwinding: the key's next call waits for it
+            key = keyed.key
+            unwinding.add_done_callback(lambda _: self._release(key))
+        else:
+            self._release(keyed.key)
         return ready
 
     def _release(self, key: Hashable) -> None:
