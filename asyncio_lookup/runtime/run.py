@@ -3,7 +3,8 @@
 The parts, each in its module: the queue that orders emission (:mod:`.queue`, ordered or
 unordered, chosen here once), a handler per record (:mod:`.handler`), the retry delegator
 wrapped around it when a strategy is given (:mod:`.retry_policy`), and the deadline queue with
-the run's one timeout timer (:mod:`.deadlines`).
+the run's one timeout timer (:mod:`.deadlines`). Key-ordered mode is a subclass of this run
+(:mod:`.keyed`) that starts only the first waiting record of each key.
 
 Cost model (the operator must stay within 1.5x of a hand-rolled task-per-element pipeline):
 no Task when the function's ``invoke_now`` has the result at admission (a cache hit), else
@@ -340,8 +341,14 @@ class OperatorRun:
         now = self._time()
         handler = ResultHandler(self, element, now, now + self._timeout)
         self._occupied += 1
-        self._metrics.in_flight += 1
         self._queue.put(handler)
+        self._start(handler)
+
+    def _start(self, handler: ResultHandler) -> None:
+        """Make an admitted record's first call (or take the function's answer at once); its
+        deadline, ``handler.at``, is set."""
+        element = handler.element
+        self._metrics.in_flight += 1
         retry = self._retry
         receiver = handler if retry is None else RetryingHandler(handler, retry)
         invoke_now = self._invoke_now
