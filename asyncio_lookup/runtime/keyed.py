@@ -137,7 +137,7 @@ class KeyOrderedRun(OperatorRun):
             super()._admit(element)
             return
         key = self._key_of(element)  # first: a selector that raises fails the stream as is
-        now = self._time()
+        now = self.time()
         handler = KeyedHandler(self, element, now, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
@@ -153,7 +153,7 @@ class KeyOrderedRun(OperatorRun):
 
     def _start_waiting(self, handler: KeyedHandler) -> None:
         """Start a record that waited for its key; its timeout budget starts now."""
-        if self.failure is not None or self._closed:
+        if self.failure is not None or self.closed:
             return  # the stream is failing: stop() has nothing of it to cancel
-        handler.at = self._time() + self._timeout
+        handler.at = self.time() + self._timeout
         self._start(handler)
