@@ -32,7 +32,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
-	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup asyncio_lookup/connectors
+	$(PY) -m mypy asyncio_lookup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build dist *.egg-info
