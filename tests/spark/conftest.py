@@ -19,10 +19,12 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 from pyspark import SparkContext, cloudpickle
 from pyspark.sql import SparkSession
 
+from tests import services
 from tests.spark import helpers
 
 # Workers cannot import the tests package: ship the helpers' classes by value.
 cloudpickle.register_pickle_by_value(helpers)
+cloudpickle.register_pickle_by_value(services)
 
 
 #: ``local[2,2]``: two cores, and a failed task is run once more (tests of counted-once metrics).

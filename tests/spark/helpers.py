@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -12,9 +11,10 @@ from aiohttp import web
 
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 from asyncio_lookup.runtime import AsyncFunction
+from tests.services import BackgroundService
 
 
-class DimService:
+class DimService(BackgroundService):
     """A customer service on 127.0.0.1 (random port) that counts calls per key.
 
     ``GET /customers/{id}`` returns the rows of ``id`` (404 when none). A *late* row is only
@@ -23,18 +23,10 @@ class DimService:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.late: dict[str, tuple[int, list[dict[str, Any]]]] = {}
         self.counts: Counter[str] = Counter()
-        self.lock = threading.Lock()
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def add(self, key: Any, rows: Iterable[dict[str, Any]]) -> None:
         with self.lock:
@@ -64,35 +56,8 @@ class DimService:
             return web.json_response(None, status=404)
         return web.json_response(rows)
 
-    def start(self) -> None:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_get("/customers/{id}", self._customer)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self._runner = runner
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="dim-service", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the dim service did not start")
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/customers/{id}", self._customer)
 
 
 class BoomError(RuntimeError):

@@ -7,13 +7,12 @@ empty, as a quota-enforcing API does. Runs its own event loop in a background th
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
+
+from tests.services import BackgroundService
 
 
 @dataclass(frozen=True)
@@ -45,22 +44,16 @@ def windows(times: list[float]) -> Windows:
     return Windows(counts, len(times), max(times) - first)
 
 
-class CountingService:
+class CountingService(BackgroundService):
     """Records the arrival time of every request; answers 429 above ``limit`` requests/s."""
 
     def __init__(self, limit: float | None = None) -> None:
+        super().__init__()
         self.limit = limit
         self.times: list[float] = []
         self.rejected: list[float] = []
-        self.port = 0
         self._tokens = 0.0 if limit is None else limit / 10
         self._updated = time.monotonic()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def reset(self) -> None:
         self.times.clear()
@@ -86,38 +79,7 @@ class CountingService:
         key = request.match_info["id"]
         return web.json_response({"id": int(key), "v": f"v{key}"})
 
-    def start(self) -> CountingService:
-        ready = threading.Event()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/items/{id}", self._item)
 
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_get("/items/{id}", self._item)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
 
-        self._thread = threading.Thread(target=serve, name="counting-service", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the counting service did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def __enter__(self) -> CountingService:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -25,12 +24,13 @@ from asyncio_lookup import (
     RetryStrategies,
 )
 from asyncio_lookup.spark import async_map, async_map_metrics, split_failed
+from tests.services import BackgroundService
 from tests.spark.conftest import no_spark_job
 
 SCHEMA = "n INT, score INT"
 
 
-class ScoreService:
+class ScoreService(BackgroundService):
     """``POST /scores`` with ``{"ids": [...]}`` answers ``{"scores": [n * 10 ...]}``.
 
     ``?fail=k`` answers 500 for a list holding ``k`` (``?fail_once=k``: only its first time);
@@ -38,12 +38,9 @@ class ScoreService:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.sizes: list[int] = []
         self.seen: Counter[int] = Counter()
-        self.lock = threading.Lock()
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -69,34 +66,8 @@ class ScoreService:
             await asyncio.sleep(30)
         return web.json_response({"scores": [i * 10 for i in ids]})
 
-    def start(self) -> None:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/scores", self._scores)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = runner.addresses[0][1]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="score-service", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the score service did not start")
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/scores", self._scores)
 
 
 @pytest.fixture(scope="module")

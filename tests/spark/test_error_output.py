@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from asyncio_lookup.spark import (
     lookup_join,
     split_failed,
 )
+from tests.services import BackgroundService
 
 pytestmark = pytest.mark.spark
 
@@ -44,15 +44,13 @@ ORDERS = [
 ORDERS += [(200 + n, 1 + n % 30, NOT_JSON) for n in range(6)]
 
 
-class CustomerService:
+class CustomerService(BackgroundService):
     """``GET /customers/{id}``: the customer's row; 500 for one key, a malformed JSON body for
     another, 404 for unknown keys. Its own loop in a thread, on 127.0.0.1."""
 
     def __init__(self) -> None:
-        self.port = 0
+        super().__init__()
         self.calls: Counter[int] = Counter()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     async def customer(self, request: web.Request) -> web.Response:
         key = int(request.match_info["id"])
@@ -67,31 +65,8 @@ class CustomerService:
             return web.json_response(None, status=404)
         return web.json_response([CUSTOMERS[key]])
 
-    def start(self) -> None:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            app = web.Application()
-            app.router.add_get("/customers/{id}", self.customer)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        assert ready.wait(10)
-
-    def stop(self) -> None:
-        assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/customers/{id}", self.customer)
 
 
 @pytest.fixture(scope="module")
