@@ -1,0 +1,112 @@
+// The spec (spec.py) on Node's http module: `node node_app.js PORT`.
+// 1xx answers with the module's own API: writeContinue, writeProcessing, writeEarlyHints.
+// keepAliveTimeout 1 s (Node announces it: `Keep-Alive: timeout=1`).
+"use strict";
+const http = require("http");
+const zlib = require("zlib");
+
+const SERVER = process.env.CONFORMANCE_SERVER || "node";
+const NEVER = 3000;
+const BIG = 5000000;
+const LINK = "</style.css>; rel=preload; as=style";
+
+function item(key, req, extra) {
+  return Object.assign({ id: key, server: SERVER, injected: "x-injected" in req.headers }, extra);
+}
+
+function send(res, status, body, headers, options) {
+  options = options || {};
+  const data = typeof body === "string" || Buffer.isBuffer(body) ? body : JSON.stringify(body);
+  const head = Object.assign({}, headers || {});
+  if (body !== null && !Buffer.isBuffer(body)) head["Content-Type"] = "application/json";
+  if (options.close) head["Connection"] = "close";
+  if (!options.noLength && body !== null) head["Content-Length"] = Buffer.byteLength(data);
+  if (options.noLength) {
+    res.useChunkedEncodingByDefault = false;
+    res.shouldKeepAlive = false;
+    head["Connection"] = "close";
+  }
+  res.writeHead(status, head);
+  res.end(body === null || options.head ? undefined : data);
+}
+
+function handle(req, res, body) {
+  const [pathPart, query] = req.url.split("?", 2);
+  const rest = pathPart.replace(/^\//, "");
+  const slash = rest.indexOf("/");
+  let route = slash < 0 ? rest : rest.slice(0, slash);
+  const rawKey = slash < 0 ? "" : rest.slice(slash + 1);
+  let key;
+  try {
+    key = decodeURIComponent(rawKey);
+  } catch (e) {
+    return send(res, 400, { error: "bad key" });
+  }
+  if (route === "query") {
+    key = new URLSearchParams(query || "").get("key") || "";
+    route = "item";
+  }
+  if (route === "item") {
+    if (key.startsWith("miss")) return send(res, 404, { error: "no such key" });
+    return send(res, 200, item(key, req), {}, { head: req.method === "HEAD" });
+  }
+  if (route === "status") {
+    const code = parseInt(rawKey, 10);
+    if (code === 204 || code === 304) return send(res, code, null);
+    const headers = code >= 300 && code < 400 ? { Location: "/item/redirected" } : {};
+    return send(res, code, { status: code }, headers);
+  }
+  if (route === "echo" && req.method === "POST") {
+    return send(res, 200, item(key, req, { method: "POST", body: JSON.parse(body || "null") }));
+  }
+  if (route === "early") {
+    res.writeContinue();
+    res.writeProcessing();
+    res.writeEarlyHints({ link: LINK });
+    const sent = body.length ? JSON.parse(body) : null;
+    return send(res, 200, item(key, req, { method: req.method, body: sent }));
+  }
+  const data = Buffer.from(JSON.stringify(item(key, req)));
+  const gzipAsked = /gzip/.test(req.headers["accept-encoding"] || "");
+  if (route === "gzip" || (route === "negotiate" && gzipAsked)) {
+    return send(res, 200, zlib.gzipSync(data), { "Content-Encoding": "gzip", Vary: "Accept-Encoding" });
+  }
+  if (route === "negotiate") return send(res, 200, data, { Vary: "Accept-Encoding" });
+  if (route === "deflate") return send(res, 200, zlib.deflateSync(data), { "Content-Encoding": "deflate" });
+  if (route === "chunked") {
+    res.writeHead(200);
+    const third = Math.floor(data.length / 3);
+    res.write(data.subarray(0, third));
+    setTimeout(() => {
+      res.write(data.subarray(third, 2 * third));
+      res.end(data.subarray(2 * third));
+    }, 1);
+    return;
+  }
+  if (route === "to-close") return send(res, 200, data, {}, { noLength: true });
+  if (route === "big") return send(res, 200, item(key, req, { blob: "x".repeat(BIG) }));
+  if (route === "long-header") return send(res, 200, item(key, req), { "X-Long": "l".repeat(7000) });
+  if (route === "many-headers") {
+    const many = {};
+    for (let i = 0; i < 80; i++) many[`X-Many-${i}`] = String(i);
+    return send(res, 200, item(key, req), many);
+  }
+  if (route === "huge-header") return send(res, 200, item(key, req), { "X-Huge": "h".repeat(1000000) });
+  if (route === "close") return send(res, 200, item(key, req), {}, { close: true });
+  if (route === "never") {
+    setTimeout(() => send(res, 200, item(key, req)), NEVER);
+    return;
+  }
+  return send(res, 404, { error: `no route ${pathPart}` });
+}
+
+const server = http.createServer((req, res) => {
+  const parts = [];
+  req.on("data", (c) => parts.push(c));
+  req.on("end", () => handle(req, res, Buffer.concat(parts).toString("utf8")));
+});
+server.keepAliveTimeout = 1000;
+server.headersTimeout = 5000;
+server.maxHeadersCount = 0;
+server.listen(parseInt(process.argv[2], 10), "127.0.0.1");
+process.on("SIGTERM", () => process.exit(0));

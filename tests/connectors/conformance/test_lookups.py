@@ -1,0 +1,155 @@
+"""Point lookups (``HttpConnector.async_lookup_function``) against every server, both clients.
+
+The property every case checks: a lookup returns its own key's row, or raises a clear error;
+none hangs (each lookup has 10 s, each test 30 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from asyncio_lookup.errors import AsyncLookupError, HttpStatusError, TransientError
+from tests.connectors.conformance.apps import spec
+from tests.connectors.conformance.conftest import assert_own_row, lookup, lookup_function
+from tests.connectors.conformance.servers import IDLE, INTERIM, Server, servers_that
+
+
+def on(*can: str) -> pytest.MarkDecorator:
+    """Run on every server that can serve the case."""
+    return pytest.mark.parametrize("server", servers_that(*can), indirect=True)
+
+
+AWKWARD_KEYS = [
+    "a b", "a/b", "a?b", "a#b", "100%", "%2F", "a+b", "a&b=c", "a;b", "~x", "ключ-é-日本",
+    "..", ".", "a\"b", "-", "a\\b",
+]
+
+
+@on()
+async def test_own_row_and_miss(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/item/{{id}}", client) as fn:
+        for key in ("k1", "k2", "k1"):
+            assert_own_row(await lookup(fn, key), key, server)
+        assert await lookup(fn, "miss-1") == []
+
+
+@on()
+@pytest.mark.parametrize("where", ["path", "query"])
+async def test_awkward_keys_are_sent_encoded_and_answered_for_themselves(
+    server: Server, client: str, where: str
+) -> None:
+    template = "/item/{id}" if where == "path" else "/query?key={id}"
+    async with lookup_function(server.base + template, client) as fn:
+        for key in AWKWARD_KEYS:
+            assert_own_row(await lookup(fn, key), key, server)
+
+
+@on()
+async def test_statuses_through_the_connector(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/status/{{id}}", client) as fn:
+        assert await lookup(fn, 204) == [], "204: no row"
+        assert await lookup(fn, 404) == [], "404: a miss"
+        for code in (301, 302, 400, 410, 500):
+            with pytest.raises(HttpStatusError, match=f"answered {code}") as info:
+                await lookup(fn, code)
+            assert info.value.status == code
+        with pytest.raises(TransientError, match="answered 503"):
+            await lookup(fn, 503)
+        assert await lookup(fn, 200) == [{"status": 200}], "kept alive after every answer"
+
+
+@on(INTERIM)
+async def test_interim_answers_go_to_the_request_that_asked(server: Server, client: str) -> None:
+    """100, 102 and 103 before every answer; 200 lookups in flight over 20 connections (the
+    issue's reproduction: the project's client handed each answer to the next request)."""
+    async with lookup_function(f"{server.base}/early/{{id}}", client, max_connections=20) as fn:
+        keys = [f"e{i}" for i in range(200)]
+        results = await asyncio.gather(*(lookup(fn, k) for k in keys), return_exceptions=True)
+    wrong = {k: r for k, r in zip(keys, results, strict=True) if not _own(r, k, server)}
+    assert not wrong, f"{len(wrong)} of 200 wrong, e.g. {list(wrong.items())[:3]}"[:800]
+
+
+def _own(result: object, key: str, server: Server) -> bool:
+    return (
+        isinstance(result, list) and len(result) == 1
+        and (result[0].get("id"), result[0].get("server")) == (key, server.name)
+    )
+
+
+@on()
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "negotiate"])
+async def test_content_codings(server: Server, client: str, coding: str) -> None:
+    """gzip and deflate sent unasked, and gzip when Accept-Encoding asks for it."""
+    async with lookup_function(f"{server.base}/{coding}/{{id}}", client) as fn:
+        for key in ("c1", "c2"):
+            assert_own_row(await lookup(fn, key), key, server)
+
+
+@on()
+@pytest.mark.parametrize("framing", ["chunked", "to-close", "close"])
+async def test_framings(server: Server, client: str, framing: str) -> None:
+    """Chunked, without a length until the close, and ``Connection: close``; a lookup after
+    each on the same client (a closed connection is never reused)."""
+    async with lookup_function(f"{server.base}/{framing}/{{id}}", client) as fn:
+        for i in range(4):
+            assert_own_row(await lookup(fn, f"f{i}"), f"f{i}", server)
+
+
+@on()
+async def test_a_5_mb_body(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/big/{{id}}", client) as fn:
+        row = assert_own_row(await lookup(fn, "big"), "big", server)
+    assert len(row["blob"]) == spec.BIG
+
+
+@on()
+@pytest.mark.parametrize("route", ["long-header", "many-headers"])
+async def test_long_and_many_headers(server: Server, client: str, route: str) -> None:
+    async with lookup_function(f"{server.base}/{route}/{{id}}", client) as fn:
+        for key in ("h1", "h2"):
+            assert_own_row(await lookup(fn, key), key, server)
+
+
+@on()
+async def test_a_1_mb_header_is_refused_clearly(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/huge-header/{{id}}", client) as fn:
+        with pytest.raises(AsyncLookupError, match="(?i)header") as info:
+            await lookup(fn, "huge")
+        assert len(str(info.value)) < 2000, "the error does not carry the header"
+
+
+@on()
+async def test_a_server_that_never_answers_times_out(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/never/{{id}}", client, timeout=0.5) as fn:
+        started = time.monotonic()
+        with pytest.raises(TransientError, match="(?i)timeout|timed out"):
+            await lookup(fn, "n1")
+        assert time.monotonic() - started < 2.0
+    async with lookup_function(f"{server.base}/item/{{id}}", client, timeout=2) as fn:
+        assert_own_row(await lookup(fn, "after"), "after", server)
+
+
+@on(IDLE)
+async def test_keep_alive_across_the_servers_idle_close(server: Server, client: str) -> None:
+    """Servers close idle connections after 1 s (Node after its 1 s plus a grace period, and
+    it announces ``Keep-Alive: timeout=1``): lookups after an idle 1.5 s all succeed."""
+    async with lookup_function(f"{server.base}/item/{{id}}", client, max_connections=8) as fn:
+        first = await asyncio.gather(*(lookup(fn, f"a{i}") for i in range(8)))
+        await asyncio.sleep(1.5)
+        second = await asyncio.gather(*(lookup(fn, f"b{i}") for i in range(8)))
+    for i, rows in enumerate(first):
+        assert_own_row(rows, f"a{i}", server)
+    for i, rows in enumerate(second):
+        assert_own_row(rows, f"b{i}", server)
+
+
+@on()
+async def test_500_lookups_in_flight(server: Server, client: str) -> None:
+    async with lookup_function(f"{server.base}/item/{{id}}", client) as fn:
+        keys = [f"p{i}" for i in range(500)]
+        results = await asyncio.gather(*(lookup(fn, k) for k in keys), return_exceptions=True)
+    wrong = {k: r for k, r in zip(keys, results, strict=True) if not _own(r, k, server)}
+    assert not wrong, f"{len(wrong)} of 500 wrong, e.g. {list(wrong.items())[:3]}"[:800]
