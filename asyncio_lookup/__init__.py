@@ -18,6 +18,7 @@ from asyncio_lookup.errors import (
     HintError,
     HttpStatusError,
     LookupFailedError,
+    PermanentConnectionError,
     ResultTypeError,
     TransientError,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "HintError",
     "HttpStatusError",
     "LookupFailedError",
+    "PermanentConnectionError",
     "ResultTypeError",
     "TransientError",
     *_runtime.__all__,

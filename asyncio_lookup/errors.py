@@ -96,6 +96,11 @@ class HttpStatusError(AsyncLookupError):
         return (type(self), (str(self), self.status))
 
 
+class PermanentConnectionError(AsyncLookupError):
+    """A service that cannot be reached in a way no retry fixes: its TLS certificate or host
+    name is rejected, the TLS handshake fails, or its host name is not known."""
+
+
 def lookup_context(table: str, key: Any = None, target: str = "") -> str:
     """How a run-time error names where it happened: ``lookup table 'T' (target), key K``."""
     if not table:

@@ -1,11 +1,11 @@
 """HTTP clients inside ``HttpConnector``: CPU per request, latency, connections (issue 14).
 
-Candidates: the library's two clients, ``asyncio`` (its own HTTP/1.1 on asyncio protocols, the
-default) and ``pyreqwest`` (Rust reqwest, the optional extra), and aiohttp behind the same
-interface (``benchmarks/aiohttp_client.py``; the library's client until it lost this
-comparison). Each run is a child process that opens ``HttpConnector``'s async lookup function
-with that client on uvloop and keeps ``capacity`` point lookups in flight against the latency
-server (in this process, so its CPU is not the client's) until ``requests`` are answered. The
+Candidates: the library's three clients, ``asyncio`` (its own HTTP/1.1 on asyncio protocols, the
+default), ``aiohttp`` (the optional extra and the conformance reference) and ``pyreqwest`` (Rust
+reqwest, the optional extra). Each run is a child process that opens ``HttpConnector``'s async
+lookup function with that client on uvloop and keeps ``capacity`` point lookups in flight
+against the latency server (in this process, so its CPU is not the client's) until
+``requests`` are answered. The
 child reports its own CPU time (user + system of every thread: pyreqwest's tokio thread
 included) per request, the lookups' p50/p99 latency and its throughput; the server counts the
 connections it saw. Clients are interleaved, medians of ``ctx.repeats`` runs.
@@ -147,14 +147,10 @@ def _run_child(base_url: str, client: str, capacity: int, requests: int) -> dict
     async def main() -> dict[str, Any]:
         connector = HttpConnector(
             f"{base_url}/customers/{{id}}", ["id"], max_connections=capacity,
-            client="asyncio" if client == "aiohttp" else client,
+            client=client,
             timeout=60,  # the shared machine can stall the server: measure, do not fail
         )
         fn = connector.async_lookup_function()
-        if client == "aiohttp":  # the candidate behind the same interface, set before open()
-            from benchmarks.aiohttp_client import AiohttpClient
-
-            fn.client = AiohttpClient(connector)  # type: ignore[attr-defined]
         await fn.open()
         latencies: list[float] = []
 

@@ -3,128 +3,63 @@
 Point lookups are small GETs on kept-alive connections, thousands per second per process; what
 a request costs is the Python around it. Here a request is: a connection from the pool (a list
 pop), one ``transport.write`` of the request line plus the origin's pre-built header block, and
-one future that the connection's protocol resolves when ``httptools`` (llhttp, in C) has parsed
+one future that the connection's protocol
+(:class:`~asyncio_lookup.connectors.http11_connection.Http11Connection`: interim answers,
+limits, codings, one answer per request) resolves when ``httptools`` (llhttp, in C) has parsed
 the response. No task, no stream reader, no timer and no context per request: the timeouts of
 all requests run on one loop timer (:class:`~asyncio_lookup.runtime.deadlines.DeadlineQueue`),
 which fails the request's future and aborts its connection.
 
 - **Pool:** at most ``max_connections`` connections per client over all origins; a request
-  that finds none idle opens one, or waits for one in order of arrival. An idle connection the
-  server closed is dropped when its close arrives.
+  that finds none idle opens one, or waits for one in order of arrival. Idle connections are
+  retired after ``idle_timeout`` (15 s, or a second before the server's ``Keep-Alive:
+  timeout=``) by one sweep timer; one the server closed is dropped when its close arrives.
 - **Kept-alive races:** a reused connection that closes before any byte of the answer (the
   server timed it out as the request left) is retried once on a new connection; every request
   of a lookup connector is a read.
+- **Requests:** targets percent-encoded as RFC 3986 allows (what is legal is kept); control
+  characters in a URL or a header are refused before anything is sent. ``Accept-Encoding``
+  names the codings :mod:`~asyncio_lookup.connectors.http_codings` decodes.
 - **TLS** with the default trust store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured) and
   ALPN ``http/1.1``; **proxies** from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
   ``NO_PROXY``): absolute-form requests for ``http://``, a ``CONNECT`` tunnel for ``https://``,
   ``Proxy-Authorization`` from the proxy URL's credentials.
-- Redirects are not followed (credentials never go to another host); a response without a
-  length ends at the connection's close; ``Connection: close`` is honoured.
+- Not done: redirects (credentials never go to another host), cookies, HTTP/2, pipelining.
+  A response without a length ends at the connection's close; ``Connection: close`` is
+  honoured.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import math
 import ssl
 import urllib.request
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
 
-import httptools
-
-from asyncio_lookup.connectors.http_client import Fetched
+from asyncio_lookup.connectors.http11_connection import (
+    ConnectionClosed,
+    Headers,
+    Http11Connection,
+    Limits,
+    ProtocolViolation,
+    UnreadableResponse,
+)
+from asyncio_lookup.connectors.http11_request import (
+    CONTROL,
+    USER_AGENT,
+    Origin,
+    header_block,
+    request_target,
+)
+from asyncio_lookup.connectors.http_client import Fetched, ProxyRefused
+from asyncio_lookup.connectors.http_codings import ACCEPT_ENCODING
 from asyncio_lookup.runtime.deadlines import DeadlineQueue
 
-USER_AGENT = "asyncio-lookup"
-_SAFE_TARGET = "/?&=%:@!$'()*+,;~-._[]"
-
-
-class Headers(Mapping[str, str]):
-    """A response's headers, read-only; names are case-insensitive (the last value wins)."""
-
-    __slots__ = ("_by_name", "_raw")
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-        self._by_name: dict[str, str] | None = None
-
-    def _index(self) -> dict[str, str]:
-        if self._by_name is None:
-            self._by_name = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw
-            }
-        return self._by_name
-
-    def __getitem__(self, name: str) -> str:
-        return self._index()[name.lower()]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._index().get(name.lower(), default)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._index()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index())
-
-    def __len__(self) -> int:
-        return len(self._index())
-
-    def __repr__(self) -> str:
-        return f"Headers({self._index()!r})"
-
-
-class ConnectionClosed(ConnectionError):
-    """The server closed the connection before the answer was complete."""
-
-    def __init__(self, message: str, *, before_answer: bool) -> None:
-        super().__init__(message)
-        self.before_answer = before_answer
-
-
-class ProtocolViolation(ConnectionError):
-    """The server's answer is not HTTP/1.1 this client can read."""
-
-
-class _Origin:
-    """Where the requests for one ``scheme://authority`` go, and their pre-built header block."""
-
-    __slots__ = ("absolute", "address", "authority", "host", "port", "proxy", "tail", "tls")
-
-    def __init__(
-        self, scheme: str, authority: str, headers: bytes, proxies: Mapping[str, str]
-    ) -> None:
-        parts = urlsplit(f"{scheme}://{authority}")
-        if not parts.hostname:
-            raise ValueError(f"no host in {scheme}://{authority}")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if scheme == "https" else 80)
-        self.tls = scheme == "https"
-        self.authority = authority.rpartition("@")[2]
-        self.proxy: tuple[str, int, bytes] | None = None
-        self.absolute = ""  # the prefix of an absolute-form target (http:// through a proxy)
-        proxy_headers = b""
-        proxy_url = proxies.get(scheme)
-        bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-        if proxy_url and not bypass(self.host, proxies):
-            proxy = urlsplit(proxy_url if "://" in proxy_url else f"http://{proxy_url}")
-            authorization = b""
-            if proxy.username is not None:
-                credentials = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
-                token = base64.b64encode(credentials.encode()).decode()
-                authorization = f"Proxy-Authorization: Basic {token}\r\n".encode("latin-1")
-            self.proxy = (proxy.hostname or "127.0.0.1", proxy.port or 80, authorization)
-            if not self.tls:
-                self.absolute = f"{scheme}://{self.authority}"
-                proxy_headers = authorization
-        self.address = (self.proxy[0], self.proxy[1]) if self.proxy else (self.host, self.port)
-        self.tail = (
-            b"Host: " + self.authority.encode("idna" if not authority.isascii() else "ascii")
-            + b"\r\n" + headers + proxy_headers
-        )
+IDLE_TIMEOUT = 15.0  # seconds an idle connection is kept (aiohttp's keep-alive default)
+_SWEEP_SLACK = 0.05  # the sweep timer fires this late, to retire several connections at once
 
 
 class _Exchange:
@@ -135,7 +70,7 @@ class _Exchange:
     def __init__(self, at: float) -> None:
         self.at = at
         self.armed = True
-        self.connection: _Connection | None = None
+        self.connection: Http11Connection | None = None
         self.waiter: asyncio.Future[Any] | None = None
 
     def expire(self) -> None:
@@ -147,142 +82,46 @@ class _Exchange:
             self.connection.abort()
 
 
-class _Connection(asyncio.Protocol):
-    """One kept-alive connection; answers the request in flight through ``waiter``."""
-
-    def __init__(self, origin: _Origin, pool: ConnectionPool) -> None:
-        self.origin = origin
-        self.pool = pool
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.waiter: asyncio.Future[Fetched] | None = None
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.received = False  # a byte of the current answer has arrived
-        self.headers_done = False
-        self.closed = False
-        self.idle = False
-        self.reused = False
-        self.tunnel: asyncio.Future[bytes] | None = None  # a proxy's answer to CONNECT
-        self.tunnel_buffer = b""
-
-    # -- asyncio.Protocol ------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        if self.tunnel is not None:
-            self._tunnel_data(data)
-            return
-        self.received = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:  # pragma: no cover - we never ask to upgrade
-            self._fail(ProtocolViolation("the server switched protocols"))
-        except httptools.HttpParserError as error:
-            self._fail(ProtocolViolation(f"unreadable HTTP answer: {error}"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.idle:
-            self.idle = False
-            self.pool.lost_idle(self)
-        if self.tunnel is not None and not self.tunnel.done():
-            self.tunnel.set_exception(ConnectionClosed("the proxy closed", before_answer=True))
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return
-        if self.headers_done and self._reads_to_close():
-            self.waiter = None
-            waiter.set_result(self._answer())
-            return
-        reason = f": {exc}" if exc else ""
-        waiter.set_exception(ConnectionClosed(
-            f"the server closed the connection{reason}", before_answer=not self.received
-        ))
-
-    # -- httptools callbacks -----------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.raw_headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        answer = self._answer()
-        if not self.parser.should_keep_alive():
-            self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer)
-
-    # -- requests ----------------------------------------------------------------------------
-
-    def send(self, request: bytes, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Fetched]:
-        self.waiter = waiter = loop.create_future()
-        self.received = self.headers_done = False
-        assert self.transport is not None
-        self.transport.write(request)
-        return waiter
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _answer(self) -> Fetched:
-        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        answer = (self.parser.get_status_code(), Headers(self.raw_headers), body)
-        self.raw_headers, self.body = [], []
-        return answer
-
-    def _reads_to_close(self) -> bool:
-        names = {k.lower() for k, _ in self.raw_headers}
-        return b"content-length" not in names and b"transfer-encoding" not in names
-
-    def _fail(self, error: BaseException) -> None:
-        waiter, self.waiter = self.waiter, None
-        self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-
-    # -- CONNECT through a proxy ---------------------------------------------------------------
-
-    def _tunnel_data(self, data: bytes) -> None:
-        assert self.tunnel is not None
-        self.tunnel_buffer += data
-        if b"\r\n\r\n" in self.tunnel_buffer and not self.tunnel.done():
-            self.tunnel.set_result(self.tunnel_buffer)
-
-
 class ConnectionPool:
     """At most ``limit`` connections over all origins; idle ones kept per origin, reused
-    newest first; requests that find none wait in order of arrival."""
+    newest first, retired after ``idle_timeout`` seconds (or sooner, by the server's
+    ``Keep-Alive: timeout=``) so no request goes out on a connection the server is closing
+    and none holds a server's connection slot for long; requests that find none wait in
+    order of arrival."""
 
-    def __init__(self, limit: int, ssl_context: ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        limit: int,
+        ssl_context: ssl.SSLContext,
+        limits: Limits | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self.limit = limit
         self.open = 0
-        self.idle: dict[_Origin, list[_Connection]] = {}
+        self.idle: dict[Origin, list[Http11Connection]] = {}
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.ssl_context = ssl_context
+        self.limits = limits or Limits()
+        self.idle_timeout = idle_timeout
+        self._sweep: asyncio.TimerHandle | None = None
 
-    def take_idle(self, origin: _Origin) -> _Connection | None:
-        """An idle connection to ``origin``, if one is kept."""
+    def take_idle(self, origin: Origin) -> Http11Connection | None:
+        """An idle connection to ``origin`` that is not about to expire, if one is kept."""
         idle = self.idle.get(origin)
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
         while idle:
             connection = idle.pop()
             connection.idle = False
-            if not connection.closed:
+            if not connection.closed and connection.expires > now:
                 return connection
-            self.open -= 1  # closing, its connection_lost not yet run
+            if not connection.closed:
+                connection.abort()
+            self.open -= 1  # closed, or closing: its connection_lost finds it no longer idle
         return None
 
-    async def acquire(self, origin: _Origin) -> _Connection:
+    async def acquire(self, origin: Origin) -> Http11Connection:
         """An idle connection to ``origin``, else a new one, else the next one freed."""
         while True:
             connection = self.take_idle(origin)
@@ -305,28 +144,53 @@ class ConnectionPool:
                     self._wake()  # woken as we were cancelled: pass the turn on
                 raise
 
-    def release(self, connection: _Connection) -> None:
+    def release(self, connection: Http11Connection) -> None:
         """``connection`` has answered its request: keep it idle for the next one."""
         if connection.closed:
             self.discard(connection)
             return
+        loop = asyncio.get_running_loop()
+        lifetime = self.idle_timeout
+        if connection.keep_alive is not None:  # retire it a second before the server does
+            lifetime = min(lifetime, max(connection.keep_alive - 1.0, connection.keep_alive / 2))
+        connection.expires = loop.time() + lifetime
         connection.idle = connection.reused = True
         self.idle.setdefault(connection.origin, []).append(connection)
+        if self._sweep is None:
+            self._sweep = loop.call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
         self._wake()
 
-    def discard(self, connection: _Connection) -> None:
+    def discard(self, connection: Http11Connection) -> None:
         """Close ``connection`` (mid-request or broken) and free its slot."""
         connection.abort()
         self.open -= 1
         self._wake()
 
-    def lost_idle(self, connection: _Connection) -> None:
+    def lost_idle(self, connection: Http11Connection) -> None:
         """An idle connection closed (the server's keep-alive timeout): free its slot."""
         idle = self.idle.get(connection.origin)
         if idle and connection in idle:
             idle.remove(connection)
             self.open -= 1
             self._wake()
+
+    def _retire_expired(self) -> None:
+        """The sweep timer: close the idle connections past their time (oldest first in each
+        list), then wait for the next one to expire."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        now, next_at = loop.time(), math.inf
+        for connections in self.idle.values():
+            while connections and connections[0].expires <= now:
+                connection = connections.pop(0)
+                connection.idle = False
+                connection.abort()
+                self.open -= 1
+                self._wake()
+            if connections:
+                next_at = min(next_at, min(c.expires for c in connections))
+        if next_at < math.inf:
+            self._sweep = loop.call_at(next_at + _SWEEP_SLACK, self._retire_expired)
 
     def _wake(self) -> None:
         while self.waiters:
@@ -347,6 +211,9 @@ class ConnectionPool:
         return False
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for connections in self.idle.values():
             for connection in connections:
                 connection.idle = False
@@ -357,18 +224,18 @@ class ConnectionPool:
         self.waiters.clear()
 
 
-async def _connect(origin: _Origin, pool: ConnectionPool) -> _Connection:
+async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
     loop, ssl_context = asyncio.get_running_loop(), pool.ssl_context
     host, port = origin.address
     if origin.proxy is None or not origin.tls:
         _, protocol = await loop.create_connection(
-            lambda: _Connection(origin, pool), host, port,
+            lambda: Http11Connection(origin, pool, pool.limits), host, port,
             ssl=ssl_context if origin.tls else None,
             server_hostname=origin.host if origin.tls else None,
         )
         return protocol
     # https:// through a proxy: CONNECT, then TLS inside the tunnel
-    connection = _Connection(origin, pool)
+    connection = Http11Connection(origin, pool, pool.limits)
     transport, _ = await loop.create_connection(lambda: connection, host, port)
     try:
         connection.tunnel = loop.create_future()
@@ -378,11 +245,14 @@ async def _connect(origin: _Origin, pool: ConnectionPool) -> _Connection:
             + origin.proxy[2] + b"\r\n"
         )
         answer = await connection.tunnel
-        status_line = answer.split(b"\r\n", 1)[0].split()
-        if len(status_line) < 2 or not status_line[1].startswith(b"2"):
-            raise ConnectionError(
+        status_line = answer.split(b"\r\n", 1)[0]
+        parts = status_line.split()
+        status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else 0
+        if not 200 <= status < 300:
+            raise ProxyRefused(
                 f"the proxy refused to CONNECT to {origin.host}:{origin.port}: "
-                + answer.split(b"\r\n", 1)[0].decode("latin-1")
+                + status_line.decode("latin-1"),
+                status,
             )
         connection.tunnel = None
         tls = await loop.start_tls(
@@ -404,8 +274,9 @@ def default_ssl_context() -> ssl.SSLContext:
 
 
 class Http11Client:
-    """``fetch`` and ``get_json`` over :class:`ConnectionPool`; one per connector instance
-    and event loop. ``headers`` go with every request."""
+    """``fetch`` over :class:`ConnectionPool`; one per connector instance and event loop.
+    ``headers`` go with every request, after ``User-Agent`` and ``Accept-Encoding`` (which
+    ``headers`` may replace)."""
 
     def __init__(
         self,
@@ -413,27 +284,36 @@ class Http11Client:
         timeout: float,
         headers: Mapping[str, str],
         ssl_context: ssl.SSLContext | None = None,
+        limits: Limits | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.timeout = timeout
-        block = "".join(f"{k}: {v}\r\n" for k, v in {"User-Agent": USER_AGENT, **headers}.items())
-        self._headers = block.encode("latin-1")
+        given = {name.lower() for name in headers}
+        defaults = {"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING}
+        self._headers = header_block(
+            {**{k: v for k, v in defaults.items() if k.lower() not in given}, **headers}
+        )
         self._proxies = urllib.request.getproxies_environment()
-        self._origins: dict[str, _Origin] = {}
-        self.pool = ConnectionPool(max_connections, ssl_context or default_ssl_context())
+        self._origins: dict[str, Origin] = {}
+        self.pool = ConnectionPool(
+            max_connections, ssl_context or default_ssl_context(), limits, idle_timeout
+        )
         self.deadlines: DeadlineQueue[_Exchange] = DeadlineQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _origin(self, origin_url: str) -> _Origin:
+    def _origin(self, origin_url: str) -> Origin:
         origin = self._origins.get(origin_url)
         if origin is None:
             scheme, _, authority = origin_url.partition("://")
             if scheme not in ("http", "https"):
                 raise ValueError(f"not an http:// or https:// URL: {origin_url}")
-            origin = _Origin(scheme, authority, self._headers, self._proxies)
+            if CONTROL.search(authority) or " " in authority:
+                raise ValueError(f"a space or control character in the host of {origin_url!r}")
+            origin = Origin(scheme, authority, self._headers, self._proxies)
             self._origins[origin_url] = origin
         return origin
 
-    def _split(self, url: str) -> tuple[_Origin, str]:
+    def _split(self, url: str) -> tuple[Origin, str]:
         start = url.find("://") + 3
         slash = url.find("/", start)
         if slash < 0:
@@ -449,13 +329,13 @@ class Http11Client:
                 target = "/" + url[at:]
         if "#" in target:
             target = target.partition("#")[0]
-        if not target.isascii():
-            target = quote(target, safe=_SAFE_TARGET)
-        return self._origin(url[:authority_end]), target
+        return self._origin(url[:authority_end]), request_target(target)
 
     async def fetch(self, method: str, url: str, body: bytes | None = None) -> Fetched:
         """``(status, headers, body)`` of one request; raises ``TimeoutError`` past the
-        timeout, :class:`ConnectionError` / ``OSError`` when the exchange fails."""
+        timeout, :class:`ConnectionError` / ``OSError`` when the exchange fails,
+        :class:`UnreadableResponse` for an answer over a limit or in an unknown coding, and
+        :class:`ValueError` for a URL it will not send."""
         origin, target = self._split(url)
         head = f"{method} {origin.absolute}{target} HTTP/1.1\r\n".encode("ascii")
         if body is None:
@@ -463,6 +343,7 @@ class Http11Client:
         else:
             length = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             request = head + origin.tail + length.encode("ascii") + body
+        head_only = method == "HEAD"
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or a new loop: the old one's state is gone
             self._reset(loop)
@@ -476,7 +357,7 @@ class Http11Client:
                     async with asyncio.timeout_at(exchange.at):
                         connection = await self.pool.acquire(origin)
                 exchange.connection = connection
-                exchange.waiter = waiter = connection.send(request, loop)
+                exchange.waiter = waiter = connection.send(request, loop, head_only)
                 try:
                     answer = await waiter
                 except ConnectionClosed as closed:
@@ -484,6 +365,10 @@ class Http11Client:
                     exchange.connection = None
                     if attempt == 1 and closed.before_answer and connection.reused:
                         continue  # the server closed the kept-alive connection as we sent
+                    raise
+                except UnreadableResponse:
+                    exchange.connection = None
+                    self.pool.release(connection)  # framing intact unless it was aborted
                     raise
                 except BaseException:
                     self.pool.discard(connection)
@@ -501,7 +386,8 @@ class Http11Client:
         self.deadlines.close()
         self.deadlines = DeadlineQueue(loop)
         self.pool.close()
-        self.pool = ConnectionPool(self.pool.limit, self.pool.ssl_context)
+        pool = self.pool
+        self.pool = ConnectionPool(pool.limit, pool.ssl_context, pool.limits, pool.idle_timeout)
         self._loop = loop
 
     async def close(self) -> None:
@@ -509,4 +395,13 @@ class Http11Client:
         self.pool.close()
 
 
-__all__ = ["ConnectionClosed", "ConnectionPool", "Headers", "Http11Client", "ProtocolViolation"]
+__all__ = [
+    "ConnectionClosed",
+    "ConnectionPool",
+    "Headers",
+    "Http11Client",
+    "Limits",
+    "ProtocolViolation",
+    "ProxyRefused",
+    "UnreadableResponse",
+]

@@ -40,13 +40,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsp
 from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
-from asyncio_lookup.connectors.http_client import (
-    EMPTY,
-    HttpClient,
-    check_client,
-    decode_json,
-    open_client,
-)
+from asyncio_lookup.connectors.http11_request import header_block
+from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
@@ -137,6 +132,32 @@ def _fixed_url(url: str | None, option: str) -> str | None:
     return url
 
 
+def open_client(c: HttpConnector) -> HttpClient:
+    """A new client for ``c`` (its ``client`` option); call on the loop that will use it."""
+    if c.client == "aiohttp":
+        from asyncio_lookup.connectors.http_aiohttp import AiohttpClient
+
+        return AiohttpClient(c)
+    if c.client == "pyreqwest":
+        from asyncio_lookup.connectors.http_pyreqwest import PyreqwestClient
+
+        return PyreqwestClient(c)
+    from asyncio_lookup.connectors.http_asyncio import AsyncioClient
+
+    return AsyncioClient(c)
+
+
+def _check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
+    """Refuse on the driver what would break a request's header block (CR/LF injection)."""
+    try:
+        header_block(headers)
+    except (ValueError, AttributeError, TypeError) as error:
+        raise ConfigurationError(
+            option, shown, "header names that are HTTP tokens and string values without "
+            "control characters (CR, LF, ...)", str(error),
+        ) from error
+
+
 class HttpConnector(AsyncFirstSource):
     """A dim table behind an HTTP/JSON service. Picklable; clients open on the executor.
 
@@ -169,6 +190,7 @@ class HttpConnector(AsyncFirstSource):
         cursor_param: str | None = None,
         max_connections: int = 100,
         client: str | None = None,
+        max_body_size: int = 64 * 1024 * 1024,
     ) -> None:
         self.template, url_auth = _template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
@@ -177,6 +199,8 @@ class HttpConnector(AsyncFirstSource):
         self.basic_auth = basic_auth or url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
+        _check_headers("headers", self.headers, mask_headers(self.headers))
+        _check_headers("basic_auth / bearer_token", self.request_headers(), "***")
         self.rows_field = rows_field
         self.batch_rows_field = rows_field if batch_rows_field is None else batch_rows_field
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
@@ -192,6 +216,7 @@ class HttpConnector(AsyncFirstSource):
         self.batch_field = batch_field
         self.batch_size = count("batch_size", batch_size)
         self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
+        self.max_body_size = count("max_body_size", max_body_size, maximum=2**40)
         self.client = check_client(http_client.DEFAULT_CLIENT if client is None else client)
         self.scan_url = _fixed_url(scan_url, "scan_url")
         self.next_field = next_field
@@ -295,11 +320,6 @@ class HttpConnector(AsyncFirstSource):
         message = redact(message, self.secrets())
         log.debug("%s", message)  # per attempt; the error that ends the retries says it once
         return TransientError(message, retry_after=retry_after, status=status)
-
-    def failure(self, error: BaseException, method: str, url: str) -> TransientError:
-        return self.transient(
-            f"HTTP {method} {mask_url(url)} failed: {type(error).__name__}: {error}"
-        )
 
     def rows(
         self,

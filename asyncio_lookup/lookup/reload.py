@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.option_names import (
@@ -121,7 +121,7 @@ def parse_iso_time(option: str, value: time | str) -> time:
     if zulu:
         if parsed.tzinfo is not None:
             raise ConfigurationError(option, value, ISO_TIME_ALLOWED)
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed
 
 

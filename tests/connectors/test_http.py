@@ -12,8 +12,9 @@ from urllib.parse import quote
 import pytest
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError, http_client
-from asyncio_lookup.connectors.http_client import CLIENTS, has_dot_segment
+from asyncio_lookup.connectors.http_client import CLIENTS
 from asyncio_lookup.connectors.http_connector import encode_value, parse_retry_after
+from asyncio_lookup.connectors.http_pyreqwest import has_dot_segment
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service, blocking
 
@@ -389,8 +390,9 @@ def test_the_connection_pool_defaults_to_the_default_capacity() -> None:
 
 def test_client_option_is_checked() -> None:
     assert HttpConnector("http://h/c/{id}", client="pyreqwest").client == "pyreqwest"
-    with pytest.raises(ConfigurationError, match=r"client.*'asyncio' \| 'pyreqwest'"):
-        HttpConnector("http://h/c/{id}", client="aiohttp")
+    assert HttpConnector("http://h/c/{id}", client="aiohttp").client == "aiohttp"
+    with pytest.raises(ConfigurationError, match=r"client.*'asyncio' \| 'aiohttp' \| 'pyreqwest'"):
+        HttpConnector("http://h/c/{id}", client="httpx")
 
 
 async def test_special_json_the_fast_decoder_refuses_is_still_read(http_service: Service) -> None:

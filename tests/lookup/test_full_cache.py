@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import datetime, time, timezone
+from datetime import UTC, datetime, time
 from typing import Any
 
 import pytest
@@ -87,7 +87,7 @@ def test_timed_reload_across_midnight() -> None:
 
 def test_timed_reload_today_when_still_ahead_and_every_n_days() -> None:
     start = _epoch("2026-01-02T00:05:00+00:00")
-    starts = run_schedule(TimedCacheReloadTrigger(time(0, 10, tzinfo=timezone.utc), 2), 1, start, 2)
+    starts = run_schedule(TimedCacheReloadTrigger(time(0, 10, tzinfo=UTC), 2), 1, start, 2)
     assert starts == [0, 5 * 60, 5 * 60 + 2 * 86400]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import time, timedelta, timezone
+from datetime import UTC, time, timedelta, timezone
 
 import pytest
 
@@ -75,7 +75,7 @@ def test_every_option_parses() -> None:
     [
         ("10:15", time(10, 15)),
         ("10:15:30", time(10, 15, 30)),
-        ("10:15Z", time(10, 15, tzinfo=timezone.utc)),
+        ("10:15Z", time(10, 15, tzinfo=UTC)),
         ("10:15+07:00", time(10, 15, tzinfo=timezone(timedelta(hours=7)))),
     ],
 )

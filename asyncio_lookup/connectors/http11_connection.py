@@ -1,0 +1,324 @@
+"""One HTTP/1.1 connection as an asyncio protocol: a request goes out, its one final answer
+comes back through a future.
+
+The response is parsed by llhttp (``httptools``, C). What RFC 9112 asks of a client reading
+answers lives here, so no caller ever sees a half-read or a foreign answer:
+
+- **Interim answers** (``1xx`` but ``101``: ``100 Continue``, ``102 Processing``, ``103 Early
+  Hints``) are read and dropped; the final answer goes to the request that asked for it.
+- **One answer per request:** bytes that arrive when no request is in flight, or a second
+  answer after the final one, are a :class:`ProtocolViolation` that closes the connection; the
+  request in flight fails rather than take an answer that may be someone else's.
+- **HEAD** answers end with their header block (their ``Content-Length`` announces no body).
+- **Limits** (:class:`Limits`): the header block's size and count, the body's size (decoded
+  too); over one, the request fails with :class:`UnreadableResponse`.
+- **Content codings** are undone (:mod:`~asyncio_lookup.connectors.http_codings`).
+- ``Keep-Alive: timeout=N`` is kept (the pool retires the connection before the server does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httptools
+
+from asyncio_lookup.connectors.http_client import Fetched, UnreadableResponse
+from asyncio_lookup.connectors.http_codings import decode
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the client reads of one answer at most. The header defaults follow h11 and
+    aiohttp (a header block of tens of KiB at most); the body's bounds a lookup's memory."""
+
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 128
+    max_body_size: int = 64 * 1024 * 1024
+
+
+class Headers(Mapping[str, str]):
+    """A response's headers, read-only; names are case-insensitive (the last value wins)."""
+
+    __slots__ = ("_by_name", "_raw")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+        self._by_name: dict[str, str] | None = None
+
+    def _index(self) -> dict[str, str]:
+        if self._by_name is None:
+            self._by_name = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw
+            }
+        return self._by_name
+
+    def __getitem__(self, name: str) -> str:
+        return self._index()[name.lower()]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._index().get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._index()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def __repr__(self) -> str:
+        return f"Headers({self._index()!r})"
+
+
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection before the answer was complete."""
+
+    def __init__(self, message: str, *, before_answer: bool) -> None:
+        super().__init__(message)
+        self.before_answer = before_answer
+
+
+class ProtocolViolation(ConnectionError):
+    """The server's answer is not HTTP/1.1 this client can read, or not an answer to the
+    request in flight."""
+
+
+class IdleOwner(Protocol):
+    """What a connection tells its pool: it closed while idle."""
+
+    def lost_idle(self, connection: Http11Connection) -> None: ...
+
+
+class Http11Connection(asyncio.Protocol):
+    """One kept-alive connection; answers the request in flight through ``waiter``."""
+
+    def __init__(self, origin: Any, owner: IdleOwner, limits: Limits) -> None:
+        self.origin = origin
+        self.owner = owner
+        self.limits = limits
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.waiter: asyncio.Future[Fetched] | None = None
+        self.head_only = False  # the request in flight is a HEAD
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.header_bytes = 0  # of the header lines read
+        self.head_seen = 0  # bytes received while the header block is incomplete
+        self.coding: bytes | None = None  # the answer's Content-Encoding
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.answer: Fetched | None = None  # the final answer, read, not yet handed over
+        self.interim = False  # the answer being read is a 1xx
+        self.received = False  # a byte of the current answer has arrived
+        self.headers_done = False  # the final answer's header block is read
+        self.keep_alive: float | None = None  # the server's Keep-Alive: timeout=
+        self.closed = False
+        self.idle = False
+        self.reused = False
+        self.expires = 0.0  # when an idle connection is retired (the pool's clock)
+        self.tunnel: asyncio.Future[bytes] | None = None  # a proxy's answer to CONNECT
+        self.tunnel_buffer = b""
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self._tunnel_data(data)
+            return
+        if self.waiter is None:
+            self.abort()  # an answer nobody asked for: the connection can't be trusted
+            return
+        self.received = True
+        if not self.headers_done:
+            self.head_seen += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(ProtocolViolation("the server switched protocols, never asked for"))
+            return
+        except httptools.HttpParserError as error:
+            cause = error.__context__
+            if isinstance(cause, (UnreadableResponse, ProtocolViolation)):
+                self._fail(cause)
+            else:
+                self._fail(ProtocolViolation(f"unreadable HTTP answer: {error}"))
+            return
+        if self.answer is not None:
+            self._hand_over()
+        elif self.head_only and self.headers_done:
+            self._hand_over_head()
+        elif not self.headers_done and self.head_seen > self.limits.max_header_bytes:
+            self._fail(self._too_large_head())  # one header line without an end
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.idle:
+            self.idle = False
+            self.owner.lost_idle(self)
+        if self.tunnel is not None and not self.tunnel.done():
+            self.tunnel.set_exception(ConnectionClosed("the proxy closed", before_answer=True))
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        if self.headers_done and self._reads_to_close():
+            self.answer = self._answer()
+            self._hand_over()
+            return
+        reason = f": {exc}" if exc else ""
+        self.waiter = None
+        waiter.set_exception(ConnectionClosed(
+            f"the server closed the connection{reason}", before_answer=not self.received
+        ))
+
+    # -- httptools callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.answer is not None:
+            raise ProtocolViolation("the server sent a second answer to one request")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.raw_headers.append((name, value))
+        self.header_bytes += len(name) + len(value) + 4
+        if (
+            len(self.raw_headers) > self.limits.max_headers
+            or self.header_bytes > self.limits.max_header_bytes
+        ):
+            raise self._too_large_head()
+        size = len(name)
+        if size == 16 and name.lower() == b"content-encoding":
+            self.coding = value
+        elif size == 10 and name.lower() == b"keep-alive":
+            self.keep_alive = _keep_alive_timeout(value)
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            if status == 101:
+                raise ProtocolViolation("the server switched protocols (101), never asked for")
+            self.interim = True
+            return
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body_size += len(body)
+        if self.body_size > self.limits.max_body_size:
+            raise UnreadableResponse(
+                f"the body is over max_body_size={self.limits.max_body_size:,} bytes"
+            )
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.interim:  # 100 / 102 / 103 ...: the final answer follows
+            self.interim = False
+            self.raw_headers, self.header_bytes, self.head_seen, self.coding = [], 0, 0, None
+            return
+        self.answer = self._answer()
+        if not self.parser.should_keep_alive():
+            self.closed = True  # after this answer: the connection is not reused
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def send(
+        self, request: bytes, loop: asyncio.AbstractEventLoop, head_only: bool = False
+    ) -> asyncio.Future[Fetched]:
+        self.waiter = waiter = loop.create_future()
+        self.received = self.headers_done = False
+        self.head_seen = 0
+        self.head_only = head_only
+        assert self.transport is not None
+        self.transport.write(request)
+        return waiter
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _hand_over(self) -> None:
+        answer, self.answer = self.answer, None
+        waiter, self.waiter = self.waiter, None
+        if self.closed:
+            self.abort()
+        if waiter is None or waiter.done() or answer is None:
+            return
+        if self.coding is not None:
+            coding, self.coding = self.coding, None
+            try:
+                body = decode(coding, answer[2], self.limits.max_body_size)
+                answer = (answer[0], answer[1], body)
+            except UnreadableResponse as error:
+                waiter.set_exception(error)
+                return
+        waiter.set_result(answer)
+
+    def _hand_over_head(self) -> None:
+        """A HEAD's answer is its header block: a new parser for the next answer (llhttp would
+        wait for the body its ``Content-Length`` announces)."""
+        self.answer = (self.parser.get_status_code(), Headers(self.raw_headers), b"")
+        keep_alive = self.parser.should_keep_alive()
+        self.raw_headers, self.header_bytes, self.coding = [], 0, None
+        self.parser = httptools.HttpResponseParser(self)
+        if not keep_alive:
+            self.closed = True
+        self._hand_over()
+
+    def _answer(self) -> Fetched:
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        answer = (self.parser.get_status_code(), Headers(self.raw_headers), body)
+        self.raw_headers, self.body, self.header_bytes, self.body_size = [], [], 0, 0
+        return answer
+
+    def _too_large_head(self) -> UnreadableResponse:
+        return UnreadableResponse(
+            f"the response header block is over {self.limits.max_header_bytes:,} bytes or "
+            f"{self.limits.max_headers} headers"
+        )
+
+    def _reads_to_close(self) -> bool:
+        names = {k.lower() for k, _ in self.raw_headers}
+        return b"content-length" not in names and b"transfer-encoding" not in names
+
+    def _fail(self, error: BaseException) -> None:
+        waiter, self.waiter = self.waiter, None
+        self.answer = None
+        self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
+    # -- CONNECT through a proxy ---------------------------------------------------------------
+
+    def _tunnel_data(self, data: bytes) -> None:
+        assert self.tunnel is not None
+        self.tunnel_buffer += data
+        if b"\r\n\r\n" in self.tunnel_buffer and not self.tunnel.done():
+            self.tunnel.set_result(self.tunnel_buffer)
+        elif len(self.tunnel_buffer) > self.limits.max_header_bytes and not self.tunnel.done():
+            self.tunnel.set_exception(self._too_large_head())
+
+
+def _keep_alive_timeout(value: bytes) -> float | None:
+    """``timeout=N`` of a ``Keep-Alive`` header (RFC 2068 §19.7.1), in seconds."""
+    for part in value.split(b","):
+        name, _, number = part.strip().partition(b"=")
+        if name.strip().lower() == b"timeout":
+            try:
+                return max(0.0, float(number.strip()))
+            except ValueError:
+                return None
+    return None
+
+
+__all__ = [
+    "ConnectionClosed",
+    "Headers",
+    "Http11Connection",
+    "Limits",
+    "ProtocolViolation",
+    "UnreadableResponse",
+]

@@ -1,0 +1,112 @@
+"""The ``aiohttp`` client (extra ``asyncio-lookup[aiohttp]``): for users who need what the
+asyncio client leaves out (cookies, auth flows), and the reference the conformance suite holds
+the asyncio client against. Redirects are not followed here either (credentials never go to
+another host); aiohttp decodes gzip, deflate (and br with ``brotli``) itself."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from asyncio_lookup.connectors.http11_request import request_target
+from asyncio_lookup.connectors.http_client import (
+    ClientOwner,
+    Fetched,
+    ProxyRefused,
+    UnreadableResponse,
+    failure,
+    json_answer,
+)
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime.deadlines import Deadlines
+
+_JSON_BODY = {"Content-Type": "application/json"}
+
+
+class AiohttpClient:
+    """One ``aiohttp.ClientSession`` (pool of ``max_connections``); the timeouts of all
+    requests run on one loop timer (:class:`Deadlines`); the URL is percent-encoded as the
+    asyncio client does, then sent as it is (``encoded=True``: yarl would decode ``%2E``)."""
+
+    def __init__(self, owner: ClientOwner) -> None:
+        try:
+            import aiohttp
+            from yarl import URL
+        except ImportError as error:
+            raise ConfigurationError(
+                "client", "aiohttp", "'asyncio', or install asyncio-lookup[aiohttp]",
+                f"aiohttp is not installed here ({error})",
+            ) from error
+        self.owner = owner
+        self._url = URL
+        self._aiohttp = aiohttp
+        self._errors = (aiohttp.ClientError, OSError, UnreadableResponse)
+        self.deadlines = Deadlines(owner.timeout)
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=owner.max_connections),
+            timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
+            headers=owner.request_headers(),
+            raise_for_status=False,
+            # proxies from HTTP(S)_PROXY / NO_PROXY; aiohttp then looks them up per request,
+            # so only when the environment names one
+            trust_env=bool(urllib.request.getproxies()),
+        )
+
+    async def fetch(self, method: str, url: str, body: bytes | None) -> Fetched:
+        deadline = self.deadlines.start()
+        try:
+            address = self._address(url)
+            async with self.session.request(
+                method,
+                address,
+                data=body,
+                headers=None if body is None else _JSON_BODY,
+                allow_redirects=False,
+            ) as response:
+                return response.status, response.headers, await self._read(response)
+        except self._aiohttp.ClientHttpProxyError as error:
+            refused = ProxyRefused(f"the proxy answered {error.status}", error.status)
+            raise failure(self.owner, refused, method, url) from error
+        except self._errors as error:
+            raise failure(self.owner, error, method, url) from error
+        except asyncio.CancelledError:
+            if deadline.timed_out():
+                timeout = TimeoutError()
+                raise failure(self.owner, timeout, method, url) from timeout
+            raise
+        finally:
+            deadline.finish()
+
+    async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
+        return json_answer(self.owner, url, await self.fetch("GET", url, None))
+
+    def _address(self, url: str) -> Any:
+        scheme, sep, rest = url.partition("://")
+        slash = rest.find("/")
+        if slash >= 0:
+            try:
+                target = request_target(rest[slash:].partition("#")[0])
+            except ValueError as error:
+                raise ConfigurationError(
+                    "url", url, "a URL without control characters"
+                ) from error
+            url = f"{scheme}{sep}{rest[:slash]}{target}"
+        return self._url(url, encoded=True)
+
+    async def _read(self, response: Any) -> bytes:
+        limit = self.owner.max_body_size
+        if response.content_length is not None and response.content_length > limit:
+            raise UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")
+        chunks, size = [], 0
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def close(self) -> None:
+        self.deadlines.close()
+        await self.session.close()
