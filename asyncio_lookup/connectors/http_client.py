@@ -110,8 +110,8 @@ def failure(owner: ClientOwner, error: BaseException, method: str, url: str) -> 
 def _permanent(error: BaseException, where: str) -> AsyncLookupError | None:
     if isinstance(error, ssl.SSLCertVerificationError):
         return PermanentConnectionError(
-            f"{where}: the server's TLS certificate was rejected ({error.verify_message}); "
-            "not retried"
+            f"{where}: the server's TLS certificate was rejected "
+            f"({getattr(error, 'verify_message', None) or error}); not retried"
         )
     if isinstance(error, ssl.SSLError):
         return PermanentConnectionError(

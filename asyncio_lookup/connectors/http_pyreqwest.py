@@ -3,6 +3,9 @@ tokio thread, HTTP/2 where a TLS server offers it."""
 
 from __future__ import annotations
 
+import re
+import socket
+import ssl
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -29,6 +32,20 @@ def has_dot_segment(url: str) -> bool:
     path = path.split("?", 1)[0].split("#", 1)[0]
     dots = {"%2e", "%2e%2e", ".%2e", "%2e."}
     return any(segment.lower() in dots for segment in path.split("/"))
+
+
+def _as_python_error(error: BaseException) -> BaseException:
+    """reqwest names its causes in text only: a rejected certificate and an unknown host as
+    the Python errors the asyncio client sees, so both are classified alike."""
+    text = str(error)
+    if "invalid peer certificate" in text or "certificate verify failed" in text:
+        found = ssl.SSLCertVerificationError(text)
+        reason = text.rpartition("invalid peer certificate: ")[2]
+        found.verify_message = re.split(r"['\"]", reason, maxsplit=1)[0]
+        return found
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return error
 
 
 class PyreqwestClient:
@@ -76,7 +93,7 @@ class PyreqwestClient:
         except self._timeout_errors as error:
             raise failure(self.owner, TimeoutError(), method, url) from error
         except self._errors as error:
-            raise failure(self.owner, error, method, url) from error
+            raise failure(self.owner, _as_python_error(error), method, url) from error
 
     async def get_json(self, url: str) -> tuple[int, Mapping[str, str], Any]:
         if has_dot_segment(url):
@@ -88,7 +105,7 @@ class PyreqwestClient:
         except self._timeout_errors as error:
             raise failure(self.owner, TimeoutError(), "GET", url) from error
         except self._errors as error:
-            raise failure(self.owner, error, "GET", url) from error
+            raise failure(self.owner, _as_python_error(error), "GET", url) from error
         if 200 <= status < 300 and status != 204:
             return status, response.headers, decode_json(self.owner, "GET", url, body)
         return status, response.headers, body

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +15,11 @@ import psycopg
 import pytest
 import redis
 import tenacity
+import uvloop
 from aiohttp import web
 
 from asyncio_lookup.errors import TransientError
+from tests.connectors.scripted import Handler, Scripted
 
 CUSTOMERS = {
     "1": [{"id": 1, "name": "Ada", "country": "UK"}],
@@ -326,3 +328,26 @@ async def blocking(call: Callable[..., Any], *args: Any) -> Any:
     """A sync-mode call from an async test: on another thread, as Spark's task thread makes it
     (a blocking lookup on the thread running the loop it waits for is refused)."""
     return await asyncio.to_thread(call, *args)
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def both_loops(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
+    """A module runs each test on both loops with ``event_loop_policy = both_loops``'s twin
+    (Spark's Python workers run uvloop when it is installed)."""
+    if request.param == "uvloop":
+        return uvloop.EventLoopPolicy()
+    return asyncio.DefaultEventLoopPolicy()
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Callable[[Handler], Awaitable[Scripted]]]:
+    started: list[Scripted] = []
+
+    async def start(handler: Handler) -> Scripted:
+        server = await Scripted(handler).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.close()

@@ -435,3 +435,62 @@ async def test_answers_of_every_kind(
             await _both(c, key)
     else:
         assert await _both(c, key) == expected
+
+
+async def _lookup_error(connector: HttpConnector, key: str = "k") -> BaseException:
+    fn = connector.async_lookup_function()
+    await fn.open()
+    try:
+        await fn.async_lookup((key,))
+    except Exception as error:
+        return error
+    finally:
+        await fn.close()
+    raise AssertionError("the lookup did not fail")
+
+
+async def test_permanent_failures_are_not_transient_and_say_why() -> None:
+    """A rejected certificate, an unknown host: no retry can fix them (they are not
+    TransientError, the retry layer's cue); a refused connection can."""
+    import ssl as _ssl
+
+    import trustme
+
+    from asyncio_lookup.errors import PermanentConnectionError, TransientError
+
+    context = _ssl.create_default_context(_ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(context)  # a CA nobody trusts
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        untrusted = await _lookup_error(HttpConnector(f"https://127.0.0.1:{port}/c/{{id}}"))
+        unknown = await _lookup_error(HttpConnector("http://no-such-host.invalid/c/{id}"))
+        refused = await _lookup_error(HttpConnector("http://127.0.0.1:1/c/{id}"))
+    finally:
+        server.close()
+    assert isinstance(untrusted, PermanentConnectionError), untrusted
+    assert "certificate was rejected" in str(untrusted) and "not retried" in str(untrusted)
+    assert isinstance(unknown, PermanentConnectionError), unknown
+    assert "host name is not known" in str(unknown)
+    assert isinstance(refused, TransientError), refused
+
+
+async def test_a_body_over_max_body_size_fails_the_lookup(http_service: Service) -> None:
+    c = HttpConnector(f"{http_service.base}/raw/200/{{id}}", max_body_size=10)
+    error = await _lookup_error(c, '{"id": "' + "x" * 20 + '"}')
+    assert type(error).__name__ == "DataFormatError" and "max_body_size" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"headers": {"X-A": "1\r\nX-Injected: 1"}}, "'headers'"),
+        ({"headers": {"Bad Name": "1"}}, "'headers'"),
+        ({"bearer_token": "t\r\nX-Injected: 1"}, "'basic_auth / bearer_token'"),
+        ({"max_body_size": 0}, "'max_body_size'"),
+    ],
+)
+def test_header_injection_and_bad_limits_are_refused_on_the_driver(options, named) -> None:
+    with pytest.raises(ConfigurationError, match=named) as raised:
+        HttpConnector("http://h/c/{id}", **options)
+    assert "t\r\nX-Injected" not in str(raised.value), "the secret is not echoed"

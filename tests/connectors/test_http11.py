@@ -5,82 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import trustme
-import uvloop
 
-from asyncio_lookup.connectors.http11 import ConnectionClosed, Http11Client, ProtocolViolation
+from asyncio_lookup.connectors.http11 import ConnectionClosed, ProtocolViolation
+from tests.connectors.scripted import Handler, R, Scripted, W, answer, client, keep_alive
+
+Policy = asyncio.AbstractEventLoopPolicy
 
 # the loop-policy fixture is the way to run one module on both loops (pytest-asyncio 1.x keeps
 # it, deprecated, until its loop-factories hook can be scoped to one module)
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\"")
 
-R, W = asyncio.StreamReader, asyncio.StreamWriter
-Handler = Callable[[R, W, "Scripted"], Awaitable[None]]
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
-    """Every test on both loops: Spark's Python workers run uvloop when it is installed."""
-    if request.param == "uvloop":
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
-
-
-class Scripted:
-    """A TCP server whose connections run ``handler``; counts connections and requests."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.open_now = 0
-        self.most_open = 0
-        self.request_lines: list[bytes] = []
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self, ssl_context: ssl.SSLContext | None = None) -> Scripted:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=ssl_context)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self.open_now += 1
-        self.most_open = max(self.most_open, self.open_now)
-        try:
-            await self.handler(reader, writer, self)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self.open_now -= 1
-            writer.close()
-
-    async def read_request(self, reader: asyncio.StreamReader) -> bytes | None:
-        """The request head (a request without a body), or None at the end of input."""
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return None
-        self.request_lines.append(head.split(b"\r\n", 1)[0])
-        return head
-
-    async def close(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-
-def answer(body: bytes = b'{"ok": true}', extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
-
-
-async def keep_alive(reader: R, writer: W, s: Scripted) -> None:
-    while await s.read_request(reader) is not None:
-        writer.write(answer())
-        await writer.drain()
+@pytest.fixture
+def event_loop_policy(both_loops: Policy) -> Policy:
+    return both_loops
 
 
 def silent_on(path: bytes) -> Handler:
@@ -96,24 +37,6 @@ def silent_on(path: bytes) -> Handler:
         await keep_alive(reader, writer, s)
 
     return handler
-
-
-@pytest.fixture
-async def scripted() -> AsyncIterator[Callable[[Handler], Awaitable[Scripted]]]:
-    started: list[Scripted] = []
-
-    async def start(handler: Handler) -> Scripted:
-        server = await Scripted(handler).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.close()
-
-
-def client(max_connections: int = 10, timeout: float = 5.0, **kw: object) -> Http11Client:
-    return Http11Client(max_connections, timeout, {"Accept": "application/json"}, **kw)  # type: ignore[arg-type]
 
 
 async def test_requests_reuse_one_kept_alive_connection(scripted) -> None:
