@@ -57,12 +57,16 @@ class Certificates:
     """A test CA (trusted through ``SSL_CERT_FILE`` by :meth:`trust`) and the server certificates
     of the TLS cases, written to ``directory``."""
 
-    CASES = ("good", "wrong-host", "expired", "self-signed")
+    CASES = ("good", "wrong-host", "expired", "self-signed", "other-ca")
 
     def __init__(self, directory: Path) -> None:
         self.ca = trustme.CA()
-        self.ca_file = directory / "ca.pem"
+        self.ca_file = directory / "root-ca.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_file))
+        # a second CA, trusted through SSL_CERT_FILE only (see test_tls_and_proxies)
+        self.other_ca = trustme.CA()
+        self.other_ca_file = directory / "other-root-ca.pem"
+        self.other_ca.cert_pem.write_to_path(str(self.other_ca_file))
         now = datetime.datetime.now(datetime.timezone.utc)
         leaves = {
             "good": self.ca.issue_cert("localhost", "127.0.0.1"),
@@ -72,6 +76,7 @@ class Certificates:
                 not_before=now - datetime.timedelta(days=30),
                 not_after=now - datetime.timedelta(days=1),
             ),
+            "other-ca": self.other_ca.issue_cert("localhost", "127.0.0.1"),
         }
         self.files: dict[str, tuple[Path, Path]] = {}
         for case, leaf in leaves.items():
@@ -81,8 +86,8 @@ class Certificates:
             self.files[case] = (cert, key)
         self.files["self-signed"] = _self_signed(directory)
 
-    def trust(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("SSL_CERT_FILE", str(self.ca_file))
+    def trust(self, monkeypatch: pytest.MonkeyPatch, ca_file: Path | None = None) -> None:
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file or self.ca_file))
         monkeypatch.delenv("SSL_CERT_DIR", raising=False)
 
 
@@ -142,7 +147,8 @@ class Fleet:
             for part in (cert, key, self.tls_ports[case])
         ]
         self.tls = Server("aiohttp-tls", lambda _: [PY, "aiohttp_app.py", *tls_argv])
-        self.tls.port = self.tls_ports["good"]
+        last = list(self.certificates.files)[-1]
+        self.tls.port = self.tls_ports[last]  # listening once every site of the process is
         self.proxy = Server("proxy.py", _proxy([]))
         self.auth_proxy = Server("proxy.py-auth", _proxy(["--basic-auth", self.PROXY_USER]))
         self.everything = [*self.servers.values(), self.tls, self.proxy, self.auth_proxy]

@@ -120,9 +120,11 @@ class Server:
             time.sleep(0.02)
         raise RuntimeError(f"{self.name} did not listen on {self.port} in {timeout}s: {self.output()}")
 
-    def output(self) -> str:
+    def output(self, tail: int | None = 2000) -> str:
+        """What the server printed (the last ``tail`` bytes; all with ``None``)."""
         self.log.seek(0)
-        return self.log.read()[-2000:].decode("utf-8", "replace")
+        data = self.log.read()
+        return (data if tail is None else data[-tail:]).decode("utf-8", "replace")
 
     def stop(self, grace: float = 2.0) -> None:
         """SIGTERM to the process group, SIGKILL after ``grace`` seconds."""
