@@ -67,7 +67,7 @@ class Certificates:
         self.other_ca = trustme.CA()
         self.other_ca_file = directory / "other-root-ca.pem"
         self.other_ca.cert_pem.write_to_path(str(self.other_ca_file))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         leaves = {
             "good": self.ca.issue_cert("localhost", "127.0.0.1"),
             "wrong-host": self.ca.issue_cert("elsewhere.example"),
@@ -100,7 +100,7 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -92,7 +92,7 @@ class Server:
         self.argv = argv
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output, read by tests
 
     @property
     def base(self) -> str:
@@ -112,13 +112,16 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.process.returncode}): {self.output()}")
+                code = self.process.returncode
+                raise RuntimeError(f"{self.name} exited ({code}): {self.output()}")
             with contextlib.suppress(OSError), socket.create_connection(
                 ("127.0.0.1", self.port), timeout=0.5
             ):
                 return self
             time.sleep(0.02)
-        raise RuntimeError(f"{self.name} did not listen on {self.port} in {timeout}s: {self.output()}")
+        raise RuntimeError(
+            f"{self.name} did not listen on {self.port} in {timeout}s: {self.output()}"
+        )
 
     def output(self, tail: int | None = 2000) -> str:
         """What the server printed (the last ``tail`` bytes; all with ``None``)."""

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from asyncio_lookup.errors import AsyncLookupError, HttpStatusError, TransientError
 from tests.connectors.conformance.apps import spec
-from tests.connectors.conformance.conftest import assert_own_row, lookup, lookup_function
+from tests.connectors.conformance.conftest import (
+    CLIENTS,
+    Fleet,
+    assert_own_row,
+    lookup,
+    lookup_function,
+)
 from tests.connectors.conformance.servers import IDLE, INTERIM, Server, servers_that
 
 
@@ -116,26 +123,56 @@ async def test_long_and_many_headers(server: Server, client: str, route: str) ->
 @on()
 async def test_a_1_mb_header_is_refused_clearly(server: Server, client: str) -> None:
     async with lookup_function(f"{server.base}/huge-header/{{id}}", client) as fn:
-        with pytest.raises(AsyncLookupError, match="(?i)header") as info:
+        with pytest.raises(AsyncLookupError, match=r"(?i)header") as info:
             await lookup(fn, "huge")
         assert len(str(info.value)) < 2000, "the error does not carry the header"
 
 
-@on()
-async def test_a_server_that_never_answers_times_out(server: Server, client: str) -> None:
+# The two cases that wait (for a timeout, for the servers' idle close) run on every server and
+# both clients at once, in one module fixture: one wait instead of one per server and client.
+# Each (server, client) test then reports its own outcome.
+
+Outcome = dict[tuple[str, str], BaseException | None]
+Scenario = Callable[[Server, str], Awaitable[None]]
+
+
+def everywhere(fleet: Fleet, names: list[str], scenario: Scenario) -> Outcome:
+    """``scenario`` on each server of ``names`` with each client, all at once; what each raised
+    (a scenario still running after 20 s raises ``TimeoutError``: it hung)."""
+    servers = [fleet.get(name) for name in names if name in fleet.servers]
+
+    async def one(server: Server, client: str) -> BaseException | None:
+        try:
+            await asyncio.wait_for(scenario(server, client), 20)
+        except Exception as error:
+            return error
+        return None
+
+    async def run() -> Outcome:
+        pairs = [(s, c) for s in servers for c in CLIENTS]
+        outcomes = await asyncio.gather(*(one(s, c) for s, c in pairs))
+        return {(s.name, c): o for (s, c), o in zip(pairs, outcomes, strict=True)}
+
+    return asyncio.run(run())
+
+
+def check(outcomes: Outcome, server: Server, client: str) -> None:
+    error = outcomes[(server.name, client)]
+    if error is not None:
+        raise error
+
+
+async def never_answers(server: Server, client: str) -> None:
     async with lookup_function(f"{server.base}/never/{{id}}", client, timeout=0.5) as fn:
         started = time.monotonic()
-        with pytest.raises(TransientError, match="(?i)timeout|timed out"):
+        with pytest.raises(TransientError, match=r"(?i)timeout|timed out"):
             await lookup(fn, "n1")
         assert time.monotonic() - started < 2.0
     async with lookup_function(f"{server.base}/item/{{id}}", client, timeout=2) as fn:
         assert_own_row(await lookup(fn, "after"), "after", server)
 
 
-@on(IDLE)
-async def test_keep_alive_across_the_servers_idle_close(server: Server, client: str) -> None:
-    """Servers close idle connections after 1 s (Node after its 1 s plus a grace period, and
-    it announces ``Keep-Alive: timeout=1``): lookups after an idle 1.5 s all succeed."""
+async def idle_close(server: Server, client: str) -> None:
     async with lookup_function(f"{server.base}/item/{{id}}", client, max_connections=8) as fn:
         first = await asyncio.gather(*(lookup(fn, f"a{i}") for i in range(8)))
         await asyncio.sleep(1.5)
@@ -144,6 +181,33 @@ async def test_keep_alive_across_the_servers_idle_close(server: Server, client: 
         assert_own_row(rows, f"a{i}", server)
     for i, rows in enumerate(second):
         assert_own_row(rows, f"b{i}", server)
+
+
+@pytest.fixture(scope="module")
+def never_outcomes(fleet: Fleet) -> Outcome:
+    return everywhere(fleet, servers_that(), never_answers)
+
+
+@pytest.fixture(scope="module")
+def idle_outcomes(fleet: Fleet) -> Outcome:
+    return everywhere(fleet, servers_that(IDLE), idle_close)
+
+
+@on()
+def test_a_server_that_never_answers_times_out(
+    server: Server, client: str, never_outcomes: Outcome
+) -> None:
+    """A 0.5 s timeout ends the lookup (a clear transient error); the next one is answered."""
+    check(never_outcomes, server, client)
+
+
+@on(IDLE)
+def test_keep_alive_across_the_servers_idle_close(
+    server: Server, client: str, idle_outcomes: Outcome
+) -> None:
+    """Servers close idle connections after 1 s (Node after its 1 s plus a grace period, and
+    it announces ``Keep-Alive: timeout=1``): lookups after an idle 1.5 s all succeed."""
+    check(idle_outcomes, server, client)
 
 
 @on()
