@@ -15,7 +15,7 @@ import pytest
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.connectors.http_client import HttpClient
 from asyncio_lookup.connectors.http_connector import open_client
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import AsyncLookupError, ConfigurationError
 from tests.connectors.conformance.servers import INTERIM, Server, servers_that
 
 
@@ -133,3 +133,17 @@ async def test_control_characters_in_a_header_are_refused(client: str) -> None:
         HttpConnector(
             "http://127.0.0.1:9/item/{id}", client=client, headers={"X-A": "a\r\nX-Injected: 1"}
         )
+
+
+@on()
+async def test_after_an_answer_over_a_limit_the_next_is_its_own(
+    server: Server, client: str
+) -> None:
+    """A body over ``max_body_size`` and a 1 MB header are refused; the answer after each, on
+    the same client, is the one asked for (nothing left over on a reused connection)."""
+    async with fetching(server, client, max_body_size=1_000_000, max_connections=1) as http:
+        for route in ("big", "huge-header"):
+            with pytest.raises(AsyncLookupError):
+                await fetch(http, "GET", f"{server.base}/{route}/x")
+            after = await fetch(http, "GET", f"{server.base}/item/a-{route}")
+            own(after[2], f"a-{route}", server)

@@ -113,6 +113,16 @@ async def test_a_5_mb_body(server: Server, client: str) -> None:
 
 
 @on()
+async def test_a_body_over_max_body_size_is_refused_clearly(server: Server, client: str) -> None:
+    url = f"{server.base}/big/{{id}}"
+    async with lookup_function(url, client, max_body_size=1_000_000) as fn:
+        with pytest.raises(AsyncLookupError, match="max_body_size"):
+            await lookup(fn, "big")
+    async with lookup_function(f"{server.base}/item/{{id}}", client, max_body_size=1000) as fn:
+        assert_own_row(await lookup(fn, "small"), "small", server)
+
+
+@on()
 @pytest.mark.parametrize("route", ["long-header", "many-headers"])
 async def test_long_and_many_headers(server: Server, client: str, route: str) -> None:
     async with lookup_function(f"{server.base}/{route}/{{id}}", client) as fn:
