@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.paths import REPO_ROOT
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from rich.progress import Progress, TaskID
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from benchmarks.servers import LatencyServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Skipped(Exception):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.harness import REPO_ROOT
+from benchmarks.paths import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

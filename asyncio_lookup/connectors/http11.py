@@ -105,12 +105,10 @@ class ConnectionPool:
         self.idle_timeout = idle_timeout
         self._sweep: asyncio.TimerHandle | None = None
 
-    def take_idle(self, origin: Origin) -> Http11Connection | None:
-        """An idle connection to ``origin`` that is not about to expire, if one is kept."""
+    def take_idle(self, origin: Origin, now: float) -> Http11Connection | None:
+        """An idle connection to ``origin`` that is not about to expire, if one is kept;
+        ``now`` on the loop's clock."""
         idle = self.idle.get(origin)
-        if not idle:
-            return None
-        now = asyncio.get_running_loop().time()
         while idle:
             connection = idle.pop()
             connection.idle = False
@@ -123,8 +121,9 @@ class ConnectionPool:
 
     async def acquire(self, origin: Origin) -> Http11Connection:
         """An idle connection to ``origin``, else a new one, else the next one freed."""
+        loop = asyncio.get_running_loop()
         while True:
-            connection = self.take_idle(origin)
+            connection = self.take_idle(origin, loop.time())
             if connection is not None:
                 return connection
             if self.open < self.limit or self._close_one_idle():
@@ -135,7 +134,7 @@ class ConnectionPool:
                     self.open -= 1
                     self._wake()
                     raise
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = loop.create_future()
             self.waiters.append(waiter)
             try:
                 await waiter
@@ -144,19 +143,20 @@ class ConnectionPool:
                     self._wake()  # woken as we were cancelled: pass the turn on
                 raise
 
-    def release(self, connection: Http11Connection) -> None:
-        """``connection`` has answered its request: keep it idle for the next one."""
+    def release(self, connection: Http11Connection, since: float) -> None:
+        """``connection`` has answered its request (sent at ``since``, on the loop's clock):
+        keep it idle for the next one, until ``since`` plus its idle lifetime."""
         if connection.closed:
             self.discard(connection)
             return
-        loop = asyncio.get_running_loop()
         lifetime = self.idle_timeout
         if connection.keep_alive is not None:  # retire it a second before the server does
             lifetime = min(lifetime, max(connection.keep_alive - 1.0, connection.keep_alive / 2))
-        connection.expires = loop.time() + lifetime
+        connection.expires = since + lifetime
         connection.idle = connection.reused = True
         self.idle.setdefault(connection.origin, []).append(connection)
         if self._sweep is None:
+            loop = asyncio.get_running_loop()
             self._sweep = loop.call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
         self._wake()
 
@@ -347,12 +347,13 @@ class Http11Client:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or a new loop: the old one's state is gone
             self._reset(loop)
-        exchange = _Exchange(loop.time() + self.timeout)
+        now = loop.time()
+        exchange = _Exchange(now + self.timeout)
         self.deadlines.trim()
         self.deadlines.add(exchange)
         try:
             for attempt in (1, 2):
-                connection = self.pool.take_idle(origin)
+                connection = self.pool.take_idle(origin, now)
                 if connection is None:
                     async with asyncio.timeout_at(exchange.at):
                         connection = await self.pool.acquire(origin)
@@ -368,14 +369,14 @@ class Http11Client:
                     raise
                 except UnreadableResponse:
                     exchange.connection = None
-                    self.pool.release(connection)  # framing intact unless it was aborted
+                    self.pool.release(connection, now)  # framing intact unless it was aborted
                     raise
                 except BaseException:
                     self.pool.discard(connection)
                     exchange.connection = None
                     raise
                 exchange.connection = None
-                self.pool.release(connection)
+                self.pool.release(connection, now)
                 return answer
             raise AssertionError("unreachable")  # pragma: no cover
         finally:

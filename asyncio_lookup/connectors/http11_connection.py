@@ -50,9 +50,7 @@ class Headers(Mapping[str, str]):
 
     def _index(self) -> dict[str, str]:
         if self._by_name is None:
-            self._by_name = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw
-            }
+            self._by_name = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw}
         return self._by_name
 
     def __getitem__(self, name: str) -> str:
@@ -100,18 +98,17 @@ class Http11Connection(asyncio.Protocol):
         self.origin = origin
         self.owner = owner
         self.limits = limits
+        self.max_headers = limits.max_headers
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[Fetched] | None = None
         self.head_only = False  # the request in flight is a HEAD
         self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.header_bytes = 0  # of the header lines read
         self.head_seen = 0  # bytes received while the header block is incomplete
         self.coding: bytes | None = None  # the answer's Content-Encoding
         self.body: list[bytes] = []
         self.body_size = 0
         self.answer: Fetched | None = None  # the final answer, read, not yet handed over
-        self.interim = False  # the answer being read is a 1xx
         self.received = False  # a byte of the current answer has arrived
         self.headers_done = False  # the final answer's header block is read
         self.keep_alive: float | None = None  # the server's Keep-Alive: timeout=
@@ -131,7 +128,8 @@ class Http11Connection(asyncio.Protocol):
         if self.tunnel is not None:
             self._tunnel_data(data)
             return
-        if self.waiter is None:
+        waiter = self.waiter
+        if waiter is None:
             self.abort()  # an answer nobody asked for: the connection can't be trusted
             return
         self.received = True
@@ -146,14 +144,24 @@ class Http11Connection(asyncio.Protocol):
             cause = error.__context__
             if isinstance(cause, (UnreadableResponse, ProtocolViolation)):
                 self._fail(cause)
+            elif self.parser.get_status_code() == 101:  # llhttp pauses on an upgrade
+                self._fail(ProtocolViolation("the server switched protocols, never asked for"))
             else:
                 self._fail(ProtocolViolation(f"unreadable HTTP answer: {error}"))
             return
-        if self.answer is not None:
-            self._hand_over()
-        elif self.head_only and self.headers_done:
-            self._hand_over_head()
-        elif not self.headers_done and self.head_seen > self.limits.max_header_bytes:
+        answer = self.answer
+        if answer is not None:  # the final answer, complete: hand it over
+            self.answer = self.waiter = None
+            if self.closed:
+                self.abort()
+            if self.coding is not None:
+                answer = self._decoded(answer, waiter)
+            if answer is not None and not waiter.done():
+                waiter.set_result(answer)
+        elif self.headers_done:
+            if self.head_only:
+                self._hand_over_head()
+        elif self.head_seen > self.limits.max_header_bytes:
             self._fail(self._too_large_head())  # one header line without an end
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -167,29 +175,26 @@ class Http11Connection(asyncio.Protocol):
         if waiter is None or waiter.done():
             return
         if self.headers_done and self._reads_to_close():
-            self.answer = self._answer()
+            status, headers = self.parser.get_status_code(), Headers(self.raw_headers)
+            self.answer = (status, headers, self._body())
             self._hand_over()
             return
         reason = f": {exc}" if exc else ""
         self.waiter = None
-        waiter.set_exception(ConnectionClosed(
-            f"the server closed the connection{reason}", before_answer=not self.received
-        ))
+        waiter.set_exception(
+            ConnectionClosed(
+                f"the server closed the connection{reason}", before_answer=not self.received
+            )
+        )
 
     # -- httptools callbacks -----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self.answer is not None:
+        if self.answer is not None:  # even its first bytes: else it could end on the next request
             raise ProtocolViolation("the server sent a second answer to one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.raw_headers.append((name, value))
-        self.header_bytes += len(name) + len(value) + 4
-        if (
-            len(self.raw_headers) > self.limits.max_headers
-            or self.header_bytes > self.limits.max_header_bytes
-        ):
-            raise self._too_large_head()
         size = len(name)
         if size == 16 and name.lower() == b"content-encoding":
             self.coding = value
@@ -197,12 +202,11 @@ class Http11Connection(asyncio.Protocol):
             self.keep_alive = _keep_alive_timeout(value)
 
     def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if 100 <= status < 200:
-            if status == 101:
-                raise ProtocolViolation("the server switched protocols (101), never asked for")
-            self.interim = True
-            return
+        if len(self.raw_headers) > self.max_headers or (
+            self.head_seen > self.limits.max_header_bytes
+            and sum(len(k) + len(v) + 4 for k, v in self.raw_headers) > self.limits.max_header_bytes
+        ):
+            raise self._too_large_head()
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
@@ -214,11 +218,12 @@ class Http11Connection(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        if self.interim:  # 100 / 102 / 103 ...: the final answer follows
-            self.interim = False
-            self.raw_headers, self.header_bytes, self.head_seen, self.coding = [], 0, 0, None
+        status = self.parser.get_status_code()
+        if status < 200:  # 100 / 102 / 103 ... (a 101 stops the parser): the final follows
+            self.headers_done = False
+            self.raw_headers, self.head_seen, self.coding = [], 0, None
             return
-        self.answer = self._answer()
+        self.answer = (status, Headers(self.raw_headers), self._body())
         if not self.parser.should_keep_alive():
             self.closed = True  # after this answer: the connection is not reused
 
@@ -248,31 +253,36 @@ class Http11Connection(asyncio.Protocol):
         if waiter is None or waiter.done() or answer is None:
             return
         if self.coding is not None:
-            coding, self.coding = self.coding, None
-            try:
-                body = decode(coding, answer[2], self.limits.max_body_size)
-                answer = (answer[0], answer[1], body)
-            except UnreadableResponse as error:
+            answer = self._decoded(answer, waiter)
+        if answer is not None:
+            waiter.set_result(answer)
+
+    def _decoded(self, answer: Fetched, waiter: asyncio.Future[Fetched]) -> Fetched | None:
+        """``answer`` with its content coding undone; None when it failed ``waiter``."""
+        coding, self.coding = self.coding, None
+        assert coding is not None
+        try:
+            return answer[0], answer[1], decode(coding, answer[2], self.limits.max_body_size)
+        except UnreadableResponse as error:
+            if not waiter.done():
                 waiter.set_exception(error)
-                return
-        waiter.set_result(answer)
+            return None
 
     def _hand_over_head(self) -> None:
         """A HEAD's answer is its header block: a new parser for the next answer (llhttp would
         wait for the body its ``Content-Length`` announces)."""
         self.answer = (self.parser.get_status_code(), Headers(self.raw_headers), b"")
         keep_alive = self.parser.should_keep_alive()
-        self.raw_headers, self.header_bytes, self.coding = [], 0, None
+        self.raw_headers, self.head_seen, self.coding = [], 0, None
         self.parser = httptools.HttpResponseParser(self)
         if not keep_alive:
             self.closed = True
         self._hand_over()
 
-    def _answer(self) -> Fetched:
+    def _body(self) -> bytes:
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        answer = (self.parser.get_status_code(), Headers(self.raw_headers), body)
-        self.raw_headers, self.body, self.header_bytes, self.body_size = [], [], 0, 0
-        return answer
+        self.raw_headers, self.body, self.body_size = [], [], 0
+        return body
 
     def _too_large_head(self) -> UnreadableResponse:
         return UnreadableResponse(

@@ -14,6 +14,7 @@ USER_AGENT = "asyncio-lookup"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SAFE_TARGET = "/?&=%:@!$'()*+,;~-._[]"
 _ILLEGAL = re.compile(r"[^A-Za-z0-9/?&=%:@!$'()*+,;~\-._\[\]]")
+_PLAIN = re.compile(r"[A-Za-z0-9/?&=:@!$'()*+,;~\-._\[\]]*")  # legal, no "%"
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
@@ -51,8 +52,11 @@ class Origin:
                 proxy_headers = authorization
         self.address = (self.proxy[0], self.proxy[1]) if self.proxy else (self.host, self.port)
         self.tail = (
-            b"Host: " + self.authority.encode("idna" if not authority.isascii() else "ascii")
-            + b"\r\n" + headers + proxy_headers
+            b"Host: "
+            + self.authority.encode("idna" if not authority.isascii() else "ascii")
+            + b"\r\n"
+            + headers
+            + proxy_headers
         )
 
 
@@ -60,6 +64,8 @@ def request_target(target: str) -> str:
     """``target`` as RFC 3986 allows it on the wire: what is already legal is kept (a valid
     ``%XX`` too); anything else is percent-encoded (UTF-8). Control characters are refused
     (:class:`ValueError`): they could end the request line and start a header."""
+    if _PLAIN.fullmatch(target):
+        return target  # the common case: nothing to check further
     if CONTROL.search(target):
         raise ValueError(f"a control character in the URL {target!r}")
     if _ILLEGAL.search(target):

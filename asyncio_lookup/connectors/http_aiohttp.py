@@ -36,7 +36,9 @@ class AiohttpClient:
             from yarl import URL
         except ImportError as error:
             raise ConfigurationError(
-                "client", "aiohttp", "'asyncio', or install asyncio-lookup[aiohttp]",
+                "client",
+                "aiohttp",
+                "'asyncio', or install asyncio-lookup[aiohttp]",
                 f"aiohttp is not installed here ({error})",
             ) from error
         self.owner = owner
@@ -89,9 +91,7 @@ class AiohttpClient:
             try:
                 target = request_target(rest[slash:].partition("#")[0])
             except ValueError as error:
-                raise ConfigurationError(
-                    "url", url, "a URL without control characters"
-                ) from error
+                raise ConfigurationError("url", url, "a URL without control characters") from error
             url = f"{scheme}{sep}{rest[:slash]}{target}"
         return self._url(url, encoded=True)
 

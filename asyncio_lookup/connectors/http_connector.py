@@ -31,18 +31,23 @@ import asyncio
 import base64
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
 from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
-from asyncio_lookup.connectors.http11_request import header_block
+from asyncio_lookup.connectors.http_answers import check_loop, dig, link_next, parse_retry_after
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
-from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors.http_urls import (
+    check_headers,
+    encode_value,
+    fixed_url,
+    status_set,
+    url_template,
+)
+from asyncio_lookup.connectors.keys import has_null, key_dict
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import (
@@ -56,80 +61,6 @@ from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 log = logging.getLogger(__name__)
 
 BATCH_MODES = ("post_json", "query")
-_MARK = "\x00placeholder\x00"
-
-
-def encode_value(value: Any) -> str:
-    """A key value as an opaque path/query piece: every reserved character and dot encoded."""
-    if type(value) is int:
-        return str(value)  # digits and "-" only: nothing to encode
-    return quote(str(value), safe="").replace(".", "%2E")
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now (delta-seconds or an HTTP-date); ``None`` if absent."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _dig(body: Any, path: str | None) -> Any:
-    if not path:
-        return body
-    for part in path.split("."):
-        if not isinstance(body, dict):
-            return None
-        body = body.get(part)
-    return body
-
-
-def _template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
-    """The URL template without userinfo (returned apart as basic auth), validated."""
-    template = KeyTemplate(url, option)
-    probe = urlsplit(template.format(dict.fromkeys(template.fields, ""), lambda _: _MARK))
-    if probe.scheme not in ("http", "https") or not probe.hostname:
-        raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
-    if _MARK in probe.scheme + probe.netloc + probe.fragment:
-        raise ConfigurationError(
-            option,
-            mask_url(url),
-            "placeholders in the path or query only",
-            "a key must not choose the host, port, credentials or fragment",
-        )
-    credentials = None
-    if probe.username is not None:
-        credentials = (probe.username, probe.password or "")
-        parts = urlsplit(url)
-        hostport = parts.netloc.rpartition("@")[2]
-        url = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
-        template = KeyTemplate(url, option)
-    return template, credentials
-
-
-def _statuses(option: str, statuses: Collection[int]) -> frozenset[int]:
-    if isinstance(statuses, (str, bytes)) or not all(
-        type(s) is int and 100 <= s <= 599 for s in statuses
-    ):
-        raise ConfigurationError(option, statuses, "HTTP status codes (integers 100-599)")
-    return frozenset(statuses)
-
-
-def _fixed_url(url: str | None, option: str) -> str | None:
-    """A batch or scan URL: validated like the template, with no placeholders."""
-    if url is not None and _template(url, option)[0].fields:
-        raise ConfigurationError(option, mask_url(url), "a URL without placeholders")
-    return url
 
 
 def open_client(c: HttpConnector) -> HttpClient:
@@ -145,17 +76,6 @@ def open_client(c: HttpConnector) -> HttpClient:
     from asyncio_lookup.connectors.http_asyncio import AsyncioClient
 
     return AsyncioClient(c)
-
-
-def _check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
-    """Refuse on the driver what would break a request's header block (CR/LF injection)."""
-    try:
-        header_block(headers)
-    except (ValueError, AttributeError, TypeError) as error:
-        raise ConfigurationError(
-            option, shown, "header names that are HTTP tokens and string values without "
-            "control characters (CR, LF, ...)", str(error),
-        ) from error
 
 
 class HttpConnector(AsyncFirstSource):
@@ -192,24 +112,24 @@ class HttpConnector(AsyncFirstSource):
         client: str | None = None,
         max_body_size: int = 64 * 1024 * 1024,
     ) -> None:
-        self.template, url_auth = _template(url, "url")
+        self.template, url_auth = url_template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
         # one key column in one placeholder: a point URL is prefix + value + suffix
         self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.basic_auth = basic_auth or url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
-        _check_headers("headers", self.headers, mask_headers(self.headers))
-        _check_headers("basic_auth / bearer_token", self.request_headers(), "***")
+        check_headers("headers", self.headers, mask_headers(self.headers))
+        check_headers("basic_auth / bearer_token", self.request_headers(), "***")
         self.rows_field = rows_field
         self.batch_rows_field = rows_field if batch_rows_field is None else batch_rows_field
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
-        self.miss_statuses = _statuses("miss_statuses", miss_statuses)
-        self.transient_statuses = _statuses("transient_statuses", transient_statuses)
+        self.miss_statuses = status_set("miss_statuses", miss_statuses)
+        self.transient_statuses = status_set("transient_statuses", transient_statuses)
         self.timeout = seconds("timeout", timeout)
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
-        self.batch_url = _fixed_url(batch_url, "batch_url")
+        self.batch_url = fixed_url(batch_url, "batch_url")
         self.batch_mode = batch_mode
         if not isinstance(batch_field, str) or not batch_field:
             raise ConfigurationError("batch_field", batch_field, "a non-empty field name")
@@ -218,7 +138,7 @@ class HttpConnector(AsyncFirstSource):
         self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
         self.max_body_size = count("max_body_size", max_body_size, maximum=2**40)
         self.client = check_client(http_client.DEFAULT_CLIENT if client is None else client)
-        self.scan_url = _fixed_url(scan_url, "scan_url")
+        self.scan_url = fixed_url(scan_url, "scan_url")
         self.next_field = next_field
         self.cursor_param = cursor_param
         if cursor_param and not next_field:
@@ -365,7 +285,7 @@ class HttpConnector(AsyncFirstSource):
         """The rows in a decoded 2xx body (``EMPTY``: none)."""
         if decoded is EMPTY:
             return []
-        value = _dig(decoded, rows_field) if rows_field else decoded
+        value = dig(decoded, rows_field) if rows_field else decoded
         if type(value) is dict:
             return [value]
         if value is None:
@@ -391,7 +311,7 @@ class HttpConnector(AsyncFirstSource):
 
     def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
         if self.next_field:
-            value = _dig(body, self.next_field)
+            value = dig(body, self.next_field)
             if value in (None, ""):
                 return None
             if self.cursor_param:
@@ -402,7 +322,7 @@ class HttpConnector(AsyncFirstSource):
                 return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote, safe="")))
             target = urljoin(current, str(value))
         else:
-            linked = _link_next(headers.get("Link", ""), current)
+            linked = link_next(headers.get("Link", ""), current)
             if linked is None:
                 return None
             target = linked
@@ -420,7 +340,7 @@ class HttpConnector(AsyncFirstSource):
         client = open_client(self)
         try:
             while url is not None:
-                _check_loop(url, seen)
+                check_loop(url, seen)
                 status, headers, data = await client.fetch("GET", url, None)
                 rows, body = self.rows("GET", url, status, headers, data, self.scan_rows_field)
                 for row in rows:
@@ -428,20 +348,6 @@ class HttpConnector(AsyncFirstSource):
                 url = self.next_page(url, headers, body)
         finally:
             await client.close()
-
-
-def _check_loop(url: str, seen: set[str]) -> None:
-    if url in seen:
-        raise DataFormatError(f"scan: page {mask_url(url)!r} was already read (pagination loop)")
-    seen.add(url)
-
-
-def _link_next(link: str, current: str) -> str | None:
-    for part in link.split(","):
-        target, *params = part.split(";")
-        if any(p.strip().replace('"', "").lower() == "rel=next" for p in params):
-            return urljoin(current, target.strip().strip("<>"))
-    return None
 
 
 class _HttpLookup(AsyncLookupFunction):

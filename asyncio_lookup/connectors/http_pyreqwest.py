@@ -59,7 +59,9 @@ class PyreqwestClient:
             from pyreqwest.exceptions import JSONDecodeError, PyreqwestError, RequestTimeoutError
         except ImportError as error:
             raise ConfigurationError(
-                "client", "pyreqwest", "'asyncio', or install asyncio-lookup[pyreqwest]",
+                "client",
+                "pyreqwest",
+                "'asyncio', or install asyncio-lookup[pyreqwest]",
                 f"pyreqwest is not installed here ({error})",
             ) from error
 

@@ -1,0 +1,72 @@
+"""The HTTP connector's settings checked on the driver, and its URLs: the key template (values
+percent-encoded with nothing kept safe, so a key can never add a path segment, a query, a
+fragment, a header or change the host), fixed batch and scan URLs, status sets, headers."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from asyncio_lookup.connectors._secrets import mask_url
+from asyncio_lookup.connectors.http11_request import header_block
+from asyncio_lookup.connectors.keys import KeyTemplate
+from asyncio_lookup.errors import ConfigurationError
+
+_MARK = "\x00placeholder\x00"
+
+
+def encode_value(value: Any) -> str:
+    """A key value as an opaque path/query piece: every reserved character and dot encoded."""
+    if type(value) is int:
+        return str(value)  # digits and "-" only: nothing to encode
+    return quote(str(value), safe="").replace(".", "%2E")
+
+
+def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
+    """The URL template without userinfo (returned apart as basic auth), validated."""
+    template = KeyTemplate(url, option)
+    probe = urlsplit(template.format(dict.fromkeys(template.fields, ""), lambda _: _MARK))
+    if probe.scheme not in ("http", "https") or not probe.hostname:
+        raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
+    if _MARK in probe.scheme + probe.netloc + probe.fragment:
+        raise ConfigurationError(
+            option,
+            mask_url(url),
+            "placeholders in the path or query only",
+            "a key must not choose the host, port, credentials or fragment",
+        )
+    credentials = None
+    if probe.username is not None:
+        credentials = (probe.username, probe.password or "")
+        parts = urlsplit(url)
+        hostport = parts.netloc.rpartition("@")[2]
+        url = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+        template = KeyTemplate(url, option)
+    return template, credentials
+
+
+def status_set(option: str, statuses: Collection[int]) -> frozenset[int]:
+    if isinstance(statuses, (str, bytes)) or not all(
+        type(s) is int and 100 <= s <= 599 for s in statuses
+    ):
+        raise ConfigurationError(option, statuses, "HTTP status codes (integers 100-599)")
+    return frozenset(statuses)
+
+
+def fixed_url(url: str | None, option: str) -> str | None:
+    """A batch or scan URL: validated like the template, with no placeholders."""
+    if url is not None and url_template(url, option)[0].fields:
+        raise ConfigurationError(option, mask_url(url), "a URL without placeholders")
+    return url
+
+
+def check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
+    """Refuse on the driver what would break a request's header block (CR/LF injection)."""
+    try:
+        header_block(headers)
+    except (ValueError, AttributeError, TypeError) as error:
+        raise ConfigurationError(
+            option, shown, "header names that are HTTP tokens and string values without "
+            "control characters (CR, LF, ...)", str(error),
+        ) from error
