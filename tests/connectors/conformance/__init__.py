@@ -7,7 +7,7 @@ key's row (every answer echoes the key it was asked for, and the server's name) 
 clear error; none hangs (10 s per lookup, pytest-timeout 30 s per test).
 
 The servers (``servers.SERVERS``) run as subprocesses on free 127.0.0.1 ports, all started
-at once for the session and stopped by process group; their endpoints are one spec
+at once for the package and stopped by process group; their endpoints are one spec
 (``apps/spec.py``, and ``apps/node_app.js`` after it):
 
 ==================  ==================================================  ======================

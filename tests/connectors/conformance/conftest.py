@@ -1,5 +1,5 @@
-"""The conformance servers (started once per session, all at once, stopped by process group),
-the clients under test, and lookup helpers.
+"""The conformance servers (started once for the package, all at once, stopped by process
+group), the clients under test, and lookup helpers.
 
 ``server`` is parametrized indirectly with names from :data:`servers.SERVERS`; ``client`` runs
 every test with the project's client (``asyncio``) and aiohttp, the reference. Node's server
@@ -182,8 +182,10 @@ def _proxy(extra: list[str]) -> Any:
     ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Started at this package's first test, stopped after its last (not kept for the rest of
+    a full run)."""
     fleet = Fleet(tmp_path_factory.mktemp("conformance"))
     yield fleet
     fleet.stop()
