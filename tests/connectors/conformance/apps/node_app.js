@@ -67,12 +67,28 @@ function handle(req, res, body) {
     return send(res, 200, item(key, req, { method: req.method, body: sent }));
   }
   const data = Buffer.from(JSON.stringify(item(key, req)));
-  const gzipAsked = /gzip/.test(req.headers["accept-encoding"] || "");
-  if (route === "gzip" || (route === "negotiate" && gzipAsked)) {
-    return send(res, 200, zlib.gzipSync(data), { "Content-Encoding": "gzip", Vary: "Accept-Encoding" });
+  if (route === "negotiate") {
+    // zstd where this Node has it (22.15+), else gzip, else none; X-Coding names the choice
+    const asked = (req.headers["accept-encoding"] || "").split(",").map((p) => p.split(";")[0].trim());
+    const vary = { Vary: "Accept-Encoding" };
+    if (asked.includes("zstd") && zlib.zstdCompressSync) {
+      const headers = Object.assign({ "Content-Encoding": "zstd", "X-Coding": "zstd" }, vary);
+      return send(res, 200, zlib.zstdCompressSync(data), headers);
+    }
+    if (asked.includes("gzip")) {
+      const headers = Object.assign({ "Content-Encoding": "gzip", "X-Coding": "gzip" }, vary);
+      return send(res, 200, zlib.gzipSync(data), headers);
+    }
+    return send(res, 200, data, Object.assign({ "X-Coding": "identity" }, vary));
   }
-  if (route === "negotiate") return send(res, 200, data, { Vary: "Accept-Encoding" });
+  if (route === "gzip") return send(res, 200, zlib.gzipSync(data), { "Content-Encoding": "gzip" });
   if (route === "deflate") return send(res, 200, zlib.deflateSync(data), { "Content-Encoding": "deflate" });
+  if (route === "raw-deflate") {
+    return send(res, 200, zlib.deflateRawSync(data), { "Content-Encoding": "deflate" });
+  }
+  if (route === "unknown-coding") {
+    return send(res, 200, Buffer.from("\x00\x01 not decodable"), { "Content-Encoding": "x-unknown" });
+  }
   if (route === "chunked") {
     res.writeHead(200);
     const third = Math.floor(data.length / 3);

@@ -14,8 +14,10 @@ an answer for the wrong key is seen):
 ``/query?key=...``       the same, the key from the query (form-decoded)
 ``/status/{code}``       that status (3xx with a ``Location``, never followed)
 ``/early/{key}``         interim 1xx answers (100, 102, 103) before the item, GET or POST
-``/gzip/{key}``          the item gzip-coded, asked or not (``/deflate/``: zlib)
-``/negotiate/{key}``     gzip only when ``Accept-Encoding`` asks for it
+``/gzip/{key}``          the item gzip-coded, asked or not (``/deflate/``: zlib;
+                         ``/raw-deflate/``: deflate without the zlib wrapper;
+                         ``/unknown-coding/``: ``x-unknown``, undecodable)
+``/negotiate/{key}``     zstd or gzip when ``Accept-Encoding`` asks for them
 ``/chunked/{key}``       the item in three pieces without a length
 ``/to-close/{key}``      the item without a length, the connection closed after it
 ``/big/{key}``           a 5 MB item
@@ -37,6 +39,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+try:
+    import zstandard
+except ImportError:  # pragma: no cover - the test environment has it
+    zstandard = None
 
 SERVER = os.environ.get("CONFORMANCE_SERVER", "?")
 NEVER = 3.0  # seconds a /never/ answer waits (a client's timeout in the tests is 0.5 s)
@@ -99,13 +106,18 @@ def answer(method: str, target: str, headers: dict[str, str], body: bytes) -> An
         sent = json.loads(body) if body else None
         return _json(item(key, headers, method=method, body=sent), interim=list(INTERIM))
     data = encode(item(key, headers))
-    if route == "gzip" or (route == "negotiate" and "gzip" in headers.get("accept-encoding", "")):
-        return Answer(headers=[("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")],
-                      body=gzip.compress(data))
     if route == "negotiate":
-        return Answer(headers=[("Vary", "Accept-Encoding")], body=data)
+        return negotiate(data, headers.get("accept-encoding", ""))
+    if route == "gzip":
+        return Answer(headers=[("Content-Encoding", "gzip")], body=gzip.compress(data))
     if route == "deflate":
         return Answer(headers=[("Content-Encoding", "deflate")], body=zlib.compress(data))
+    if route == "raw-deflate":  # RFC 9110 says zlib-wrapped; some servers send it raw
+        raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        body = raw.compress(data) + raw.flush()
+        return Answer(headers=[("Content-Encoding", "deflate")], body=body)
+    if route == "unknown-coding":
+        return Answer(headers=[("Content-Encoding", "x-unknown")], body=b"\x00\x01 not decodable")
     if route == "chunked":
         third = len(data) // 3
         return Answer(chunks=[data[:third], data[third : 2 * third], data[2 * third :]])
@@ -125,6 +137,21 @@ def answer(method: str, target: str, headers: dict[str, str], body: bytes) -> An
     if route == "never":
         return _json(item(key, headers), delay=NEVER)
     return _json({"error": f"no route {parts.path}"}, status=404)
+
+
+def negotiate(data: bytes, accept_encoding: str) -> Answer:
+    """The coding the client asks for: zstd (where ``zstandard`` is installed), else gzip, else
+    none; the coding used is named in ``X-Coding``."""
+    asked = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
+    coding, body = "identity", data
+    if "zstd" in asked and zstandard is not None:
+        coding, body = "zstd", zstandard.ZstdCompressor().compress(data)
+    elif "gzip" in asked:
+        coding, body = "gzip", gzip.compress(data)
+    headers = [("Vary", "Accept-Encoding"), ("X-Coding", coding)]
+    if coding != "identity":
+        headers.append(("Content-Encoding", coding))
+    return Answer(headers=headers, body=body)
 
 
 def status(code: int) -> Answer:
