@@ -19,7 +19,9 @@ import statistics
 import time
 
 from asyncio_lookup.connectors import HttpConnector
-from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, TaskRate, TokenBucket
+from asyncio_lookup.lookup.rate import TaskRate
+from asyncio_lookup.lookup.rate_control import TokenBucket
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup
 from tests.spark.rate_servers import CountingService, windows
 
 R = 200.0

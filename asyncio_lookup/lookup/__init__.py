@@ -24,7 +24,7 @@ from asyncio_lookup.lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
-from asyncio_lookup.lookup.rate_limit import RateLimit
+from asyncio_lookup.lookup.rate import RateLimit
 from asyncio_lookup.lookup.reload import (
     CacheReloadTrigger,
     PeriodicCacheReloadTrigger,

@@ -44,7 +44,8 @@ from asyncio_lookup.lookup.providers import (
     PartialCachingAsyncLookupProvider,
     PartialCachingLookupProvider,
 )
-from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup, TaskRate
+from asyncio_lookup.lookup.rate import TaskRate
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry

@@ -35,7 +35,7 @@ from asyncio_lookup.lookup.option_names import (
     RELOAD_STRATEGY,
     SCHEDULE_MODE,
 )
-from asyncio_lookup.lookup.rate_limit import RATE_ALLOWED, format_rate, parse_rate
+from asyncio_lookup.lookup.rate import RATE_ALLOWED, format_rate, parse_rate
 from asyncio_lookup.lookup.reload import (
     ISO_TIME_ALLOWED,
     CacheReloadTrigger,

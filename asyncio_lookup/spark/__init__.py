@@ -4,7 +4,7 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) to ``sys.executable`` of your environment.
 """
 
-from asyncio_lookup.lookup.rate_limit import RateLimit
+from asyncio_lookup.lookup.rate import RateLimit
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
 from asyncio_lookup.spark.failed_rows import split_failed
 from asyncio_lookup.spark.join import lookup_join

@@ -13,12 +13,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
-from asyncio_lookup.lookup.rate_limit import (
-    RateLimit,
-    RateLimitedBatchFunction,
-    TaskRate,
-    rate_limited,
-)
+from asyncio_lookup.lookup.rate import RateLimit, TaskRate
+from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
 from asyncio_lookup.runtime import (
     AsyncBatchFunction,
     AsyncBatchWaitOperator,

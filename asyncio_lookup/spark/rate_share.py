@@ -18,7 +18,7 @@ from typing import Any
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.option_names import RATE_LIMIT_PARALLELISM
 from asyncio_lookup.lookup.options import OPTIONS, LookupOptions
-from asyncio_lookup.lookup.rate_limit import TaskRate
+from asyncio_lookup.lookup.rate import TaskRate
 
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]$")

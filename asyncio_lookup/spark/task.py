@@ -19,7 +19,7 @@ from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_source
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
-from asyncio_lookup.lookup.rate_limit import TaskRate
+from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays

@@ -12,10 +12,10 @@ from urllib.parse import quote
 import pytest
 
 from asyncio_lookup.connectors import HttpConnector, HttpStatusError, http_client
-from asyncio_lookup.connectors.http_client import CLIENTS
 from asyncio_lookup.connectors.http_answers import parse_retry_after
-from asyncio_lookup.connectors.http_urls import encode_value
+from asyncio_lookup.connectors.http_client import CLIENTS
 from asyncio_lookup.connectors.http_pyreqwest import has_dot_segment
+from asyncio_lookup.connectors.http_urls import encode_value
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from tests.connectors.conftest import RetryRecorder, Service, blocking
 

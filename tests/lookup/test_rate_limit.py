@@ -16,22 +16,17 @@ from asyncio_lookup.errors import ConfigurationError, HttpStatusError, Transient
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.options import LookupOptions
-from asyncio_lookup.lookup.rate_limit import (
+from asyncio_lookup.lookup.rate import RateLimit, TaskRate, format_rate, is_throttle, parse_rate
+from asyncio_lookup.lookup.rate_control import (
     DECREASE,
     RECOVERY_SECONDS,
     SLOW_START_DOUBLING,
     SLOW_START_FRACTION,
     Aimd,
-    RateLimit,
-    RateLimitedLookup,
-    RateLimiter,
-    TaskRate,
     TokenBucket,
-    format_rate,
-    is_throttle,
-    parse_rate,
-    rate_limited,
 )
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, rate_limited
+from asyncio_lookup.lookup.rate_limiter import RateLimiter
 from tests.lookup.support import AsyncFn, BatchFn, ManualClock, Source, SyncFn, Table
 from tests.runtime.virtual_time import run_virtual
 
