@@ -33,7 +33,7 @@ TEST_TIMEOUT = 30
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
+        if here in item.path.parents and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
 
 
