@@ -51,8 +51,11 @@ Which server covers which case:
   in the table above (not gunicorn sync and ``http.server`` HTTP/1.0, which close every answer).
 - **Restart mid-run** (stopped and started on the same port while 40 workers look up):
   uvicorn-h11 and Node.
-- **TLS** (trustme: good certificate by name and by IP, wrong host, expired, self-signed):
-  aiohttp.web in one process, one port per certificate. **Forward proxies:** proxy.py (HTTP
+- **TLS** (trustme: good certificate by name and by IP, wrong host, expired, self-signed, a CA
+  named by ``SSL_CERT_FILE`` after start): aiohttp.web in one process, one port per
+  certificate. **Framings over TLS** (an item, 1xx first, read to the close, chunked,
+  ``Connection: close``, gzip, 5 MB): aiohttp.web, uvicorn-h11, ``http.server`` HTTP/1.0 and
+  HTTP/1.1, Node's ``https``. **Forward proxies:** proxy.py (HTTP
   in absolute form, HTTPS through CONNECT, ``NO_PROXY``, a 407 without credentials, the
   credentials in the proxy URL), in front of aiohttp.web.
 

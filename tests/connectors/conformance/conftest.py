@@ -146,25 +146,41 @@ class Fleet:
             for case, (cert, key) in self.certificates.files.items()
             for part in (cert, key, self.tls_ports[case])
         ]
-        self.tls = Server("aiohttp-tls", lambda _: [PY, "aiohttp_app.py", *tls_argv])
-        last = list(self.certificates.files)[-1]
-        self.tls.port = self.tls_ports[last]  # listening once every site of the process is
+        others = tuple(p for case, p in self.tls_ports.items() if case != "good")
+        self.tls = Server(
+            "aiohttp-tls", lambda _: [PY, "aiohttp_app.py", *tls_argv],
+            port=self.tls_ports["good"], tls=True, more_ports=others,
+        )
+        cert, key = (str(f) for f in self.certificates.files["good"])
+        self.tls_servers = {"aiohttp-tls": self.tls}
+        for name, argv in {
+            "uvicorn-h11-tls": lambda port: [
+                *SERVERS["uvicorn-h11"][0](port), "--ssl-certfile", cert, "--ssl-keyfile", key
+            ],
+            "stdlib-1.0-tls": lambda port: [*SERVERS["stdlib-1.0"][0](port), cert, key],
+            "stdlib-1.1-tls": lambda port: [*SERVERS["stdlib-1.1"][0](port), cert, key],
+            "node-tls": lambda port: [*SERVERS["node"][0](port), cert, key],
+        }.items():
+            if name != "node-tls" or NODE:
+                self.tls_servers[name] = Server(name, argv, tls=True)
         self.proxy = Server("proxy.py", _proxy([]))
         self.auth_proxy = Server("proxy.py-auth", _proxy(["--basic-auth", self.PROXY_USER]))
-        self.everything = [*self.servers.values(), self.tls, self.proxy, self.auth_proxy]
+        self.everything = [
+            *self.servers.values(), *self.tls_servers.values(), self.proxy, self.auth_proxy
+        ]
         atexit.register(self.stop)  # should a run be cut short past the fixture's teardown
         for server in self.everything:
             server.start()
         self.ready: set[str] = set()
 
     def get(self, name: str) -> Server:
-        server = self.servers.get(name) if name in SERVERS else None
-        if name == "node" and server is None:
+        """The server ``name``, listening (waited for at its first use)."""
+        server = next((s for s in self.everything if s.name == name), None)
+        if server is None and name.startswith("node") and not NODE:
             if IN_CI:
                 pytest.fail("node is not on PATH (CI=true: Node's server must be tested)")
             pytest.skip("node is not on PATH")
-        if server is None:
-            server = {s.name: s for s in self.everything}[name]
+        assert server is not None, f"no server {name!r}"
         if name not in self.ready:
             server.wait_ready()
             self.ready.add(name)

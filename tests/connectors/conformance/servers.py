@@ -87,15 +87,26 @@ def servers_that(*can: str) -> list[str]:
 class Server:
     """One server process (a process group: gunicorn's workers go with their master)."""
 
-    def __init__(self, name: str, argv: Callable[[int], list[str]], port: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Callable[[int], list[str]],
+        port: int | None = None,
+        tls: bool = False,
+        more_ports: tuple[int, ...] = (),
+    ):
         self.name = name
         self.argv = argv
         self.port = port or free_port()
+        self.tls = tls
+        self.more_ports = more_ports  # other ports the process listens on, waited for too
         self.process: subprocess.Popen[bytes] | None = None
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output, read by tests
 
     @property
     def base(self) -> str:
+        if self.tls:
+            return f"https://localhost:{self.port}"  # the name in its certificate
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Server:
@@ -110,14 +121,18 @@ class Server:
         """Until the port accepts; fails with the server's output if it exits first."""
         assert self.process is not None
         deadline = time.monotonic() + timeout
+        waiting = [self.port, *self.more_ports]
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 raise RuntimeError(f"{self.name} exited ({code}): {self.output()}")
             with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.5
+                ("127.0.0.1", waiting[0]), timeout=0.5
             ):
-                return self
+                waiting.pop(0)
+                if not waiting:
+                    return self
+                continue
             time.sleep(0.02)
         raise RuntimeError(
             f"{self.name} did not listen on {self.port} in {timeout}s: {self.output()}"

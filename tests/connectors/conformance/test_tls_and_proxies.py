@@ -161,3 +161,27 @@ async def test_a_proxy_with_credentials_in_its_url(
     url = tls_url(tls, "good") if scheme == "https" else f"{origin.base}/item/{{id}}"
     async with lookup_function(url, client) as fn:
         assert_own_row(await lookup(fn, "authorized"), "authorized", target)
+
+
+# -- framings over TLS -------------------------------------------------------------------------
+
+TLS_SERVERS = ["aiohttp-tls", "uvicorn-h11-tls", "stdlib-1.0-tls", "stdlib-1.1-tls", "node-tls"]
+TLS_INTERIM = {"aiohttp-tls", "stdlib-1.1-tls", "node-tls"}
+
+
+TLS_CASES = [
+    (name, route)
+    for name in TLS_SERVERS
+    for route in ("item", "early", "to-close", "chunked", "close", "gzip", "big")
+    if route != "early" or name in TLS_INTERIM
+]
+
+
+@pytest.mark.parametrize(("name", "route"), TLS_CASES)
+async def test_framings_over_tls(tls: Fleet, client: str, name: str, route: str) -> None:
+    """The answers of the plain-text cases over TLS: among them an answer read to the close
+    (``http.server`` HTTP/1.0, Node) and 1xx before the answer."""
+    server = tls.get(name)
+    async with lookup_function(f"{server.base}/{route}/{{id}}", client) as fn:
+        for key in ("s1", "s2"):
+            assert_own_row(await lookup(fn, key), key, server)

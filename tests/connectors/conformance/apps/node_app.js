@@ -116,11 +116,20 @@ function handle(req, res, body) {
   return send(res, 404, { error: `no route ${pathPart}` });
 }
 
-const server = http.createServer((req, res) => {
+function listener(req, res) {
   const parts = [];
   req.on("data", (c) => parts.push(c));
   req.on("end", () => handle(req, res, Buffer.concat(parts).toString("utf8")));
-});
+}
+
+// `node node_app.js PORT [CERT KEY]`: with a certificate and key, Node's https module
+const tls = process.argv.length >= 5;
+const server = tls
+  ? require("https").createServer(
+      { cert: require("fs").readFileSync(process.argv[3]), key: require("fs").readFileSync(process.argv[4]) },
+      listener
+    )
+  : http.createServer(listener);
 server.keepAliveTimeout = 1000;
 server.headersTimeout = 5000;
 server.maxHeadersCount = 0;

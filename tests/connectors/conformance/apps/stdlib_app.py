@@ -1,4 +1,5 @@
-"""The spec on Python's ``http.server``: ``python stdlib_app.py PORT HTTP/1.0|HTTP/1.1``.
+"""The spec on Python's ``http.server``: ``python stdlib_app.py PORT HTTP/1.0|HTTP/1.1 [CERT KEY]``
+(with a certificate and key: HTTPS).
 
 A ``ThreadingHTTPServer`` with a ``BaseHTTPRequestHandler``. ``HTTP/1.0``: every answer ends
 the connection, and an answer without a length is read to the close. ``HTTP/1.1``: kept alive,
@@ -8,6 +9,7 @@ idle connections closed after 1 s (the handler's socket timeout), 1xx answers wr
 
 from __future__ import annotations
 
+import ssl
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,12 +69,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
 
 
-def main(port: int, version: str) -> None:
+def main(port: int, version: str, cert: str | None = None, key: str | None = None) -> None:
     Handler.protocol_version = version
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 1024
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    if cert and key:  # HTTPS: every accepted connection wrapped (handshake in its thread)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    server.serve_forever()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    main(int(sys.argv[1]), sys.argv[2], *sys.argv[3:5])
