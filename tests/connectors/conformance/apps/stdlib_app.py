@@ -19,6 +19,7 @@ import spec
 
 class Handler(BaseHTTPRequestHandler):
     timeout = 1.0  # an idle kept-alive connection is closed after this
+    disable_nagle_algorithm = True  # head and body are two writes: no delayed-ACK stall
 
     def log_message(self, format: str, *args: object) -> None:
         pass
