@@ -38,7 +38,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if a.no_length:
         stream.force_close()
     await stream.prepare(request)
-    for piece in a.chunks or [a.body]:
+    for piece in [] if request.method == "HEAD" else a.chunks or [a.body]:
         await stream.write(piece)
         await asyncio.sleep(0.001)
     await stream.write_eof()

@@ -43,7 +43,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if a.close or a.no_length:
         out.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": a.status, "headers": out})
-    for piece in a.chunks or ():
+    head = scope["method"] == "HEAD"
+    for piece in () if head else a.chunks or ():
         await send({"type": "http.response.body", "body": piece, "more_body": True})
         await asyncio.sleep(0.001)
-    await send({"type": "http.response.body", "body": a.body})
+    await send({"type": "http.response.body", "body": b"" if head else a.body})

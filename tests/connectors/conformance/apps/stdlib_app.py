@@ -61,6 +61,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
+        if self.command == "HEAD":
+            return
         for piece in a.chunks or [a.body]:
             if chunked:
                 piece = b"%x\r\n%s\r\n" % (len(piece), piece)
