@@ -141,18 +141,19 @@ async def test_after_an_answer_over_a_limit_the_next_is_its_own(
 ) -> None:
     """A body over ``max_body_size`` and a 1 MB header are refused; the answer after each, on
     the same client, is the one asked for (nothing left over on a reused connection)."""
-    async with fetching(server, client, max_body_size=1_000_000, max_connections=1) as http:
+    async with fetching(server, client, max_body_size=100_000, max_connections=1) as http:
         for route in ("big", "huge-header"):
             with pytest.raises(AsyncLookupError):
-                await fetch(http, "GET", f"{server.base}/{route}/x")
+                await fetch(http, "GET", f"{server.base}/{route}/x?bytes=300000")
             after = await fetch(http, "GET", f"{server.base}/item/a-{route}")
             own(after[2], f"a-{route}", server)
 
 
 AIOHTTP_WAITRESS_HEAD = (
     "waitress ends a HEAD answer framed as chunked with a stray '0\\r\\n\\r\\n' before it "
-    "closes; aiohttp refuses the answer (400, \"Data after `Connection: close`\") where the "
-    "asyncio client reads the headers and drops the connection"
+    "closes; aiohttp refuses the answer (400, \"Data after `Connection: close`\") when the "
+    "stray bytes come with the headers (so not every run), where the asyncio client reads the "
+    "headers and drops the connection"
 )
 
 
@@ -164,7 +165,7 @@ async def test_head_of_an_answer_framed_otherwise(
     """HEAD where the GET's answer is chunked, without a length, or gzip-coded: the headers
     only, and the GET after it on the same client is its own."""
     if (client, server.name) == ("aiohttp", "waitress") and route != "gzip":
-        request.applymarker(pytest.mark.xfail(reason=AIOHTTP_WAITRESS_HEAD, strict=True))
+        request.applymarker(pytest.mark.xfail(reason=AIOHTTP_WAITRESS_HEAD, strict=False))
     async with fetching(server, client, max_connections=1) as http:
         for i in range(2):
             status, _, body = await fetch(http, "HEAD", f"{server.base}/{route}/h{i}")

@@ -114,26 +114,36 @@ async def test_an_unknown_coding_is_a_clear_error(
 
 
 @on()
-@pytest.mark.parametrize("framing", ["chunked", "to-close", "close"])
+@pytest.mark.parametrize("framing", ["chunked", "trailers", "to-close", "close"])
 async def test_framings(server: Server, client: str, framing: str) -> None:
-    """Chunked, without a length until the close, and ``Connection: close``; a lookup after
-    each on the same client (a closed connection is never reused)."""
+    """Chunked (with a trailer field where the server can), without a length until the close,
+    and ``Connection: close``; a lookup after each on the same client."""
     async with lookup_function(f"{server.base}/{framing}/{{id}}", client) as fn:
         for i in range(4):
             assert_own_row(await lookup(fn, f"f{i}"), f"f{i}", server)
 
 
+BIG_ROUTES = ["big", "big-chunked", "gzip-bomb"]
+
+
 @on()
-async def test_a_5_mb_body(server: Server, client: str) -> None:
-    async with lookup_function(f"{server.base}/big/{{id}}", client) as fn:
+@pytest.mark.parametrize("route", BIG_ROUTES)
+async def test_a_5_mb_body(server: Server, client: str, route: str) -> None:
+    """With a length, in 1 MB chunks without one, and gzip-coded (5 KB on the wire)."""
+    async with lookup_function(f"{server.base}/{route}/{{id}}", client) as fn:
         row = assert_own_row(await lookup(fn, "big"), "big", server)
     assert len(row["blob"]) == spec.BIG
 
 
 @on()
-async def test_a_body_over_max_body_size_is_refused_clearly(server: Server, client: str) -> None:
-    url = f"{server.base}/big/{{id}}"
-    async with lookup_function(url, client, max_body_size=1_000_000) as fn:
+@pytest.mark.parametrize("route", BIG_ROUTES)
+async def test_a_body_over_max_body_size_is_refused_clearly(
+    server: Server, client: str, route: str
+) -> None:
+    """Over the limit as sent, as it streams in without a length, and once decoded (300 kB
+    bodies, a limit of 100 kB)."""
+    url = f"{server.base}/{route}/{{id}}?bytes=300000"
+    async with lookup_function(url, client, max_body_size=100_000) as fn:
         with pytest.raises(AsyncLookupError, match="max_body_size"):
             await lookup(fn, "big")
     async with lookup_function(f"{server.base}/item/{{id}}", client, max_body_size=1000) as fn:

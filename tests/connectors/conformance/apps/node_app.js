@@ -100,7 +100,24 @@ function handle(req, res, body) {
     return;
   }
   if (route === "to-close") return send(res, 200, data, {}, { noLength: true });
-  if (route === "big") return send(res, 200, item(key, req, { blob: "x".repeat(BIG) }));
+  const size = parseInt(new URLSearchParams(query || "").get("bytes") || String(BIG), 10);
+  if (route === "big") return send(res, 200, item(key, req, { blob: "x".repeat(size) }));
+  if (route === "big-chunked") {
+    const big = Buffer.from(JSON.stringify(item(key, req, { blob: "x".repeat(size) })));
+    res.writeHead(200);
+    for (let i = 0; i < big.length; i += 1000000) res.write(big.subarray(i, i + 1000000));
+    return res.end();
+  }
+  if (route === "gzip-bomb") {
+    const big = Buffer.from(JSON.stringify(item(key, req, { blob: "x".repeat(size) })));
+    return send(res, 200, zlib.gzipSync(big), { "Content-Encoding": "gzip" });
+  }
+  if (route === "trailers") {
+    res.writeHead(200, { Trailer: "X-Checksum" });
+    res.write(data.subarray(0, 10));
+    res.addTrailers({ "X-Checksum": "c0ffee" });
+    return res.end(data.subarray(10));
+  }
   if (route === "long-header") return send(res, 200, item(key, req), { "X-Long": "l".repeat(7000) });
   if (route === "many-headers") {
     const many = {};

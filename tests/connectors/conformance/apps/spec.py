@@ -20,7 +20,11 @@ an answer for the wrong key is seen):
 ``/negotiate/{key}``     zstd or gzip when ``Accept-Encoding`` asks for them
 ``/chunked/{key}``       the item in three pieces without a length
 ``/to-close/{key}``      the item without a length, the connection closed after it
-``/big/{key}``           a 5 MB item
+``/big/{key}``           a 5 MB item (``/big-chunked/``: in 1 MB pieces without a
+                         length; ``/gzip-bomb/``: gzip-coded, about 5 KB on the wire);
+                         ``?bytes=N``: N bytes instead of 5 MB
+``/trailers/{key}``      chunked with a trailer field (``http.server``, Node; the
+                         others send the chunks without it)
 ``/long-header/{key}``   the item and a 7,000-byte header (``/many-headers/``: 80
                          headers; ``/huge-header/``: a 1 MB header, which no client
                          should accept)
@@ -68,6 +72,7 @@ class Answer:
     no_length: bool = False  # no Content-Length; the connection closes after the body
     delay: float = 0.0  # seconds before answering
     length: int | None = None  # Content-Length of a HEAD answer (of the GET's body)
+    trailers: Headers = field(default_factory=list)  # after a chunked body, where possible
 
 
 def item(key: str, headers: dict[str, str], **extra: object) -> dict[str, object]:
@@ -123,8 +128,17 @@ def answer(method: str, target: str, headers: dict[str, str], body: bytes) -> An
         return Answer(chunks=[data[:third], data[third : 2 * third], data[2 * third :]])
     if route == "to-close":
         return Answer(body=data, no_length=True)
+    size = int(parse_qs(parts.query).get("bytes", [str(BIG)])[0])
     if route == "big":
-        return _json(item(key, headers, blob="x" * BIG))
+        return _json(item(key, headers, blob="x" * size))
+    if route == "big-chunked":  # in 1 MB pieces, no length
+        data = encode(item(key, headers, blob="x" * size))
+        return Answer(chunks=[data[i : i + 1_000_000] for i in range(0, len(data), 1_000_000)])
+    if route == "gzip-bomb":  # 5 MB that gzip makes about 5 KB
+        body = gzip.compress(encode(item(key, headers, blob="x" * size)))
+        return Answer(headers=[("Content-Encoding", "gzip")], body=body)
+    if route == "trailers":  # chunked with a trailer field, where the server can send one
+        return Answer(chunks=[data[:10], data[10:]], trailers=[("X-Checksum", "c0ffee")])
     if route == "long-header":
         return _json(item(key, headers), headers=[("X-Long", "l" * LONG_HEADER)])
     if route == "many-headers":

@@ -55,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(a.length))
         elif chunked:
             self.send_header("Transfer-Encoding", "chunked")
+            if a.trailers:
+                self.send_header("Trailer", ", ".join(k for k, _ in a.trailers))
         elif (a.chunks is None and not a.no_length) and a.status not in (204, 304):
             self.send_header("Content-Length", str(len(a.body)))
         if a.close or a.no_length or (a.chunks is not None and not http11):
@@ -69,7 +71,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(piece)
             self.wfile.flush()
         if chunked:
-            self.wfile.write(b"0\r\n\r\n")
+            trailers = "".join(f"{k}: {v}\r\n" for k, v in a.trailers).encode("latin-1")
+            self.wfile.write(b"0\r\n" + trailers + b"\r\n")
 
 
 def main(port: int, version: str, cert: str | None = None, key: str | None = None) -> None:
