@@ -30,11 +30,15 @@ Which server covers which case:
 
 - **Every server:** own rows and misses; awkward keys in the path and the query (space, ``/``,
   ``?``, ``#``, ``%``, ``+``, ``&``, unicode, ``..``, ``.``, ...); status classes through the
-  connector and through ``fetch`` (2xx incl. 204, 3xx not followed, 304, 4xx, 5xx); HEAD;
-  POST with a JSON body; gzip and deflate sent unasked and gzip on request; chunked; an answer
-  without a length; ``Connection: close``; a 5 MB body; a 7,000-byte header and 80 headers; a
-  1 MB header refused clearly; a server that never answers (0.5 s timeout); 500 lookups in
-  flight; URLs with a space or unicode encoded, control characters refused before sending.
+  connector and through ``fetch`` (2xx incl. 204, 3xx not followed, 304, 4xx, 5xx); HEAD, also
+  where the GET would be chunked, unframed or gzip-coded; POST with a JSON body; gzip and
+  deflate (zlib and raw) sent unasked, zstd or gzip negotiated by ``Accept-Encoding``, an
+  unknown coding a clear error; chunked (with a trailer field on ``http.server`` HTTP/1.1 and
+  Node); an answer without a length; ``Connection: close``; 5 MB bodies (with a length, chunked
+  without one, a gzip bomb); ``max_body_size`` and a 1 MB header refused clearly, the next
+  answer on the client its own; a 7,000-byte header and 80 headers; a server that never
+  answers (0.5 s timeout); 500 lookups in flight; URLs with a space or unicode encoded, control
+  characters refused before sending.
 - **1xx interim answers** (100, 102 and 103 before every answer; GET and POST): Node
   (``writeContinue``, ``writeProcessing``, ``writeEarlyHints``), ``http.server`` HTTP/1.1
   (``send_response_only``), aiohttp.web (raw writes on ``request.transport``: it has no API).
