@@ -177,11 +177,26 @@ TLS_CASES = [
 ]
 
 
+AIOHTTP_UVLOOP_TLS_CLOSE = (
+    "aiohttp on uvloop, over TLS, loses the end of a 5 MB body when the server closes right "
+    "after it (http.server HTTP/1.0): 'Not enough data to satisfy content length header "
+    "(received ~4.8 MB of 5 MB)', in some runs; on asyncio's loop it reads it all, and the "
+    "asyncio client reads it all on both loops"
+)
+
+
 @pytest.mark.parametrize(("name", "route"), TLS_CASES)
 async def test_framings_over_tls(tls: Fleet, client: str, name: str, route: str) -> None:
     """The answers of the plain-text cases over TLS: among them an answer read to the close
     (``http.server`` HTTP/1.0, Node) and 1xx before the answer."""
     server = tls.get(name)
+    on_uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
     async with lookup_function(f"{server.base}/{route}/{{id}}", client) as fn:
         for key in ("s1", "s2"):
-            assert_own_row(await lookup(fn, key), key, server)
+            try:
+                rows = await lookup(fn, key)
+            except TransientError:
+                if (client, name, route, on_uvloop) == ("aiohttp", "stdlib-1.0-tls", "big", True):
+                    pytest.xfail(AIOHTTP_UVLOOP_TLS_CLOSE)
+                raise
+            assert_own_row(rows, key, server)
