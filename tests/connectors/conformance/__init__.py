@@ -64,5 +64,10 @@ Which server covers which case:
   credentials in the proxy URL), in front of aiohttp.web.
 
 The cases that wait (never-answering, idle close) run on every server and both clients at
-once in a module fixture; each (server, client) test reports its own outcome.
+once in a module fixture; each (server, client) test reports its own outcome. The cases where
+the loop's transports matter (1xx, the framings in plain text and over TLS, restart) run on
+uvloop too (``test_on_uvloop.py``: what Spark's Python workers run).
+
+Cases aiohttp fails are strict xfails naming its behaviour (non-strict where it depends on
+timing); the project's client has none.
 """
