@@ -51,7 +51,7 @@ Which server covers which case:
 - **Connection: close per answer:** uvicorn, hypercorn, aiohttp.web, ``http.server``, Node;
   gunicorn sync closes every answer, waitress closes an answer without a length; gunicorn
   gthread drops an app's ``Connection`` header (hop-by-hop), so its case is a chunked answer.
-- **Keep-alive across the server's idle close** (1.5 s idle): every server with an idle close
+- **Keep-alive across the server's idle close** (idle 0.5 s past it): every server with one
   in the table above (not gunicorn sync and ``http.server`` HTTP/1.0, which close every answer).
 - **Restart mid-run** (stopped and started on the same port while 40 workers look up):
   uvicorn-h11 and Node.
