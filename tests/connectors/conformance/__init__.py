@@ -51,6 +51,8 @@ Which server covers which case:
 - **Connection: close per answer:** uvicorn, hypercorn, aiohttp.web, ``http.server``, Node;
   gunicorn sync closes every answer, waitress closes an answer without a length; gunicorn
   gthread drops an app's ``Connection`` header (hop-by-hop), so its case is a chunked answer.
+- **An answer nobody asked for** (a broken server writes a second answer onto the idle
+  connection): ``http.server`` HTTP/1.1, aiohttp.web, Node.
 - **Keep-alive across the server's idle close** (idle 0.5 s past it): every server with one
   in the table above (not gunicorn sync and ``http.server`` HTTP/1.0, which close every answer).
 - **Restart mid-run** (stopped and started on the same port while 40 workers look up):

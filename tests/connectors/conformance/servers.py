@@ -27,6 +27,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: what a server can send besides the common cases
 INTERIM = "1xx"  # interim answers before the final one
 IDLE = "idle"  # closes an idle kept-alive connection after ~1 s (configured)
+GHOST = "ghost"  # can write a second answer nobody asked for (a broken server)
 
 
 def free_port() -> int:
@@ -71,12 +72,17 @@ SERVERS: dict[str, tuple[Callable[[int], list[str]], frozenset[str]]] = {
         ],
         frozenset({IDLE}),
     ),
-    "aiohttp": (lambda port: [PY, "aiohttp_app.py", str(port)], frozenset({INTERIM, IDLE})),
+    "aiohttp": (
+        lambda port: [PY, "aiohttp_app.py", str(port)], frozenset({INTERIM, IDLE, GHOST})
+    ),
     "stdlib-1.0": (lambda port: [PY, "stdlib_app.py", str(port), "HTTP/1.0"], frozenset()),
     "stdlib-1.1": (
-        lambda port: [PY, "stdlib_app.py", str(port), "HTTP/1.1"], frozenset({INTERIM, IDLE})
+        lambda port: [PY, "stdlib_app.py", str(port), "HTTP/1.1"],
+        frozenset({INTERIM, IDLE, GHOST}),
     ),
-    "node": (lambda port: [NODE or "node", "node_app.js", str(port)], frozenset({INTERIM, IDLE})),
+    "node": (
+        lambda port: [NODE or "node", "node_app.js", str(port)], frozenset({INTERIM, IDLE, GHOST})
+    ),
 }
 
 

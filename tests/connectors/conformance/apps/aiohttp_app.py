@@ -33,6 +33,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
             response.headers["Content-Length"] = str(a.length)
         if a.close:
             response.force_close()
+        if a.ghost:
+            asyncio.get_running_loop().call_later(0.05, request.transport.write, a.ghost)
         return response
     stream = web.StreamResponse(status=a.status, headers=a.headers)
     if a.no_length:

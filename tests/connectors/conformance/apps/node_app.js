@@ -126,6 +126,16 @@ function handle(req, res, body) {
   }
   if (route === "huge-header") return send(res, 200, item(key, req), { "X-Huge": "h".repeat(1000000) });
   if (route === "close") return send(res, 200, item(key, req), {}, { close: true });
+  if (route === "ghost") {
+    const ghost = JSON.stringify(item("ghost", req));
+    const socket = req.socket;
+    setTimeout(() => {
+      if (!socket.destroyed) {
+        socket.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${ghost.length}\r\n\r\n${ghost}`);
+      }
+    }, 50);
+    return send(res, 200, item(key, req));
+  }
   if (route === "never") {
     setTimeout(() => send(res, 200, item(key, req)), NEVER);
     return;

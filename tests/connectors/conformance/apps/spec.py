@@ -29,6 +29,8 @@ an answer for the wrong key is seen):
                          headers; ``/huge-header/``: a 1 MB header, which no client
                          should accept)
 ``/close/{key}``         the item with ``Connection: close``
+``/ghost/{key}``         the item, then 50 ms later a second answer nobody asked for
+                         (``{"id": "ghost"}``; http.server HTTP/1.1, aiohttp.web, Node)
 ``/never/{key}``         no answer for :data:`NEVER` seconds
 ``POST /echo/{key}``     ``{"id": key, "method": "POST", "body": <the JSON sent>}``
 =======================  ===========================================================
@@ -73,6 +75,7 @@ class Answer:
     delay: float = 0.0  # seconds before answering
     length: int | None = None  # Content-Length of a HEAD answer (of the GET's body)
     trailers: Headers = field(default_factory=list)  # after a chunked body, where possible
+    ghost: bytes = b""  # a second, unasked answer written 50 ms after this one (a broken server)
 
 
 def item(key: str, headers: dict[str, str], **extra: object) -> dict[str, object]:
@@ -146,6 +149,10 @@ def answer(method: str, target: str, headers: dict[str, str], body: bytes) -> An
         return _json(item(key, headers), headers=many)
     if route == "huge-header":
         return _json(item(key, headers), headers=[("X-Huge", "h" * HUGE_HEADER)])
+    if route == "ghost":
+        ghost = encode(item("ghost", headers))
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        return _json(item(key, headers), ghost=head % len(ghost) + ghost)
     if route == "close":
         return _json(item(key, headers), close=True)
     if route == "never":

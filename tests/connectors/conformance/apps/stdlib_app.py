@@ -73,6 +73,9 @@ class Handler(BaseHTTPRequestHandler):
         if chunked:
             trailers = "".join(f"{k}: {v}\r\n" for k, v in a.trailers).encode("latin-1")
             self.wfile.write(b"0\r\n" + trailers + b"\r\n")
+        if a.ghost and self.protocol_version == "HTTP/1.1":
+            time.sleep(0.05)
+            self.wfile.write(a.ghost)
 
 
 def main(port: int, version: str, cert: str | None = None, key: str | None = None) -> None:
