@@ -22,15 +22,17 @@ demo: setup
 cluster-demo: setup
 	$(PY) examples/cluster/standalone.py
 
+# On 3 pytest-xdist workers: classic Spark tests on one, Connect ones on another, the rest spread
+# (tests/conftest.py); `$(PY) -m pytest` alone runs them one by one.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3
 
 bench: setup
 	$(PY) -m benchmarks all
 
 lint: setup
 	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
-	$(PY) -m mypy asyncio_lookup/runtime asyncio_lookup/lookup asyncio_lookup/connectors
+	$(PY) -m mypy asyncio_lookup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build dist *.egg-info

@@ -46,6 +46,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),
     Scenario("hash-lookup-join", "Hash lookup join: shuffle, salting, partitioned FULL cache",
              "benchmarks.external:run_hash_lookup_join"),
+    Scenario("key-ordered", "Key-ordered output vs ORDERED and UNORDERED (FLIP-519)",
+             "benchmarks.key_ordered:run", uses_spark=False),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,30 @@ def postgres_dsn() -> str:
     """DSN of the machine's PostgreSQL (database ``test``, trust auth)."""
     _require(POSTGRES_HOST, POSTGRES_PORT, "PostgreSQL")
     return POSTGRES_DSN
+
+
+def spark_session_kind(nodeid: str) -> str | None:
+    """Which Spark session a test holds in the test process: ``'connect'`` (the local Connect
+    server: one per machine, it binds port 15002), ``'classic'`` (the Spark tests' classic
+    session, and the fault tests, which stop and start classic sessions of their own), or None
+    (no session in this process; Spark in a subprocess at most)."""
+    if nodeid.startswith("tests/spark/") and ("[connect-" in nodeid or "[connect]" in nodeid):
+        return "connect"
+    if nodeid.startswith(("tests/spark/", "tests/faults/")):
+        return "classic"
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs on pytest-xdist workers: the classic Spark tests as one unit on one
+    worker, the Connect ones as one unit on another (PySpark stays in Connect mode once a
+    Connect session started, and one Connect server per machine), every other test alone,
+    spread over the workers as they free up."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkSessionScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            kind = spark_session_kind(nodeid)
+            return f"spark-{kind}" if kind else nodeid
+
+    return SparkSessionScheduling(config, log)

@@ -29,7 +29,7 @@ from asyncio_lookup.validation import (
     unknown_option,
 )
 
-OutputModeName: TypeAlias = Literal["ordered", "unordered"]
+OutputModeName: TypeAlias = Literal["ordered", "unordered", "key_ordered"]
 
 LOOKUP = "LOOKUP"
 SHUFFLE_HASH = "SHUFFLE_HASH"
@@ -38,6 +38,7 @@ HINT_NAMES = (LOOKUP, SHUFFLE_HASH)
 CONF_OUTPUT_MODE = "table.exec.async-lookup.output-mode"
 CONF_BUFFER_CAPACITY = "table.exec.async-lookup.buffer-capacity"
 CONF_TIMEOUT = "table.exec.async-lookup.timeout"
+CONF_KEY_ORDERED = "table.exec.async-lookup.key-ordered-enabled"
 
 MAX_CAPACITY = 1_000_000
 """The most records a lookup join keeps in flight per task (``capacity``); more is a typo."""
@@ -61,7 +62,14 @@ def _parse_table(option: str, value: Any) -> str:
 
 
 def _parse_output_mode(option: str, value: Any, error: type[ConfigurationError]) -> str:
-    return parse_choice(option, value, ("ordered", "allow_unordered"), error=error)
+    return parse_choice(option, value, ("ordered", "allow_unordered", "key_ordered"), error=error)
+
+
+def _output_mode_name(parsed: str) -> OutputModeName:
+    """The runtime's name for a parsed hint or conf value (Flink's 'allow_unordered')."""
+    if parsed == "allow_unordered":
+        return "unordered"
+    return "key_ordered" if parsed == "key_ordered" else "ordered"
 
 
 def _parse_capacity(option: str, value: Any, error: type[ConfigurationError]) -> int:
@@ -143,7 +151,7 @@ class LookupHint:
 
     table: str
     async_: bool | None = None
-    output_mode: str | None = None  # 'ordered' | 'allow_unordered'
+    output_mode: str | None = None  # 'ordered' | 'allow_unordered' | 'key_ordered'
     capacity: int | None = None
     timeout: float | None = None
     retry_predicate: str | None = None  # 'lookup_miss'
@@ -388,18 +396,24 @@ def parse_hints(hints: HintsInput) -> list[Hint]:
 
 @dataclass(frozen=True)
 class AsyncDefaults:
-    """Job-level defaults for async lookups (Flink's ``table.exec.async-lookup.*``)."""
+    """Job-level defaults for async lookups (Flink's ``table.exec.async-lookup.*``).
+
+    ``key_ordered`` (``table.exec.async-lookup.key-ordered-enabled``, FLIP-519): a join whose
+    output mode is unordered (by hint or by default) keeps the order per lookup key instead.
+    """
 
     output_mode: OutputModeName = "ordered"
     capacity: int = 100
     timeout: float = 180.0
+    key_ordered: bool = False
 
     def __post_init__(self) -> None:
         mode = self.output_mode
-        if mode not in ("ordered", "unordered"):
-            parsed = _parse_output_mode(CONF_OUTPUT_MODE, mode, ConfigurationError)
-            mode = "unordered" if parsed == "allow_unordered" else "ordered"
+        if mode not in ("ordered", "unordered", "key_ordered"):
+            mode = _output_mode_name(_parse_output_mode(CONF_OUTPUT_MODE, mode, ConfigurationError))
         object.__setattr__(self, "output_mode", mode)
+        key_ordered = parse_bool(CONF_KEY_ORDERED, self.key_ordered, error=ConfigurationError)
+        object.__setattr__(self, "key_ordered", key_ordered)
         capacity = _parse_capacity(CONF_BUFFER_CAPACITY, self.capacity, ConfigurationError)
         object.__setattr__(self, "capacity", capacity)
         timeout = _parse_timeout(CONF_TIMEOUT, self.timeout, ConfigurationError)
@@ -407,13 +421,14 @@ class AsyncDefaults:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> AsyncDefaults:
-        """Read the defaults from a conf mapping (only the three ``table.exec.async-lookup``
+        """Read the defaults from a conf mapping (only the four ``table.exec.async-lookup``
         keys are looked at; a missing key keeps its default). The output mode is Flink's
-        ``ORDERED`` / ``ALLOW_UNORDERED``."""
+        ``ORDERED`` / ``ALLOW_UNORDERED`` (or ``KEY_ORDERED``)."""
         fields = (
             (CONF_OUTPUT_MODE, "output_mode"),
             (CONF_BUFFER_CAPACITY, "capacity"),
             (CONF_TIMEOUT, "timeout"),
+            (CONF_KEY_ORDERED, "key_ordered"),
         )
         return cls(**{name: conf[key] for key, name in fields if conf.get(key) is not None})
 
@@ -496,14 +511,15 @@ def resolve_lookup(
     if lookup is None:
         return ResolvedLookup(
             table=table,
-            output_mode=defaults.output_mode,
+            output_mode=_keyed(defaults.output_mode, defaults),
             capacity=defaults.capacity,
             timeout=defaults.timeout,
             shuffle=shuffle,
         )
-    output_mode: OutputModeName = defaults.output_mode
+    output_mode = defaults.output_mode
     if lookup.output_mode is not None:
-        output_mode = "unordered" if lookup.output_mode == "allow_unordered" else "ordered"
+        output_mode = _output_mode_name(lookup.output_mode)
+    output_mode = _keyed(output_mode, defaults)
     timeout = lookup.timeout if lookup.timeout is not None else defaults.timeout
     return ResolvedLookup(
         table=table,
@@ -517,6 +533,11 @@ def resolve_lookup(
         on_error=OnError.of(lookup.on_error or "fail"),
         hint=lookup,
     )
+
+
+def _keyed(mode: OutputModeName, defaults: AsyncDefaults) -> OutputModeName:
+    """Flink's rule (FLIP-519): with key order enabled, an unordered join keeps key order."""
+    return "key_ordered" if mode == "unordered" and defaults.key_ordered else mode
 
 
 duration_text = format_duration  # the name lookup/join.py imports

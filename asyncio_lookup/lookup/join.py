@@ -230,6 +230,13 @@ def _probes(batch: ProbeBatch[Any]) -> Iterator[_Probe]:
     return map(_Probe, batch.keys, repeat(None) if left_rows is None else left_rows)
 
 
+def _probe_key(probe: _Probe) -> object:
+    """Key-ordered mode's key: the lookup key; a row that is not looked up (``None``) is its own
+    key, so such rows never wait for each other."""
+    key = probe.key
+    return probe if key is None else key
+
+
 class _LookupCall(AsyncFunction[_Probe, DimRow]):
     """One row's lookup through the chain; its outputs are the row's output dim rows (``None``:
     NULL-padded), none for an INNER join without a surviving dim row."""
@@ -348,6 +355,7 @@ class LookupJoinRunner(Generic[P]):
             capacity=hint.capacity,
             output_mode=OutputMode(hint.output_mode),
             on_error=self._failed if self.keep_failures else None,
+            key_selector=_probe_key if hint.output_mode == "key_ordered" else None,
         )
         self.operator = operator
         rebatcher: Rebatcher[ProbeBatch[P], _Probe, DimRow] = Rebatcher(

@@ -37,7 +37,12 @@ from asyncio_lookup.runtime.batch_function import (
 from asyncio_lookup.runtime.batcher import Batch, batches
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.metrics import OperatorMetrics
-from asyncio_lookup.runtime.operator import AsyncWaitOperator, _check_retry, _check_timeout
+from asyncio_lookup.runtime.operator import (
+    AsyncWaitOperator,
+    _check_output_mode,
+    _check_retry,
+    _check_timeout,
+)
 from asyncio_lookup.runtime.rebatch import aclose
 from asyncio_lookup.runtime.retry import AsyncRetryPredicate, AsyncRetryStrategy, RetryStrategies
 from asyncio_lookup.runtime.run import OperatorRun
@@ -160,6 +165,13 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
         self.batch_size = check_batch_size(batch_size)
         self.batch_timeout = check_batch_timeout(batch_timeout)
         self.retry_strategy = retry_strategy
+        if _check_output_mode(output_mode) is OutputMode.KEY_ORDERED:
+            raise ConfigurationError(
+                "output_mode",
+                output_mode,
+                "ORDERED or UNORDERED",
+                reason="key order is kept per record; a batch holds records of many keys",
+            )
         retry = _check_retry(retry_strategy, _check_timeout(timeout))
         self.operator: AsyncWaitOperator[Batch[IN], Collection[OUT]] = AsyncWaitOperator(
             batch_call(self.fn),

@@ -120,6 +120,7 @@ def _stream(
     output_mode: OutputMode,
     retry_strategy: AsyncRetryStrategy,
     use_uvloop: bool | None,
+    key_selector: Callable[[IN], Any] | None = None,
 ) -> AsyncStream[IN, OUT]:
     operator: AsyncWaitOperator[IN, OUT] = AsyncWaitOperator(
         fn,
@@ -127,6 +128,7 @@ def _stream(
         capacity=capacity,
         output_mode=output_mode,
         retry_strategy=retry_strategy,
+        key_selector=key_selector,
     )
     return AsyncStream(stream, operator, use_uvloop)
 
@@ -156,8 +158,9 @@ class AsyncDataStream:
     with a total timeout per record and optional retries. ``timeout`` is in seconds or a
     ``timedelta``; ``capacity`` bounds the records in flight."""
 
-    # The four methods are Flink's public API, each with its own typed signature for users and
-    # type checkers; they differ only in the output mode and retry strategy given to _stream.
+    # The four methods are Flink's public API (the two key-ordered ones FLIP-519's keyed variant),
+    # each with its own typed signature for users and type checkers; they differ only in the
+    # output mode, key selector and retry strategy given to _stream.
 
     @staticmethod
     def ordered_wait(
@@ -222,6 +225,54 @@ class AsyncDataStream:
         ``retry_strategy`` within ``timeout``."""
         return _stream(
             stream, fn, timeout, capacity, OutputMode.UNORDERED, retry_strategy, use_uvloop
+        )
+
+    @staticmethod
+    def key_ordered_wait(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        key_selector: Callable[[IN], Any],
+        timeout: float | timedelta | None,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """Per key (``key_selector(element)``) outputs in input order, at most one call in flight
+        per key; different keys concurrently, in completion order, never across a watermark.
+        ``capacity`` counts the records waiting for their key too."""
+        return _stream(
+            stream,
+            fn,
+            timeout,
+            capacity,
+            OutputMode.KEY_ORDERED,
+            RetryStrategies.NO_RETRY,
+            use_uvloop,
+            key_selector,
+        )
+
+    @staticmethod
+    def key_ordered_wait_with_retry(
+        stream: Source,
+        fn: Fn[IN, OUT],
+        key_selector: Callable[[IN], Any],
+        timeout: float | timedelta,
+        retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100,
+        *,
+        use_uvloop: bool | None = None,
+    ) -> AsyncStream[IN, OUT]:
+        """As :meth:`key_ordered_wait`; retries per ``retry_strategy`` within ``timeout`` (a
+        record's key stays busy until its last attempt is final)."""
+        return _stream(
+            stream,
+            fn,
+            timeout,
+            capacity,
+            OutputMode.KEY_ORDERED,
+            retry_strategy,
+            use_uvloop,
+            key_selector,
         )
 
     @staticmethod

@@ -92,6 +92,11 @@ class DeadlineQueue(Generic[E]):
             entry = queue.popleft()
             if entry.armed:
                 entry.expire()
+        if self._timer is not None:
+            # an entry added while others expired (key-ordered mode starts a key's next record
+            # when its predecessor times out) armed a timer: the one below replaces it
+            self._timer.cancel()
+            self._timer = None
         if queue and queue[0].at != math.inf:
             # not sooner than one clock step from now: an early timer must not spin (TIMER_STEP)
             self._timer = loop.call_at(max(queue[0].at, now + TIMER_STEP), self._fire)

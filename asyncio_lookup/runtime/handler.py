@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
-from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE
-from asyncio_lookup.runtime.metrics import SAMPLES
-
-if TYPE_CHECKING:
-    from asyncio_lookup.runtime.run import OperatorRun
+from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
+from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
 
 _SAMPLE_MASK = SAMPLES - 1
 
@@ -41,6 +38,36 @@ class Slot(Protocol):
 
     def completed(self, handler: ResultHandler) -> bool:
         """Take the handler's result; True when entries became ready to emit."""
+        ...
+
+
+class RunContext(Protocol):
+    """What a handler sees of the operator run it belongs to (Flink: the operator's callbacks
+    and mailbox a ``ResultHandler`` is given), nothing more. The attributes are read once per
+    record on the hot path, so they are plain attributes, not methods."""
+
+    fn: AsyncFunction[Any, Any]
+    invoke: Callable[[Any], Awaitable[Collection[Any]]]
+    on_error: Callable[[Any, BaseException, int], Collection[Any]] | None
+    timeout_hook: bool  # the function has its own timeout()
+    metrics: OperatorMetrics
+    loop: asyncio.AbstractEventLoop
+    time: Callable[[], float]  # the loop's clock
+    new_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+    closed: bool  # stop() began: outcomes no longer count
+    timing_out: int  # records whose timeout hook runs
+    consumer_waiter: asyncio.Future[None] | None  # the consumer, waiting for a ready entry
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Keep a task no record points to until it finishes (a cancelled attempt, a hook)."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the stream with ``error``."""
+        ...
+
+    def wake_consumer(self) -> None:
+        """Entries became ready to emit."""
         ...
 
 
@@ -92,7 +119,7 @@ class ResultHandler:
 
     attempts: int  # set by the retry delegator from the second attempt on; see attempts_made
 
-    def __init__(self, run: OperatorRun, element: Any, admitted: float, at: float) -> None:
+    def __init__(self, run: RunContext, element: Any, admitted: float, at: float) -> None:
         self.run = run
         self.element = element
         self.admitted = admitted  # loop time of admission
@@ -106,24 +133,24 @@ class ResultHandler:
 
     def start(self, receiver: Receiver) -> None:
         """Start an attempt whose outcome goes to ``receiver``."""
-        self.task = self.run._new_task(self.attempt(receiver))
+        self.task = self.run.new_task(self.attempt(receiver))
 
     async def attempt(self, receiver: Receiver) -> None:
         """One call of the function; its outcome counts only while the record is pending."""
         run = self.run
         try:
-            result = await run._invoke(self.element)
+            result = await run.invoke(self.element)
         except asyncio.CancelledError:
-            if self.state is _PENDING and not run._closed:
+            if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(
                     RuntimeError(f"async function call for {self.element!r} was cancelled")
                 )
             raise
         except Exception as error:
-            if self.state is _PENDING and not run._closed:
+            if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(error)
             return
-        if self.state is _PENDING and not run._closed:
+        if self.state is _PENDING and not run.closed:
             receiver.complete(result)
 
     def complete(self, result: Any) -> None:
@@ -138,11 +165,11 @@ class ResultHandler:
         self.armed = False
         self.result = result
         run = self.run
-        metrics = run._metrics
+        metrics = run.metrics
         metrics.in_flight -= 1
         metrics.completed += 1
         # metrics.record_latency(), inlined: this runs once per record
-        ms = (run._time() - self.admitted) * 1000.0
+        ms = (run.time() - self.admitted) * 1000.0
         count = metrics.latency_count
         metrics.samples[count & _SAMPLE_MASK] = ms
         metrics.latency_count = count + 1
@@ -150,10 +177,10 @@ class ResultHandler:
         if ms > metrics.latency_max_ms:
             metrics.latency_max_ms = ms
         if self.slot.completed(self):
-            # run._wake_consumer(), inlined: this runs once per record
-            waiter = run._consumer_waiter
+            # run.wake_consumer(), inlined: this runs once per record
+            waiter = run.consumer_waiter
             if waiter is not None:
-                run._consumer_waiter = None
+                run.consumer_waiter = None
                 if not waiter.done():
                     waiter.set_result(None)
 
@@ -163,30 +190,30 @@ class ResultHandler:
         self.state = State.FAILED
         self.armed = False
         run = self.run
-        metrics = run._metrics
+        metrics = run.metrics
         metrics.in_flight -= 1
         metrics.errors += 1
-        on_error = run._on_error
+        on_error = run.on_error
         if on_error is None:
-            run._fail(error)
+            run.fail(error)
             return
         try:
             outputs = on_error(self.element, error, self.attempts_made())
         except Exception as output_error:
             if output_error.__cause__ is None:
                 output_error.__cause__ = error
-            run._fail(output_error)
+            run.fail(output_error)
             return
         type_error = result_type_error(self.element, outputs)
         if type_error is not None:
             type_error.__cause__ = error
-            run._fail(type_error)
+            run.fail(type_error)
             return
         self.state = _DONE
         self.result = outputs
         metrics.failed += 1
         if self.slot.completed(self):
-            run._wake_consumer()
+            run.wake_consumer()
 
     def attempts_made(self) -> int:
         """Calls of the function started for this record. ``attempts`` is set by the retry
@@ -196,16 +223,16 @@ class ResultHandler:
     def expire(self) -> None:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""
         run = self.run
-        run._metrics.timeouts += 1
+        run.metrics.timeouts += 1
         self.cancel()
-        if not run._timeout_hook:
+        if not run.timeout_hook:
             self.complete_exceptionally(TimeoutError(TIMEOUT_MESSAGE))
             return
         self.state = State.TIMING_OUT
         self.armed = False
-        run._timing_out += 1
-        self.task = run._loop.create_task(self._timeout_hook())
-        run._track(self.task)
+        run.timing_out += 1
+        self.task = run.loop.create_task(self._timeout_hook())
+        run.track(self.task)
 
     def cancel(self) -> asyncio.Task[None] | None:
         """Cancel the running attempt or the next one's timer; return the attempt's task if it
@@ -217,26 +244,26 @@ class ResultHandler:
         if task is None or task.done():
             return None
         task.cancel()
-        self.run._track(task)
+        self.run.track(task)
         return task
 
     async def _timeout_hook(self) -> None:
         run = self.run
         try:
-            result = await run._fn.timeout(self.element)
+            result = await run.fn.timeout(self.element)
         except asyncio.CancelledError:
-            if not run._closed:
+            if not run.closed:
                 self.complete_exceptionally(
                     RuntimeError(f"timeout() for {self.element!r} was cancelled")
                 )
             raise
         except Exception as error:
-            if not run._closed:
+            if not run.closed:
                 self.complete_exceptionally(error)
             return
         finally:
-            run._timing_out -= 1
-        if not run._closed:
+            run.timing_out -= 1
+        if not run.closed:
             self.complete(result)
 
     def __repr__(self) -> str:

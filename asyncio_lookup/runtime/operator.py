@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.runtime.elements import OutputMode, Watermark
+from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED, OutputMode, Watermark
 from asyncio_lookup.runtime.function import (
     AsyncFunction,
     as_async_function,
@@ -26,6 +26,7 @@ from asyncio_lookup.runtime.function import (
     now_invoker,
 )
 from asyncio_lookup.runtime.handler import WatermarkEntry
+from asyncio_lookup.runtime.keyed import KeyOrderedRun, KeySelector
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, NoRetryStrategy, RetryStrategies
 from asyncio_lookup.runtime.run import OperatorRun
@@ -54,9 +55,27 @@ def _check_output_mode(output_mode: Any) -> OutputMode:
     try:
         return OutputMode(output_mode)
     except ValueError:
+        raise ConfigurationError("output_mode", output_mode, OUTPUT_MODES_ALLOWED) from None
+
+
+def _check_key_selector(key_selector: Any, output_mode: OutputMode) -> KeySelector | None:
+    if output_mode is OutputMode.KEY_ORDERED:
+        if key_selector is None or not callable(key_selector):
+            raise ConfigurationError(
+                "key_selector",
+                key_selector,
+                "a callable element -> hashable key",
+                reason="output_mode KEY_ORDERED keeps order per key and needs the key",
+            )
+        return key_selector  # type: ignore[no-any-return]
+    if key_selector is not None:
         raise ConfigurationError(
-            "output_mode", output_mode, "OutputMode.ORDERED or OutputMode.UNORDERED"
-        ) from None
+            "key_selector",
+            key_selector,
+            "None unless output_mode is KEY_ORDERED",
+            reason=f"output_mode {output_mode.name} does not use a key",
+        )
+    return None
 
 
 def _check_retry(retry_strategy: Any, timeout: float | None) -> AsyncRetryStrategy | None:
@@ -87,6 +106,11 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     across retries; at the deadline ``fn.timeout(element)`` decides the outcome (the default
     raises ``TimeoutError``). Every argument is validated here (:class:`ConfigurationError`).
 
+    ``output_mode`` KEY_ORDERED (FLIP-519) needs ``key_selector(element) -> key``: records with
+    equal keys are emitted in input order with at most one call in flight per key (a later one
+    waits, holding its slot, until the earlier one is final; its timeout starts when it starts);
+    records of different keys run concurrently, emitted as in UNORDERED mode.
+
     ``on_error(element, error, attempts)``, when given, is the error output: a record whose
     final outcome is an error (after its retries, or its timeout when the timeout hook raises)
     is emitted with the outputs it returns instead of failing the stream, and counted in
@@ -107,11 +131,13 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         metrics: OperatorMetrics | None = None,
         manage_lifecycle: bool = True,
         on_error: Callable[[IN, BaseException, int], Collection[OUT]] | None = None,
+        key_selector: Callable[[IN], Any] | None = None,
     ) -> None:
         self.fn: AsyncFunction[IN, OUT] = as_async_function(fn, "fn")
         self.timeout = _check_timeout(timeout)
         self.capacity = _check_capacity(capacity)
         self.output_mode = _check_output_mode(output_mode)
+        self.key_selector = _check_key_selector(key_selector, self.output_mode)
         self.retry_strategy = retry_strategy
         self._retry = _check_retry(retry_strategy, self.timeout)
         if metrics is not None and not isinstance(metrics, OperatorMetrics):
@@ -130,18 +156,20 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     def new_run(self) -> OperatorRun:
         """The state of one pass over an input (for adapters that drive batches themselves):
         ``await run.start(source)``, ``await run.next_batch()`` until None, ``await run.stop()``."""
+        settings: dict[str, Any] = {
+            "timeout": self.timeout,
+            "capacity": self.capacity,
+            "retry_strategy": self._retry,
+            "timeout_hook": self._timeout_hook,
+            "metrics": self.metrics,
+            "manage_lifecycle": self.manage_lifecycle,
+            "invoke_now": self._invoke_now,
+            "on_error": self.on_error,
+        }
+        if self.key_selector is not None:
+            return KeyOrderedRun(self.fn, self._invoke, key_selector=self.key_selector, **settings)
         return OperatorRun(
-            self.fn,
-            self._invoke,
-            timeout=self.timeout,
-            capacity=self.capacity,
-            ordered=self.output_mode is OutputMode.ORDERED,
-            retry_strategy=self._retry,
-            timeout_hook=self._timeout_hook,
-            metrics=self.metrics,
-            manage_lifecycle=self.manage_lifecycle,
-            invoke_now=self._invoke_now,
-            on_error=self.on_error,
+            self.fn, self._invoke, ordered=self.output_mode is OutputMode.ORDERED, **settings
         )
 
     @contextlib.asynccontextmanager
@@ -196,5 +224,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
     def __repr__(self) -> str:
         return (
             f"AsyncWaitOperator({self.fn!r}, timeout={self.timeout}, capacity={self.capacity}, "
-            f"output_mode={self.output_mode.name}, retry_strategy={self.retry_strategy!r})"
+            f"output_mode={self.output_mode.name}, retry_strategy={self.retry_strategy!r}"
+            + ("" if self.key_selector is None else f", key_selector={self.key_selector!r}")
+            + ")"
         )

@@ -101,15 +101,15 @@ class RetryingHandler:
         if delay is None:
             return False
         handler = self.handler
-        handler.next_attempt = handler.run._loop.call_later(delay, self._next_attempt)
+        handler.next_attempt = handler.run.loop.call_later(delay, self._next_attempt)
         return True
 
     def _next_attempt(self) -> None:
         handler = self.handler
         handler.next_attempt = None
         run = handler.run
-        if run._closed or handler.state is not State.PENDING:
+        if run.closed or handler.state is not State.PENDING:
             return
-        run._metrics.retries += 1
+        run.metrics.retries += 1
         handler.attempts = handler.attempts_made() + 1
         handler.start(self)

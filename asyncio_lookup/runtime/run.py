@@ -3,7 +3,8 @@
 The parts, each in its module: the queue that orders emission (:mod:`.queue`, ordered or
 unordered, chosen here once), a handler per record (:mod:`.handler`), the retry delegator
 wrapped around it when a strategy is given (:mod:`.retry_policy`), and the deadline queue with
-the run's one timeout timer (:mod:`.deadlines`).
+the run's one timeout timer (:mod:`.deadlines`). Key-ordered mode is a subclass of this run
+(:mod:`.keyed`) that starts only the first waiting record of each key.
 
 Cost model (the operator must stay within 1.5x of a hand-rolled task-per-element pipeline):
 no Task when the function's ``invoke_now`` has the result at admission (a cache hit), else
@@ -84,43 +85,43 @@ class OperatorRun:
         invoke_now: Callable[[Any], Collection[Any] | None] | None = None,
         on_error: Callable[[Any, BaseException, int], Collection[Any]] | None = None,
     ) -> None:
-        self._fn = fn
-        self._on_error = on_error
-        self._invoke = invoke
+        self.fn = fn
+        self.on_error = on_error
+        self.invoke = invoke
         self._invoke_now = invoke_now
         self._timeout = math.inf if timeout is None else timeout
         self._capacity = capacity
-        self._timeout_hook = timeout_hook
-        self._metrics = metrics
+        self.timeout_hook = timeout_hook
+        self.metrics = metrics
         self._manage = manage_lifecycle
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         # loop.time() of the default loop is time.monotonic(); calling that directly is cheaper.
-        self._time: Callable[[], float] = (
+        self.time: Callable[[], float] = (
             time.monotonic
-            if type(self._loop).time is asyncio.BaseEventLoop.time
-            else self._loop.time
+            if type(self.loop).time is asyncio.BaseEventLoop.time
+            else self.loop.time
         )
-        self._new_task = attempt_task_factory(self._loop)
+        self.new_task = attempt_task_factory(self.loop)
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
         self._retry = RetryPolicy(retry_strategy) if retry_strategy is not None else None
         # Every record not final yet, in admission order = deadline order (a record without a
         # deadline never expires): the timeouts, and what stop() has to cancel.
         self._deadlines: DeadlineQueue[ResultHandler] = DeadlineQueue(
-            self._loop, self._time, compact_at=2 * capacity + 32
+            self.loop, self.time, compact_at=2 * capacity + 32
         )
 
         self._occupied = 0  # admitted and not yet emitted (records and watermarks)
         self._handed = 0  # of those, in the batch the consumer is taking
-        self._timing_out = 0  # records whose timeout hook runs (not final, not armed)
+        self.timing_out = 0  # records whose timeout hook runs (not final, not armed)
         # Tasks no record points to: attempts cancelled at their deadline (until they finish)
         # and timeout hooks (until they finish).
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._feeder: asyncio.Task[None] | None = None
-        self._consumer_waiter: asyncio.Future[None] | None = None
+        self.consumer_waiter: asyncio.Future[None] | None = None
         self._feeder_waiter: asyncio.Future[None] | None = None
         self._pending: Iterator[Any] | None = None  # the rest of the chunk being read
         self._input_done = False
-        self._closed = False
+        self.closed = False
         self._opened = False
         self.failure: BaseException | None = None
 
@@ -134,8 +135,8 @@ class OperatorRun:
         as room frees up, without an ``await`` per element)."""
         if self._manage:
             self._opened = True
-            await self._fn.open()
-        self._feeder = self._loop.create_task(self._feed(source, chunked))
+            await self.fn.open()
+        self._feeder = self.loop.create_task(self._feed(source, chunked))
         self._feeder.add_done_callback(self._feeder_done)
 
     async def next_batch(self) -> list[QueueEntry] | None:
@@ -154,7 +155,7 @@ class OperatorRun:
                     try:
                         self._admit_pending()
                     except Exception as error:
-                        self._fail(error)
+                        self.fail(error)
                 if self._pending is None or self._occupied < self._capacity:
                     self._feeder_waiter = None
                     if not waiter.done():
@@ -171,7 +172,7 @@ class OperatorRun:
             if self._input_done and self._occupied == 0:
                 self._deadlines.close()
                 return None
-            waiter = self._consumer_waiter = self._loop.create_future()
+            waiter = self.consumer_waiter = self.loop.create_future()
             await waiter
 
     async def stop(self, error: BaseException | None = None) -> None:
@@ -180,8 +181,8 @@ class OperatorRun:
         With ``error`` (the stream is failing), an error from ``close()`` is attached to
         ``error`` as a note instead of replacing it.
         """
-        self._closed = True
-        live = self._timing_out  # records admitted and not final
+        self.closed = True
+        live = self.timing_out  # records admitted and not final
         outstanding: set[asyncio.Task[None]] = set()
         for entry in self._deadlines:
             if entry.armed:
@@ -202,12 +203,12 @@ class OperatorRun:
                 _, outstanding = await asyncio.wait(outstanding)
             except asyncio.CancelledError:
                 cancelled = True
-        self._metrics.in_flight -= live
-        self._timing_out = 0
+        self.metrics.in_flight -= live
+        self.timing_out = 0
         if self._opened:
             self._opened = False
             try:
-                await self._fn.close()
+                await self.fn.close()
             except Exception as close_error:
                 if error is None:
                     raise
@@ -231,11 +232,11 @@ class OperatorRun:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self._fail(error)
+            self.fail(error)
             return
         if read_all:
             self._input_done = True
-            self._wake_consumer()
+            self.wake_consumer()
 
     async def _read(self, iterator: Iterator[Any]) -> bool:
         """Admit every element; False when the stream failed first. No read when full."""
@@ -321,27 +322,33 @@ class OperatorRun:
         while self.failure is None:
             if self._occupied < self._capacity:
                 return True
-            waiter = self._feeder_waiter = self._loop.create_future()
+            waiter = self._feeder_waiter = self.loop.create_future()
             await waiter
         return False
 
     def _feeder_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and not self._closed:
+        if not task.cancelled() and not self.closed:
             error = task.exception()
             if error is not None:
-                self._fail(error)
+                self.fail(error)
 
     def _admit(self, element: Any) -> None:
         if isinstance(element, Watermark):
             self._occupied += 1
             if self._queue.put_watermark(WatermarkEntry(element)):
-                self._wake_consumer()
+                self.wake_consumer()
             return
-        now = self._time()
+        now = self.time()
         handler = ResultHandler(self, element, now, now + self._timeout)
         self._occupied += 1
-        self._metrics.in_flight += 1
         self._queue.put(handler)
+        self._start(handler)
+
+    def _start(self, handler: ResultHandler) -> None:
+        """Make an admitted record's first call (or take the function's answer at once); its
+        deadline, ``handler.at``, is set."""
+        element = handler.element
+        self.metrics.in_flight += 1
         retry = self._retry
         receiver = handler if retry is None else RetryingHandler(handler, retry)
         invoke_now = self._invoke_now
@@ -359,23 +366,23 @@ class OperatorRun:
                     self._deadlines.add(handler)
                 return
         self._deadlines.add(handler)
-        handler.task = self._new_task(handler.attempt(receiver))
+        handler.task = self.new_task(handler.attempt(receiver))
 
     # ---------------------------------------------------------------- shared with the handlers
 
-    def _track(self, task: asyncio.Task[None]) -> None:
+    def track(self, task: asyncio.Task[None]) -> None:
         """Keep ``task`` (no record points to it any more) for stop() until it finishes."""
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
 
-    def _fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> None:
         if self.failure is None:
             self.failure = error
-            self._wake_consumer()
+            self.wake_consumer()
 
-    def _wake_consumer(self) -> None:
-        waiter = self._consumer_waiter
+    def wake_consumer(self) -> None:
+        waiter = self.consumer_waiter
         if waiter is not None:
-            self._consumer_waiter = None
+            self.consumer_waiter = None
             if not waiter.done():
                 waiter.set_result(None)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
@@ -23,6 +23,7 @@ from asyncio_lookup.runtime import (
     OutputMode,
     RetryStrategies,
 )
+from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
@@ -72,6 +73,7 @@ class AsyncMapTask:
     batch_size: int | None = None  # None: fn is called per row
     batch_timeout: float | timedelta | None = None
     rate: TaskRate | None = None  # this task's share of ``rate_limit``
+    key: tuple[str, ...] | None = None  # output_mode 'key_ordered': the key columns
 
     def operator(
         self,
@@ -109,6 +111,7 @@ class AsyncMapTask:
             output_mode=self.output_mode,
             retry_strategy=self.retry_strategy,
             on_error=None if self.error_field is None else self._failed,
+            key_selector=None if self.key is None else RowKey(self.key),
         )
 
     def _failed(self, row: dict[str, Any], error: BaseException, attempts: int) -> list[RowFailure]:
@@ -196,6 +199,62 @@ class AsyncMapTask:
             yield trailer(schema, metrics)
 
 
+@dataclass(frozen=True)
+class RowKey:
+    """Key-ordered mode's key selector over input rows (dicts): the key column's value, or the
+    tuple of the key columns' values."""
+
+    columns: tuple[str, ...]
+
+    def __call__(self, row: Mapping[str, Any]) -> Any:
+        columns = self.columns
+        if len(columns) == 1:
+            return row[columns[0]]
+        return tuple(row[column] for column in columns)
+
+
+_KEY_ALLOWED = "a column name of the DataFrame or a list of them, with output_mode='key_ordered'"
+
+
+def _check_key(key: Any, output_mode: Any, df: DataFrame) -> tuple[str, ...] | None:
+    """The key columns for key-ordered mode, checked against ``df`` on the driver."""
+    try:
+        mode = OutputMode(output_mode)
+    except ValueError:
+        raise ConfigurationError("output_mode", output_mode, OUTPUT_MODES_ALLOWED) from None
+    if mode is not OutputMode.KEY_ORDERED:
+        if key is not None:
+            raise ConfigurationError(
+                "key", key, "None", reason=f"output_mode {mode.value!r} does not use a key"
+            )
+        return None
+    if key is None:
+        raise ConfigurationError(
+            "key", None, _KEY_ALLOWED, reason="output_mode 'key_ordered' keeps order per key"
+        )
+    columns = (key,) if isinstance(key, str) else key
+    if (
+        not isinstance(columns, (list, tuple))
+        or not columns
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise ConfigurationError("key", key, _KEY_ALLOWED)
+    fields = {field.name: field for field in df.schema.fields}
+    for column in columns:
+        if column not in fields:
+            raise ConfigurationError(
+                "key", column, "one of the DataFrame's columns: " + ", ".join(fields)
+            )
+        if isinstance(fields[column].dataType, (ArrayType, MapType, StructType)):
+            raise ConfigurationError(
+                "key",
+                column,
+                "a column of an atomic type (a key must be hashable)",
+                reason=f"{column!r} is {fields[column].dataType.simpleString()}",
+            )
+    return tuple(columns)
+
+
 def _not_a_dict(row: Any) -> ResultTypeError:
     return ResultTypeError(
         f"async_map: the function returned {type(row).__name__} {row!r} in its "
@@ -223,6 +282,7 @@ def async_map(
     batch_size: int | None = None,
     batch_timeout: float | timedelta | None = None,
     rate_limit: float | str | RateLimit | None = None,
+    key: str | list[str] | tuple[str, ...] | None = None,
 ) -> DataFrame:
     """Apply an async function to every row of ``df`` with bounded concurrency.
 
@@ -244,6 +304,9 @@ def async_map(
     ``adaptive`` / ``parallelism``) bounds the calls of ``fn``, retries included, shared by the
     tasks as a lookup table's ``lookup.rate-limit`` is (docs/semantics.md §2.12); with
     ``batch_size`` each call of a batch takes one token.
+    ``output_mode='key_ordered'`` (FLIP-519) needs ``key``, a column or a list of columns of
+    ``df``: rows with equal keys are emitted in the order they reach their task, at most one call
+    per key in flight; other keys run concurrently (docs/semantics.md §1.2).
     The function and its arguments are validated here, before any Spark job runs.
     """
     if not isinstance(df, DataFrame):
@@ -273,6 +336,7 @@ def async_map(
         batch_size=batch_size,
         batch_timeout=batch_timeout,
         rate=_task_rate(rate_limit, df),
+        key=_check_key(key, output_mode, df),
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:

@@ -17,6 +17,7 @@ from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.functions import Row
 from asyncio_lookup.lookup.hints import (
     CONF_BUFFER_CAPACITY,
+    CONF_KEY_ORDERED,
     CONF_OUTPUT_MODE,
     CONF_TIMEOUT,
     AsyncDefaults,
@@ -61,7 +62,10 @@ def async_defaults(df: DataFrame) -> AsyncDefaults:
     """Job-level async lookup defaults from the Spark conf (``table.exec.async-lookup.*``)."""
     conf = df.sparkSession.conf
     return AsyncDefaults.from_conf(
-        {key: conf.get(key, None) for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT)}
+        {
+            key: conf.get(key, None)
+            for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT, CONF_KEY_ORDERED)
+        }
     )
 
 
@@ -355,11 +359,14 @@ def lookup_join(
     ``on``: ``'id'``, ``('customer_id', 'id')``, a list of these, or ``{'customer_id': 'id'}``.
     ``literals`` binds dim key columns to constants (``{'region': 'EU'}``). ``how`` is
     ``'inner'`` or ``'left'``. ``hints``: ``LOOKUP(...)`` / ``SHUFFLE_HASH(...)`` text, a dict of
-    LOOKUP options, hint objects, or a list. The output is ``df``'s columns followed by the dim
-    columns (``columns`` selects them; ``rename`` / ``prefix`` rename them; a name colliding
-    with a left column is an error). ``dim_filter(dim_row)`` and ``condition(left_row,
-    dim_row)`` filter the looked-up rows; ``left_condition(left_row)`` decides whether a row is
-    looked up at all. Every error is raised here, before any Spark job runs.
+    LOOKUP options, hint objects, or a list (``'output-mode'='key_ordered'``, or the conf
+    ``table.exec.async-lookup.key-ordered-enabled`` with an unordered join: rows with equal
+    lookup keys keep their order, one lookup per key at a time). The output is ``df``'s columns
+    followed by the dim columns (``columns`` selects them; ``rename`` / ``prefix`` rename them;
+    a name colliding with a left column is an error). ``dim_filter(dim_row)`` and
+    ``condition(left_row, dim_row)`` filter the looked-up rows; ``left_condition(left_row)``
+    decides whether a row is looked up at all. Every error is raised here, before any Spark job
+    runs.
 
     Hash lookup join (``SHUFFLE_HASH('T')`` or ``'shuffle'='true'``): the rows are first
     exchanged so that each key is looked up in one partition (its cache sees every repeat of

@@ -18,12 +18,15 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
 from asyncio_lookup.runtime.metrics import OperatorMetrics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 #: Dim columns no row a task looked up contained (spark/missing.py); the maximum over tasks.
 NUM_MISSING_COLUMNS = "numMissingColumns"
@@ -104,7 +107,7 @@ def observation_name(metrics_id: str) -> str:
     return f"asyncio_lookup:{metrics_id}"
 
 
-def observe(df: Any, metrics_id: str) -> Any:
+def observe(df: DataFrame, metrics_id: str) -> DataFrame:
     """``df`` (the ``mapInArrow`` output with :data:`METRICS_COLUMN`) observed and without its
     trailer rows and metrics column. The filter stays above the observation: Spark does not
     push predicates below ``CollectMetrics``."""
@@ -122,7 +125,10 @@ def observe(df: Any, metrics_id: str) -> Any:
             _observations.setdefault(metrics_id, []).append((df.sparkSession, observation))
     result = observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
     if not df.isStreaming:
-        result._asyncio_lookup_observed = (metrics_id, observation._name)
+        result._asyncio_lookup_observed = (  # type: ignore[attr-defined]
+            metrics_id,
+            observation._name,
+        )
     return result
 
 

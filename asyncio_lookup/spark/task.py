@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,7 +252,7 @@ class LookupJoinTask:
 
     def _join(
         self, batches: Iterator[pa.RecordBatch]
-    ) -> Iterator[pa.RecordBatch | dict[str, float]]:
+    ) -> Generator[pa.RecordBatch | dict[str, float], None, None]:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))

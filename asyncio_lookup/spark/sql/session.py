@@ -104,7 +104,7 @@ class LookupSQL:
         text = text.replace("{", "{{").replace("}", "}}")
         for name in frames:
             text = re.sub(rf"`?\b{name}\b`?", "{" + name + "}", text)
-        return self.spark.sql(text, **frames)
+        return self.spark.sql(text, None, **frames)
 
     def _empty(self) -> DataFrame:
         return self.spark.createDataFrame([], StructType([]))
