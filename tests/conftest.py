@@ -66,12 +66,15 @@ def spark_session_kind(nodeid: str) -> str | None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``make test`` runs on pytest-xdist workers: the classic Spark tests as one unit on one
     worker, the Connect ones as one unit on another (PySpark stays in Connect mode once a
-    Connect session started, and one Connect server per machine), every other test alone,
-    spread over the workers as they free up."""
+    Connect session started, and one Connect server per machine), the HTTP conformance suite
+    as one unit (its servers start once, on one worker), every other test alone, spread over
+    the workers as they free up."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SparkSessionScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith("tests/connectors/conformance/"):
+                return "http-conformance"
             kind = spark_session_kind(nodeid)
             return f"spark-{kind}" if kind else nodeid
 

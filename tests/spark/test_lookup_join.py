@@ -185,15 +185,18 @@ def test_hint_defaults_come_from_the_spark_conf(
             spark.conf.unset(key)
 
 
+@pytest.mark.parametrize("client", ["asyncio", "aiohttp"])
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_late_row_found_by_miss_retry_and_call_bound(
-    spark: SparkSession, dim_service: DimService, mode: str
+    spark: SparkSession, dim_service: DimService, mode: str, client: str
 ) -> None:
-    base = 2000 if mode == "async" else 2100
+    """On both HTTP clients (the project's and aiohttp), async and sync."""
+    base = (2000 if mode == "async" else 2100) + (0 if client == "asyncio" else 200)
     late, never, too_late = base, base + 1, base + 2
     dim_service.add_late(late, [{"id": late, "name": "late", "country": "NL"}], after_calls=3)
     dim_service.add_late(too_late, [{"id": too_late, "name": "x", "country": "NL"}], after_calls=9)
-    http = LookupTable("Customers", SCHEMA, HttpConnector(f"{dim_service.url}/customers/{{id}}"))
+    connector = HttpConnector(f"{dim_service.url}/customers/{{id}}", client=client)
+    http = LookupTable("Customers", SCHEMA, connector)
     df = spark.createDataFrame([(late,), (never,), (too_late,)], "cid INT").repartition(2)
     hint = (
         f"LOOKUP('table'='Customers', 'async'='{str(mode == 'async').lower()}', "
