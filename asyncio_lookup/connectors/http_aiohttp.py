@@ -6,6 +6,7 @@ another host); aiohttp decodes gzip, deflate (and br with ``brotli``) itself."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
@@ -46,8 +47,18 @@ class AiohttpClient:
         self._aiohttp = aiohttp
         self._errors = (aiohttp.ClientError, OSError, UnreadableResponse)
         self.deadlines = Deadlines(owner.timeout)
+        from aiohttp import compression_utils
+
+        # what aiohttp decodes itself; any other coding is refused by name, not passed through
+        self._codings = {"", "identity", "gzip", "x-gzip", "deflate"}
+        self._codings |= {"br"} if compression_utils.HAS_BROTLI else set()
+        self._codings |= {"zstd"} if compression_utils.HAS_ZSTD else set()
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=owner.max_connections),
+            # a verifying context of this client's own: the trust store as SSL_CERT_FILE /
+            # SSL_CERT_DIR name it now (aiohttp's shared one is read when aiohttp is imported)
+            connector=aiohttp.TCPConnector(
+                limit=owner.max_connections, ssl=ssl.create_default_context()
+            ),
             timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
             headers=owner.request_headers(),
             raise_for_status=False,
@@ -96,6 +107,15 @@ class AiohttpClient:
         return self._url(url, encoded=True)
 
     async def _read(self, response: Any) -> bytes:
+        coding = response.headers.get("Content-Encoding")
+        if coding is not None:
+            codings = coding.lower().replace(" ", "").split(",")
+            unknown = [c for c in codings if c not in self._codings]
+            if unknown:
+                raise UnreadableResponse(
+                    f"Content-Encoding {unknown[0]!r} is not one this client decodes "
+                    f"({', '.join(sorted(self._codings - {''}))})"
+                )
         limit = self.owner.max_body_size
         if response.content_length is not None and response.content_length > limit:
             raise UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")

@@ -22,28 +22,11 @@ REJECTED = {
 }
 
 
-#: why aiohttp misses a CA named by SSL_CERT_FILE once it is imported
-AIOHTTP_IMPORT_TIME_CONTEXT = (
-    "aiohttp builds its default verifying SSL context when it is imported "
-    "(aiohttp.connector._SSL_CONTEXT_VERIFIED): SSL_CERT_FILE / SSL_CERT_DIR set later are not "
-    "read (the asyncio client reads them when it opens); the project's aiohttp client could "
-    "pass ssl=ssl.create_default_context() to its TCPConnector"
-)
-
-
 @pytest.fixture
 def tls(fleet: Fleet, client: str, monkeypatch: pytest.MonkeyPatch) -> Fleet:
-    """The TLS server listening, and the test CA trusted: through ``SSL_CERT_FILE`` and, for
-    aiohttp, also loaded into aiohttp's default context (see :data:`AIOHTTP_IMPORT_TIME_CONTEXT`;
-    :func:`test_ssl_cert_file_is_read_when_the_client_opens` keeps that case visible)."""
+    """The TLS server listening, and the test CA trusted through ``SSL_CERT_FILE``."""
     fleet.get("aiohttp-tls")
     fleet.certificates.trust(monkeypatch)
-    if client == "aiohttp":
-        from aiohttp import connector
-
-        context = getattr(connector, "_SSL_CONTEXT_VERIFIED", None)
-        if context is not None:
-            context.load_verify_locations(str(fleet.certificates.ca_file))
     return fleet
 
 
@@ -52,8 +35,6 @@ async def test_ssl_cert_file_is_read_when_the_client_opens(
 ) -> None:
     """A CA named by ``SSL_CERT_FILE`` after the process started (a second CA, only ever
     trusted this way) is trusted."""
-    if client == "aiohttp":
-        request.applymarker(pytest.mark.xfail(reason=AIOHTTP_IMPORT_TIME_CONTEXT, strict=True))
     tls_server = fleet.get("aiohttp-tls")
     fleet.certificates.trust(monkeypatch, fleet.certificates.other_ca_file)
     async with lookup_function(tls_url(fleet, "other-ca"), client) as fn:
