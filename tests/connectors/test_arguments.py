@@ -74,7 +74,7 @@ def test_limits_that_make_sense_are_accepted() -> None:
 
 
 def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
-    from asyncio_lookup.connectors.postgres_connector import asyncpg_dsn, parse_libpq_dsn
+    from asyncio_lookup.connectors.postgres_connection import asyncpg_dsn, parse_libpq_dsn
 
     dsn = r"host=db port=5433 dbname=x user=bob password='p w\'x' sslmode=disable"
     assert parse_libpq_dsn(dsn)["password"] == "p w'x"

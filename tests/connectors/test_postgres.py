@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from asyncio_lookup.connectors import PostgresConnector
-from asyncio_lookup.connectors.postgres_connector import is_connection_error, quote_ident
+from asyncio_lookup.connectors.postgres_connection import is_connection_error, quote_ident
 from asyncio_lookup.errors import ConfigurationError, TransientError
 from tests.connectors.conftest import (
     RetryRecorder,

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from asyncio_lookup.connectors import PostgresConnector
-from asyncio_lookup.connectors.postgres_connector import is_connection_error
+from asyncio_lookup.connectors.postgres_connection import is_connection_error
 from asyncio_lookup.errors import TransientError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.options import LookupOptions

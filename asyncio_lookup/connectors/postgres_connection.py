@@ -1,0 +1,80 @@
+"""How the PostgreSQL connector reaches its server: DSNs (a libpq keyword/value DSN rewritten as
+the URL asyncpg takes), which failures are the connection's (a retry may fix them) and
+identifiers quoted so they are never read as SQL."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, urlencode
+
+import asyncpg
+
+from asyncio_lookup.errors import ConfigurationError
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08
+    asyncpg.exceptions.OperatorInterventionError,  # 57: admin shutdown, cannot connect now
+    asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.InternalClientError,
+    ConnectionError,
+    OSError,  # TimeoutError included
+)
+_PERMANENT_SQLSTATES = ("28000", "28P01", "3D000")  # bad user / password / database
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """True for a failure of the connection rather than of the statement: a retry may fix it."""
+    if getattr(error, "sqlstate", None) in _PERMANENT_SQLSTATES:
+        return False
+    if isinstance(error, _CONNECTION_ERRORS):
+        return True
+    # asyncpg says "connection is closed" / "pool is closing" with a bare InterfaceError
+    return isinstance(error, asyncpg.InterfaceError) and "clos" in str(error)
+
+
+def quote_ident(name: str) -> str:
+    """A PostgreSQL identifier in double quotes (``"`` doubled), never interpreted as SQL."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ConfigurationError("identifier", name, "a non-empty name without NUL characters")
+    return '"' + name.replace('"', '""') + '"'
+
+
+_LIBPQ_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+
+
+def parse_libpq_dsn(dsn: str) -> dict[str, str]:
+    """The ``key=value`` pairs of a libpq keyword/value DSN (values quoted with ``'``, with
+    ``\\`` escapes, or bare)."""
+    params: dict[str, str] = {}
+    position = 0
+    dsn = dsn.strip()
+    while position < len(dsn):
+        match = _LIBPQ_PAIR.match(dsn, position)
+        if match is None or match.end() == position:
+            raise ConfigurationError("dsn", "<not shown>", "a libpq key=value DSN or a URL")
+        key, value = match.group(1), match.group(2)
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        params[key] = value
+        position = match.end()
+        while position < len(dsn) and dsn[position].isspace():
+            position += 1
+    return params
+
+
+def asyncpg_dsn(dsn: str) -> str:
+    """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL."""
+    if "://" in dsn:
+        return dsn
+    params = parse_libpq_dsn(dsn)
+    user = quote(params.pop("user", ""), safe="")
+    password = params.pop("password", None)
+    userinfo = user + (":" + quote(password, safe="") if password is not None else "")
+    host = params.pop("host", "")
+    port = params.pop("port", None)
+    database = quote(params.pop("dbname", ""), safe="")
+    netloc = (userinfo + "@" if userinfo else "") + (f"[{host}]" if ":" in host else host)
+    netloc += f":{port}" if port else ""
+    query = urlencode(params)
+    return f"postgresql://{netloc}/{database}" + (f"?{query}" if query else "")
