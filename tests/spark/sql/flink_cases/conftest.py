@@ -108,7 +108,9 @@ def values(
 register_connector("values", values, replace=True)
 
 
-def user_ddl(name: str, connector: str, cache: str, extra_columns: str = "", extra: str = "") -> str:
+def user_ddl(
+    name: str, connector: str, cache: str, extra_columns: str = "", extra: str = ""
+) -> str:
     """LookupJoinITCase.createLookupTable's DDL; ``connector``: the WITH options that say where
     the rows are."""
     return f"""CREATE TABLE {name} (
@@ -130,7 +132,9 @@ class FlinkTables:
         self.sql = LookupSQL(spark)
         self.create("user_table", USER_DATA)
         self.create("nullable_user_table", USER_DATA_WITH_NULL)
-        self.create("userTableWithComputedColumn", USER_DATA, columns=",\n  `nominal_age` as age + 1")
+        self.create(
+            "userTableWithComputedColumn", USER_DATA, columns=",\n  `nominal_age` as age + 1"
+        )
 
     def where(self, rows: Sequence[tuple[Any, ...]], **options: str) -> str:
         """The WITH options pointing at ``rows``: a data-id, or a new PostgreSQL table."""
@@ -151,7 +155,9 @@ class FlinkTables:
 @pytest.fixture(autouse=True)
 def _classic_only(spark: SparkSession) -> None:
     if is_connect(spark):
-        pytest.skip("the ported Flink cases run on the classic session (Connect: tests/spark/test_sql*)")
+        pytest.skip(
+            "the ported Flink cases run on the classic session (Connect: tests/spark/test_sql*)"
+        )
 
 
 @pytest.fixture(scope="module")

@@ -55,9 +55,14 @@ CASES: list[tuple[str, str, list[str]]] = [
     (
         "LookupJoinITCase.testJoinTemporalTableOnConstantKey",
         "SELECT T.id, T.len, T.content, D.name " + JOIN + "ON D.id = 1",
-        ["1,12,Julian,Julian", "2,15,Hello,Julian", "3,15,Fabian,Julian",
-         "8,11,Hello world,Julian", "9,12,Hello world!,Julian"],
-    ),  # fmt: skip
+        [
+            "1,12,Julian,Julian",
+            "2,15,Hello,Julian",
+            "3,15,Fabian,Julian",
+            "8,11,Hello world,Julian",
+            "9,12,Hello world!,Julian",
+        ],
+    ),
     (
         "LookupJoinITCase.testJoinTemporalTableOnNullableKey",
         "SELECT T.id, T.len, D.name FROM nullable_src AS T JOIN user_table "
@@ -117,17 +122,21 @@ CASES: list[tuple[str, str, list[str]]] = [
         "LookupJoinITCase.testLeftJoinTemporalTableWithPreFilter",
         "SELECT T.id, T.len, D.name, D.age FROM src AS T LEFT JOIN user_table "
         "for system_time as of T.proctime AS D ON T.id = D.id AND T.len < 15",
-        ["1,12,Julian,11", "2,15,null,null", "3,15,null,null", "8,11,null,null",
-         "9,12,null,null"],
-    ),  # fmt: skip
+        ["1,12,Julian,11", "2,15,null,null", "3,15,null,null", "8,11,null,null", "9,12,null,null"],
+    ),
     (
         # add(T.id, 2) > 4 is T.id + 2 > 4
         "LookupJoinITCase.testLeftJoinTemporalTableWithUdfPreFilter",
         "SELECT T.id, T.len, T.content, D.name FROM src AS T LEFT JOIN user_table "
         "for system_time as of T.proctime AS D ON T.id = D.id AND (T.id + 2) > 4",
-        ["1,12,Julian,null", "2,15,Hello,null", "3,15,Fabian,Fabian", "8,11,Hello world,null",
-         "9,12,Hello world!,null"],
-    ),  # fmt: skip
+        [
+            "1,12,Julian,null",
+            "2,15,Hello,null",
+            "3,15,Fabian,Fabian",
+            "8,11,Hello world,null",
+            "9,12,Hello world!,null",
+        ],
+    ),
     (
         "LookupJoinITCase.testLeftJoinTemporalTableOnNullableKey",
         "SELECT T.id, T.len, D.name FROM nullable_src AS T LEFT OUTER JOIN user_table "
@@ -165,7 +174,8 @@ CASES: list[tuple[str, str, list[str]]] = [
     ),
     (
         "LookupJoinITCase.testJoinTemporalTableOnMultiKeyFieldsWithUDF",
-        "SELECT T.id, T.content, D.age, D.id " + JOIN
+        "SELECT T.id, T.content, D.age, D.id "
+        + JOIN
         + "ON T.id = D.id + 4 AND T.content = concat(D.name, '!') AND D.age = 11",
         ["9,Hello world!,11,5"],
     ),
@@ -225,9 +235,13 @@ CASES: list[tuple[str, str, list[str]]] = [
         "SELECT T.id, T.len, T.content, D.name, D.age FROM src AS T LEFT JOIN user_table "
         "for system_time as of T.proctime AS D ON T.id = D.id "
         "AND T.len > 1 AND D.age > 20 AND D.name = 'Fabian' WHERE T.id > 1",
-        ["2,15,Hello,null,null", "3,15,Fabian,Fabian,33", "8,11,Hello world,null,null",
-         "9,12,Hello world!,null,null"],
-    ),  # fmt: skip
+        [
+            "2,15,Hello,null,null",
+            "3,15,Fabian,Fabian,33",
+            "8,11,Hello world,null,null",
+            "9,12,Hello world!,null,null",
+        ],
+    ),
     (
         # mod1(T.id, 4) (TestMod) is T.id % 4; wrapper1 (TestWrapperUdf) returns its argument
         "AsyncLookupJoinITCase.testAsyncJoinTemporalTableOnMultiFieldsWithUdf",
@@ -282,7 +296,12 @@ def t1(flink: Callable[..., FlinkTables]) -> None:
 
 @pytest.mark.parametrize(("kind", "cache", "sql", "expected"), PARAMS)
 def test_flink_case(
-    flink: Callable[..., FlinkTables], t1: None, kind: str, cache: str, sql: str, expected: list[str]
+    flink: Callable[..., FlinkTables],
+    t1: None,
+    kind: str,
+    cache: str,
+    sql: str,
+    expected: list[str],
 ) -> None:
     assert result(flink(kind, cache).sql.sql(sql)) == sorted(expected)
 
@@ -290,20 +309,46 @@ def test_flink_case(
 @pytest.mark.parametrize(
     ("threshold", "attempts", "cache", "expected"),
     [
-        pytest.param(3, 1, "NONE", [], id="testJoinTemporalTableWithLookupThresholdWithInsufficientRetry"),
+        pytest.param(
+            3, 1, "NONE", [], id="testJoinTemporalTableWithLookupThresholdWithInsufficientRetry"
+        ),
         # FULL: "full caching lookup do not support retry" (and needs none: the snapshot has all)
-        pytest.param(3, 1, "FULL", ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
-                     id="testJoinTemporalTableWithLookupThresholdWithInsufficientRetry[FULL]"),
-        pytest.param(2, 2, "NONE", ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
-                     id="testJoinTemporalTableWithLookupThresholdWithSufficientRetry"),
-        pytest.param(2, 2, "PARTIAL", ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
-                     id="testJoinTemporalTableWithLookupThresholdWithSufficientRetry[PARTIAL]"),
-        pytest.param(2, 10, "NONE", ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
-                     id="testJoinTemporalTableWithLookupThresholdWithLargerRetry"),
+        pytest.param(
+            3,
+            1,
+            "FULL",
+            ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+            id="testJoinTemporalTableWithLookupThresholdWithInsufficientRetry[FULL]",
+        ),
+        pytest.param(
+            2,
+            2,
+            "NONE",
+            ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+            id="testJoinTemporalTableWithLookupThresholdWithSufficientRetry",
+        ),
+        pytest.param(
+            2,
+            2,
+            "PARTIAL",
+            ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+            id="testJoinTemporalTableWithLookupThresholdWithSufficientRetry[PARTIAL]",
+        ),
+        pytest.param(
+            2,
+            10,
+            "NONE",
+            ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+            id="testJoinTemporalTableWithLookupThresholdWithLargerRetry",
+        ),
     ],
-)  # fmt: skip
+)
 def test_lookup_threshold(
-    flink: Callable[..., FlinkTables], threshold: int, attempts: int, cache: str, expected: list[str]
+    flink: Callable[..., FlinkTables],
+    threshold: int,
+    attempts: int,
+    cache: str,
+    expected: list[str],
 ) -> None:
     """LookupJoinITCase's 'start-lookup-threshold' cases (the values connector only: a key's
     first lookups find nothing). Each gets its own table: the counts live in the worker."""
