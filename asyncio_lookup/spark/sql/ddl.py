@@ -25,6 +25,7 @@ from asyncio_lookup.spark.sql.connectors import (
     shown,
 )
 from asyncio_lookup.spark.sql.parse import SqlError, has_with_options
+from asyncio_lookup.spark.sql.primary_key import checked
 from asyncio_lookup.spark.table import LookupTable
 
 log = logging.getLogger(__name__)
@@ -93,9 +94,8 @@ class TableDefinition:
             table = self.tables.get(slot) or self.tables.get(())
             if table is None:
                 assert self.plan is not None and self.schema is not None
-                table = LookupTable(
-                    self.name, self.schema, self.plan.build(slot), options=dict(self.options)
-                )
+                source = checked(self.plan.build(slot), self.name, slot, self.primary_key)
+                table = LookupTable(self.name, self.schema, source, options=dict(self.options))
                 self.tables[slot] = table
             return table
 

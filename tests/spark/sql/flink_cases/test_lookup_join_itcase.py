@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.spark.sql.flink_cases.conftest import USER_DATA, FlinkTables, result
+from tests.spark.sql.conftest import USER_DATA, FlinkTables, result
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
