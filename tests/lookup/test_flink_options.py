@@ -53,7 +53,8 @@ def test_legacy_and_new_name_with_different_values_is_an_error() -> None:
 
 
 def test_other_operators_options_are_recognised() -> None:
-    for name in ("sink.buffer-flush.max-rows", "scan.partition.column", "format", "SINK.parallelism"):
+    others = ("sink.buffer-flush.max-rows", "scan.partition.column", "format", "SINK.parallelism")
+    for name in others:
         assert ignored(name)
     for name in ("lookup.cache.max-row", "url", "table-name", "lookup.cash"):
         assert not ignored(name)

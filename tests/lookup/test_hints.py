@@ -358,9 +358,9 @@ def test_conflicting_lookup_hints_for_the_table_are_an_error_naming_both() -> No
 def test_long_max_value_timeout_means_no_timeout() -> None:
     hint = "LOOKUP('table'='T', 'timeout'='9223372036854775807 ms')"
     assert resolve_lookup(hint, "T").timeout is None
-    with pytest.raises(HintError, match="Long.MAX_VALUE"):
+    with pytest.raises(HintError, match=r"Long\.MAX_VALUE"):
         parse_hints("LOOKUP('table'='T', 'timeout'='9300000000000000000 ms')")
-    with pytest.raises(HintError, match="'fixed-delay'.*100 years"):
+    with pytest.raises(HintError, match=r"'fixed-delay'.*100 years"):
         parse_hints(
             "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
             "'fixed-delay'='9223372036854775807 ms', 'max-attempts'='1')"

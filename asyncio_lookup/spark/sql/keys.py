@@ -5,9 +5,11 @@ The dim side may also be a cast that cannot change which values are equal (docs/
 "Lookup keys through casts"): a cast to the column's own type, a widening within the integral
 family (TINYINT -> SMALLINT -> INT -> BIGINT) or the decimals (to a type with at least as many
 integral and fractional digits), or a string to STRING. The probe value is then converted to the
-column's type with ``try_cast`` (a value out of the column's range is a miss, as the equality
-on the cast is false for every row). Every other cast on the dim side is an error; conditions
-Flink refuses (``IS NOT DISTINCT FROM`` and its ``OR ... IS NULL`` spelling) are named.
+column's type with ``try_cast`` to look up (a value out of the column's range is a miss, as the
+equality on the cast is false for every row), and the equality as written stays as a filter on
+the looked-up rows (a fractional probe value truncated to an integral key finds rows the
+filter then drops). Every other cast on the dim side is an error; conditions Flink refuses
+(``IS NOT DISTINCT FROM`` and its ``OR ... IS NULL`` spelling) are named.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ DIALECT = "spark"
 _T = exp.DataType.Type
 _INTEGRAL = (_T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT)
 _STRINGS = {_T.TEXT, _T.VARCHAR, _T.CHAR, _T.NVARCHAR, _T.NCHAR}
+_DIGITS = {_T.TINYINT: 3, _T.SMALLINT: 5, _T.INT: 10, _T.BIGINT: 19}
 CAST_RULE = (
     "casts that cannot change equality: to the column's own type, TINYINT -> SMALLINT -> INT -> "
-    "BIGINT, DECIMAL(p, s) -> DECIMAL with at least as many integral and fractional digits, a "
-    "string type -> STRING; otherwise cast the probe side instead"
+    "BIGINT, an integral type or DECIMAL(p, s) -> a DECIMAL with at least as many integral and "
+    "fractional digits, a string type -> STRING; otherwise cast the probe side instead"
 )
 NOT_DISTINCT = (
     "a lookup join's ON cannot contain 'a IS NOT DISTINCT FROM b' (or its spelling "
@@ -64,6 +67,8 @@ def exact_cast(source: exp.DataType | None, target: exp.DataType) -> bool:
         return False
     if source.this in _INTEGRAL and target.this in _INTEGRAL:
         return _INTEGRAL.index(source.this) <= _INTEGRAL.index(target.this)
+    if source.this in _DIGITS and target.this is _T.DECIMAL:
+        return _decimal_digits(target)[0] >= _DIGITS[source.this]
     if source.this is _T.DECIMAL and target.this is _T.DECIMAL:
         whole, fraction = _decimal_digits(source)
         whole2, fraction2 = _decimal_digits(target)
@@ -129,7 +134,8 @@ class KeyFinder:
             )
         return column, (source if source != cast.to else None)
 
-    def _bind(self, part: exp.Expr) -> tuple[str, exp.Expr] | None:
+    def _bind(self, part: exp.Expr) -> tuple[str, exp.Expr, bool] | None:
+        """(dim column, probe expression, whether ``part`` must also filter the rows)."""
         if not isinstance(part, exp.EQ):
             return None
         for this, other in ((part.this, part.expression), (part.expression, part.this)):
@@ -144,13 +150,13 @@ class KeyFinder:
             if isinstance(other, exp.Null) and column in self.types:  # D.id = NULL: no match
                 other = exp.Cast(this=other.copy(), to=self.types[column].copy())
             elif convert is not None:
-                other = exp.TryCast(this=other.copy(), to=convert.copy())
-            return column, other
+                return column, exp.TryCast(this=other.copy(), to=convert.copy()), True
+            return column, other, False
         return None
 
     def find(self, on: exp.Expr) -> tuple[list[KeyColumn], list[exp.Expr]]:
         """``ON`` -> (the key, dim-schema order not applied; the other conditions)."""
-        candidates: list[tuple[str, exp.Expr, exp.Expr]] = []
+        candidates: list[tuple[str, exp.Expr, exp.Expr, bool]] = []
         residual: list[exp.Expr] = []
         for part in conjuncts(on):
             if _null_safe(part, self.resolver, self.dim):
@@ -163,11 +169,13 @@ class KeyFinder:
                     self.resolver.resolve(referenced)
                 residual.append(part)
             else:
-                candidates.append((bound[0], bound[1], part))
+                candidates.append((bound[0], bound[1], part, bound[2]))
         chosen: dict[str, exp.Expr] = {}
-        for column, other, part in candidates:
+        for column, other, part, filters in candidates:
             if column not in chosen and (self.fixed is None or column in self.fixed):
                 chosen[column] = other
+                if filters:
+                    residual.append(part)
             else:
                 residual.append(part)
         if self.fixed is not None:

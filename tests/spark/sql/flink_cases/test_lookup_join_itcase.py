@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.spark.sql.conftest import USER_DATA, FlinkTables, result
+from tests.spark.sql.conftest import USER_DATA, FlinkTables, register_data, result
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -364,3 +364,53 @@ def test_lookup_threshold(
         assert result(tables.sql.sql(statement)) == sorted(expected)
     finally:
         tables.sql.sql("DROP TEMPORARY TABLE user_table_with_lookup_threshold")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_join_temporal_table_with_latest_data(
+    flink: Callable[..., FlinkTables], postgres_dsn: str, kind: str
+) -> None:
+    """LookupJoinITCase.testJoinTemporalTableWithLatestData: ``len`` is a PRIMARY KEY NOT
+    ENFORCED that the data repeats. Flink's values source keeps the latest row per key, which
+    the values connector here does with 'latest-per-key' (Flink's rows); Flink's JDBC connector
+    returns every row of the key, as PostgreSQL does here (docs/semantics.md §2.13)."""
+    import psycopg
+
+    from tests.spark.sql.conftest import DATA, SRC_COLUMNS
+
+    tables = flink(kind)
+    if kind == "memory":
+        data_id = register_data(DATA, ("num", "len", "content"))
+        where = f"'connector' = 'values', 'data-id' = '{data_id}', 'latest-per-key' = 'len'"
+        expected = ["3,15,Fabian", "3,15,Fabian", "8,11,Hello world", "9,12,Hello world!",
+                    "9,12,Hello world!"]  # fmt: skip
+    else:
+        table = f"flink_dim_with_pk_{id(tables) % 100000}"
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+            conn.execute(f'CREATE TABLE "{table}" (num BIGINT, len INT, content TEXT)')
+            with conn.cursor() as cursor:
+                cursor.executemany(f'INSERT INTO "{table}" VALUES (%s, %s, %s)', DATA)
+        where = (
+            "'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:5432/test', "
+            f"'table-name' = '{table}', 'username' = 'postgres'"
+        )
+        expected = ["1,12,Julian", "1,12,Julian", "9,12,Hello world!", "9,12,Hello world!",
+                    "2,15,Hello", "2,15,Hello", "3,15,Fabian", "3,15,Fabian",
+                    "8,11,Hello world"]  # fmt: skip
+    assert SRC_COLUMNS == ("id", "len", "content")
+    tables.sql.sql(
+        "CREATE TABLE dim_with_pk (`num` BIGINT, `len` INT PRIMARY KEY NOT ENFORCED, "
+        f"`content` STRING) WITH ({where})"
+    )
+    try:
+        rows = tables.sql.sql(
+            "SELECT dim_with_pk.* FROM src JOIN dim_with_pk "
+            "FOR SYSTEM_TIME AS OF src.proctime ON src.len = dim_with_pk.len"
+        )
+        assert result(rows) == sorted(expected)
+    finally:
+        tables.sql.sql("DROP TEMPORARY TABLE dim_with_pk")
+        if kind == "postgres":
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                conn.execute(f'DROP TABLE IF EXISTS "{table}"')

@@ -105,9 +105,9 @@ ACCEPTED = [
     ("testJoinTemporalTableWithFilterPushDown",
      "SELECT * " + JOIN + "ON T.a = D.id AND D.age = 10 WHERE T.c > 1000",
      "SELECT * " + PLAIN + "ON T.a = D.id AND D.age = 10 WHERE T.c > 1000"),
-    ("testJoinTemporalTableWithCalcPushDown",
+    ("testJoinTemporalTableWithCalcPushDown",  # planned only: the names are no numbers
      "SELECT * " + JOIN + "ON T.a = D.id AND D.age = 10 WHERE cast(D.name as bigint) > 1000",
-     "SELECT * " + PLAIN + "ON T.a = D.id AND D.age = 10 WHERE try_cast(D.name as bigint) > 1000"),
+     None),
     ("testJoinTemporalTableWithMultiIndexColumn",
      "SELECT * " + JOIN + "ON T.a = D.id AND D.age = 10 AND D.name = 'AAA' WHERE T.c > 1000",
      "SELECT * " + PLAIN + "ON T.a = D.id AND D.age = 10 AND D.name = 'AAA' WHERE T.c > 1000"),
