@@ -100,7 +100,7 @@ def test_sink_and_scan_options_are_ignored_with_one_warning_listing_them(
 @pytest.mark.parametrize(
     ("option", "suggestion"),
     [
-        ("'lookup.cache.max-row' = '10'", "lookup."),
+        ("'lookup.cache.max-row' = '10'", "lookup.partial-cache.max-rows"),
         ("'lookup.partial-cache.max-row' = '10'", "lookup.partial-cache.max-rows"),
         ("'lookup.cash' = 'PARTIAL'", "lookup.cache"),
     ],
