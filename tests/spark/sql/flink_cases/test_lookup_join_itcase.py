@@ -7,6 +7,10 @@ Changes to a statement are said at the case: Flink's test UDFs are Spark SQL exp
 (``add(a, b)`` is ``a + b``), and the async suite's ``'time-out'`` hint option, which Flink
 silently ignores (its option is ``'timeout'``), is spelled ``'timeout'`` (an unknown option is an
 error here).
+
+Flink's LookupJoinITCase joins through a sync lookup function and AsyncLookupJoinITCase through
+an async one; here both run on the same connector, async (the default) unless a hint says
+``'async'='false'``.
 """
 
 from __future__ import annotations
@@ -222,6 +226,46 @@ CASES: list[tuple[str, str, list[str]]] = [
         "SELECT /*+ LOOKUP('table'='D', 'shuffle'='true') */ T.id, D.name FROM src "
         "AS T JOIN user_table for system_time as of T.proctime AS D ON T.id = D.id",
         ["1,Julian", "2,Jark", "3,Fabian"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAsyncJoinTemporalTable",
+        "SELECT T.id, T.len, T.content, D.name " + JOIN + "ON T.id = D.id",
+        ["1,12,Julian,Julian", "2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAsyncJoinTemporalTableWithPushDown",
+        "SELECT T.id, T.len, T.content, D.name " + JOIN + "ON T.id = D.id AND D.age > 20",
+        ["2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAsyncJoinTemporalTableWithNonEqualFilter",
+        "SELECT T.id, T.len, T.content, D.name, D.age " + JOIN + "ON T.id = D.id "
+        "WHERE T.len <= D.age",
+        ["2,15,Hello,Jark,22", "3,15,Fabian,Fabian,33"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAsyncJoinTemporalTableOnMultiFields",
+        "SELECT T.id, T.len, D.name " + JOIN + "ON T.id = D.id AND T.content = D.name",
+        ["1,12,Julian", "3,15,Fabian"],
+    ),
+    (
+        # add(x, y) (TestAddWithOpen) is x + y
+        "AsyncLookupJoinITCase.testAsyncJoinTemporalTableWithUdfFilter",
+        "SELECT T.id, T.len, T.content, D.name " + JOIN + "ON T.id = D.id "
+        "WHERE (T.id + D.id) > 3 AND (T.id + 2) > 3 AND (D.id + 2) > 3",
+        ["2,15,Hello,Jark", "3,15,Fabian,Fabian"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAggAndAsyncLeftJoinTemporalTable",
+        "SELECT t1.id, D.name, D.age FROM t1 LEFT JOIN user_table "
+        "for system_time as of t1.proctime AS D ON t1.id = D.id",
+        ["3,Fabian,33", "8,null,null", "9,null,null"],
+    ),
+    (
+        "AsyncLookupJoinITCase.testAsyncLeftJoinTemporalTable",
+        "SELECT T.id, T.len, D.name, D.age FROM src AS T LEFT JOIN user_table "
+        "for system_time as of T.proctime AS D ON T.id = D.id",
+        ["1,12,Julian,11", "2,15,Jark,22", "3,15,Fabian,33", "8,11,null,null", "9,12,null,null"],
     ),
     (
         "AsyncLookupJoinITCase.testAsyncJoinTemporalTableOnMultiKeyFields",
