@@ -162,6 +162,36 @@ ACCEPTED = [
      "FOR SYSTEM_TIME AS OF T.proc AS D ON T.a = D.id WHERE D.age > 10) AS T GROUP BY b",
      "SELECT b, count(a), sum(c) FROM (SELECT T.* FROM (SELECT b, a, sum(c) c FROM MyTable "
      "GROUP BY a, b) AS T JOIN lookup_plain AS D ON T.a = D.id WHERE D.age > 10) AS T GROUP BY b"),
+    ("testJoinAsyncTableWithAsyncHint",
+     "SELECT /*+ LOOKUP('table'='D', 'async'='true') */ * FROM MyTable AS T JOIN "
+     "AsyncLookupTable FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
+     "SELECT * " + PLAIN + "ON T.a = D.id"),
+    # the INSERT INTO Sink1 cases: their SELECT ('time-out' -> 'timeout')
+    ("testAsyncJoinWithDefaultParams",
+     "SELECT T.a, D.name, D.age FROM MyTable T JOIN AsyncLookupTable "
+     "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
+     "SELECT T.a, D.name, D.age " + PLAIN + "ON T.a = D.id"),
+    ("testJoinWithAsyncHint",
+     "SELECT /*+ LOOKUP('table'='D', 'output-mode'='allow_unordered', 'timeout'='600s', "
+     "'capacity'='300') */ T.a, D.name, D.age FROM MyTable T JOIN AsyncLookupTable "
+     "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
+     "SELECT T.a, D.name, D.age " + PLAIN + "ON T.a = D.id"),
+    ("testJoinWithRetryHint",
+     "SELECT /*+ LOOKUP('table'='D', 'retry-predicate'='lookup_miss', 'retry-strategy'="
+     "'fixed_delay', 'fixed-delay'='10ms', 'max-attempts'='3') */ T.a, D.name, D.age "
+     "FROM MyTable T JOIN LookupTable FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
+     None),
+    ("testJoinWithAsyncAndRetryHint",
+     "SELECT /*+ LOOKUP('table'='D', 'output-mode'='allow_unordered', 'timeout'='600s', "
+     "'capacity'='300', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+     "'fixed-delay'='10ms', 'max-attempts'='3') */ T.a, D.name, D.age FROM MyTable T "
+     "JOIN AsyncLookupTable FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id", None),
+    ("testAggAndLeftJoinAllowUnordered",
+     "SELECT /*+ LOOKUP('table'='D', 'output-mode'='allow_unordered') */ T.a, D.name, D.age "
+     "FROM (SELECT max(a) a, count(c) c, current_timestamp() proctime FROM MyTable GROUP BY b) "
+     "T LEFT JOIN AsyncLookupTable FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
+     "SELECT T.a, D.name, D.age FROM (SELECT max(a) a FROM MyTable GROUP BY b) T "
+     "LEFT JOIN lookup_plain AS D ON T.a = D.id"),
     ("LookupTableWithComputedColumn",  # the table LookupJoinTest declares
      "SELECT T.a, D.nominal_age FROM MyTable AS T JOIN LookupTableWithComputedColumn "
      "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
@@ -201,10 +231,32 @@ REFUSED = [
      "LOOKUP('table'='AsyncLookupTable', 'output-mode'='ordered') */ * FROM MyTable AS T "
      "JOIN AsyncLookupTable FOR SYSTEM_TIME AS OF T.proctime ON T.a = AsyncLookupTable.id",
      ["'output-mode'", "disagree"]),
-    ("testJoinHintWithInvalidRetryStrategy",  # Flink: "Could not parse value 'fixed-delay'"
-     "SELECT /*+ LOOKUP('table'='D', 'retry-predicate'='lookup_miss', 'retry-strategy'="
-     "'fixed-delay', 'fixed-delay'='10s', 'max-attempts'='3') */ * " + JOIN + "ON T.a = D.id",
-     ["'fixed-delay'", "'retry-strategy'"]),
+] + [
+    # testInvalidJoinHint: each of its statements; Flink's message names the key and the value
+    (f"testInvalidJoinHint[{i}]", f"SELECT /*+ LOOKUP({hint}) */ * {JOIN}ON T.a = D.id", named)
+    for i, (hint, named) in enumerate([
+        ("'tableName'='LookupTable'", ["'tablename'", "'table'"]),  # names are lowercased
+        ("'table'='LookupTable', 'async'='yes'", ["'yes'", "'async'"]),
+        ("'table'='LookupTable', 'async'='true', 'output-mode'='allow-unordered'",
+         ["'allow-unordered'", "'output-mode'"]),
+        ("'table'='LookupTable', 'async'='true', 'timeout'='300 si'", ["'300 si'", "'timeout'"]),
+        ("'table'='LookupTable', 'retry-strategy'='fixed-delay'",
+         ["'fixed-delay'", "'retry-strategy'"]),
+        ("'table'='LookupTable', 'fixed-delay'='100 nano sec'",
+         ["'100 nano sec'", "'fixed-delay'"]),
+        ("'table'='LookupTable', 'max-attempts'='100.0'", ["'100.0'", "'max-attempts'"]),
+        ("'table'='LookupTable', 'max-attempts'='100'", ["'retry-predicate'", "all four"]),
+        ("'table'='LookupTable', 'retry-predicate'='exception', 'retry-strategy'='fixed_delay', "
+         "'fixed-delay'='10s', 'max-attempts'='-3'", ["'exception'", "lookup_miss"]),
+        ("'table'='LookupTable', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+         "'fixed-delay'='10s', 'max-attempts'='-3'", ["'-3'", "'max-attempts'"]),
+        ("'table'='LookupTable', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+         "'fixed-delay'='-10s', 'max-attempts'='3'", ["'-10s'", "'fixed-delay'"]),
+        ("'table'='LookupTable', 'retry-predicate'='lookup-miss', 'retry-strategy'='fixed_delay', "
+         "'fixed-delay'='10s', 'max-attempts'='3'", ["'lookup-miss'", "lookup_miss"]),
+        ("'table'='LookupTable', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed-delay', "
+         "'fixed-delay'='10s', 'max-attempts'='3'", ["'fixed-delay'", "'retry-strategy'"]),
+    ])
 ]  # fmt: skip
 
 
