@@ -38,6 +38,13 @@ DURATION_ALLOWED = (
 POSITIVE_DURATION_ALLOWED = "a duration > 0 such as '10s', '10 s', '100ms', '3 min', '1h'"
 BOOL_ALLOWED = "'true' or 'false'"
 
+LONG_MAX_MS = 2**63 - 1
+"""Flink's longest duration (``Long.MAX_VALUE`` ms), which Flink's own tests use for "never"."""
+NEVER = 100 * 365 * 86400.0
+"""100 years, in seconds: a duration this long or longer means "never" where an option allows it
+(a timeout, a cache expiry, a reload interval); other durations must be shorter (the runtime's
+timers and sleeps cannot hold much longer ones: ``threading`` waits end at about 292 years)."""
+
 
 def to_seconds(
     option: str,
@@ -76,10 +83,12 @@ def parse_duration(
     positive: bool = False,
     allowed: str | None = None,
     text: bool = True,
+    never: bool = False,
     error: type[ConfigurationError] = ConfigurationError,
 ) -> float:
     """A finite duration in seconds (see :func:`to_seconds`), ``>= 0``, or ``> 0`` when
-    ``positive``."""
+    ``positive``; at most ``Long.MAX_VALUE`` ms. With ``never``, :data:`NEVER` or longer is
+    returned as :data:`NEVER` ("never"); without, it is an error."""
     allowed = allowed or (POSITIVE_DURATION_ALLOWED if positive else DURATION_ALLOWED)
     seconds = to_seconds(option, value, allowed, text=text, error=error)
     if seconds < 0:
@@ -88,6 +97,23 @@ def parse_duration(
         raise error(option, value, allowed, reason="must be finite")
     if positive and seconds == 0:
         raise error(option, value, allowed, reason="must be greater than 0")
+    if seconds * 1000 > float(LONG_MAX_MS):  # (float: exact to 1 part in 2**53)
+        raise error(
+            option,
+            value,
+            allowed,
+            reason=f"longer than Flink's longest duration, {LONG_MAX_MS} ms (Long.MAX_VALUE)",
+        )
+    if seconds >= NEVER:
+        if never:
+            return NEVER
+        raise error(
+            option,
+            value,
+            allowed,
+            reason="must be shorter than 100 years (only a timeout, a cache expiry or a reload "
+            "interval may be longer, meaning never)",
+        )
     return seconds
 
 

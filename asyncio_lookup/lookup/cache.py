@@ -240,11 +240,11 @@ class DefaultLookupCacheBuilder:
         self._clock: Clock = MONOTONIC
 
     def expire_after_access(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._access = parse_duration("expire_after_access", duration, text=False)
+        self._access = parse_duration("expire_after_access", duration, text=False, never=True)
         return self
 
     def expire_after_write(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._write = parse_duration("expire_after_write", duration, text=False)
+        self._write = parse_duration("expire_after_write", duration, text=False, never=True)
         return self
 
     def maximum_size(self, maximum_size: int) -> DefaultLookupCacheBuilder:

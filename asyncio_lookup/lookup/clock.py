@@ -19,6 +19,10 @@ class Clock(Protocol):
         ...
 
 
+_LONGEST_WAIT = 3600.0
+"""Waits are cut into hours: ``threading`` cannot wait much past 292 years in one call."""
+
+
 class MonotonicClock:
     """``time.monotonic``: for expiry and load durations (immune to wall-clock jumps)."""
 
@@ -34,7 +38,7 @@ class MonotonicClock:
             remaining = deadline - self.now()
             if remaining <= 0:
                 return False
-            stop.wait(remaining)
+            stop.wait(min(remaining, _LONGEST_WAIT))
         return True
 
 

@@ -19,8 +19,10 @@ from typing import Any, Literal, TypeAlias
 
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.failed_rows import OnError
+from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
 from asyncio_lookup.lookup.retry import MissRetry
 from asyncio_lookup.validation import (
+    NEVER,
     format_duration,
     parse_bool,
     parse_choice,
@@ -79,7 +81,9 @@ def _parse_capacity(option: str, value: Any, error: type[ConfigurationError]) ->
 
 
 def _parse_timeout(option: str, value: Any, error: type[ConfigurationError]) -> float:
-    return parse_duration(option, value, positive=True, allowed=_TIMEOUT_ALLOWED, error=error)
+    return parse_duration(
+        option, value, positive=True, allowed=_TIMEOUT_ALLOWED, never=True, error=error
+    )
 
 
 def _bool_text(value: bool) -> str:
@@ -454,6 +458,10 @@ class ResolvedLookup:
     on_error: OnError = OnError.FAIL
     hint: LookupHint | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.timeout is not None and self.timeout >= NEVER:  # 100 years or more: none
+            object.__setattr__(self, "timeout", None)
+
     @property
     def has_retry(self) -> bool:
         return self.retry_delay is not None and self.retry_max_attempts is not None
@@ -479,13 +487,14 @@ def resolve_lookup(
 ) -> ResolvedLookup:
     """Resolve the hints of one lookup join against the dim table ``table`` (or an alias).
 
-    Hints naming another table are errors (each join is given its own hints). Of two LOOKUP
-    hints for the table the first wins. Missing async options come from ``defaults``.
+    Hints naming another table are errors (each join is given its own hints). Several LOOKUP
+    hints for the table are merged option by option (:mod:`~asyncio_lookup.lookup.hint_merge`;
+    a conflicting value is an error). Missing async options come from ``defaults``.
     """
     defaults = defaults or AsyncDefaults()
     aliases = tuple(aliases)
     known = " or ".join(repr(n) for n in (table, *aliases))
-    lookup: LookupHint | None = None
+    lookups: list[LookupHint] = []
     shuffle = False
     for hint in parse_hints(hints):
         if isinstance(hint, LookupHint):
@@ -496,8 +505,7 @@ def resolve_lookup(
                     known,
                     reason="the LOOKUP hint names a table that is not the dim table of this join",
                 )
-            if lookup is None:
-                lookup = hint
+            lookups.append(hint)
         else:
             for name in hint.tables:
                 if not _names_match(name, table, aliases):
@@ -508,6 +516,7 @@ def resolve_lookup(
                         reason="SHUFFLE_HASH names a table that is not the dim table of this join",
                     )
             shuffle = True
+    lookup = merge_lookup_hints(lookups)
     if lookup is None:
         return ResolvedLookup(
             table=table,

@@ -103,9 +103,9 @@ def _int(minimum: int) -> Callable[[str, Any], int]:
     return lambda option, value: parse_int(option, value, minimum=minimum)
 
 
-def _duration(positive: bool) -> Callable[[str, Any], float]:
+def _duration(positive: bool, never: bool = False) -> Callable[[str, Any], float]:
     def parse(option: str, value: Any) -> float:
-        return parse_duration(option, value, positive=positive)
+        return parse_duration(option, value, positive=positive, never=never)
 
     return parse
 
@@ -119,6 +119,7 @@ def _bool_text(value: bool) -> str:
 
 
 _POSITIVE = _duration(positive=True)
+_POSITIVE_OR_NEVER = _duration(positive=True, never=True)  # 100 years or more: never
 
 OPTIONS: dict[str, Option] = {
     CACHE: Option("cache", "NONE, PARTIAL or FULL", "NONE", _enum(CacheType), _enum_text),
@@ -146,14 +147,14 @@ OPTIONS: dict[str, Option] = {
         "partial_expire_after_access",
         POSITIVE_DURATION_ALLOWED,
         "(none)",
-        _POSITIVE,
+        _POSITIVE_OR_NEVER,
         format_duration,
     ),
     EXPIRE_AFTER_WRITE: Option(
         "partial_expire_after_write",
         POSITIVE_DURATION_ALLOWED,
         "(none)",
-        _POSITIVE,
+        _POSITIVE_OR_NEVER,
         format_duration,
     ),
     CACHE_MISSING_KEY: Option(
@@ -164,7 +165,11 @@ OPTIONS: dict[str, Option] = {
         "full_reload_strategy", "PERIODIC or TIMED", "PERIODIC", _enum(ReloadStrategy), _enum_text
     ),
     PERIODIC_INTERVAL: Option(
-        "full_periodic_interval", POSITIVE_DURATION_ALLOWED, "(none)", _POSITIVE, format_duration
+        "full_periodic_interval",
+        POSITIVE_DURATION_ALLOWED,
+        "(none)",
+        _POSITIVE_OR_NEVER,
+        format_duration,
     ),
     SCHEDULE_MODE: Option(
         "full_periodic_schedule_mode",

@@ -19,7 +19,7 @@ from asyncio_lookup.lookup.option_names import (
     PERIODIC_INTERVAL,
     SCHEDULE_MODE,
 )
-from asyncio_lookup.validation import parse_choice, parse_duration, parse_int
+from asyncio_lookup.validation import NEVER, parse_choice, parse_duration, parse_int
 
 ISO_TIME_ALLOWED = "an ISO-8601 time such as '10:15', '10:15:30', '10:15Z' or '10:15+07:00'"
 
@@ -60,13 +60,16 @@ class PeriodicCacheReloadTrigger(CacheReloadTrigger):
         interval: float | timedelta | str,
         schedule_mode: ScheduleMode | str = ScheduleMode.FIXED_DELAY,
     ) -> None:
-        self.interval = parse_duration(PERIODIC_INTERVAL, interval, positive=True)
+        # 100 years or more (Flink's tests use Long.MAX_VALUE ms) means: load once, never reload
+        self.interval = parse_duration(PERIODIC_INTERVAL, interval, positive=True, never=True)
         self.schedule_mode = parse_schedule_mode(SCHEDULE_MODE, schedule_mode)
 
     def __repr__(self) -> str:
         return f"PeriodicCacheReloadTrigger({self.interval}s, {self.schedule_mode.name})"
 
-    def next_reload(self, previous: LoadTimes) -> float:
+    def next_reload(self, previous: LoadTimes) -> float | None:
+        if self.interval >= NEVER:
+            return None
         if self.schedule_mode is ScheduleMode.FIXED_DELAY:
             return previous.ended + self.interval
         return previous.scheduled + self.interval

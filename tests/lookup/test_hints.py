@@ -329,11 +329,42 @@ def test_unknown_option_suggests_the_nearest_name() -> None:
         LookupHint.from_options({"table": "T", "max_attempts": "3"})
 
 
-def test_first_lookup_hint_for_the_table_wins() -> None:
+def test_lookup_hints_for_the_table_merge_option_by_option() -> None:
+    """Flink's QueryHintsResolver merges the LOOKUP hints of one table key by key; the table's
+    name and its alias both name it."""
     resolved = resolve_lookup(
-        ["LOOKUP('table'='T', 'capacity'='1')", "LOOKUP('table'='t', 'capacity'='2')"], "T"
+        [
+            "LOOKUP('table'='D', 'async'='false', 'capacity'='7')",
+            "LOOKUP('table'='T', 'capacity'='7', 'retry-predicate'='lookup_miss', "
+            "'retry-strategy'='fixed_delay', 'fixed-delay'='10s', 'max-attempts'='3')",
+        ],
+        "T",
+        aliases=["D"],
     )
-    assert resolved.capacity == 1
+    assert (resolved.prefer_async, resolved.capacity) == (False, 7)
+    assert (resolved.retry_delay, resolved.retry_max_attempts) == (10.0, 3)
+
+
+def test_conflicting_lookup_hints_for_the_table_are_an_error_naming_both() -> None:
+    # Flink keeps the first value silently; a conflict is a mistake here, as unknown options are
+    with pytest.raises(HintError) as error:
+        resolve_lookup(
+            ["LOOKUP('table'='T', 'capacity'='1')", "LOOKUP('table'='t', 'capacity'='2')"], "T"
+        )
+    assert error.value.option == "capacity"
+    assert "'capacity'='1'" in str(error.value) and "'capacity'='2'" in str(error.value)
+
+
+def test_long_max_value_timeout_means_no_timeout() -> None:
+    hint = "LOOKUP('table'='T', 'timeout'='9223372036854775807 ms')"
+    assert resolve_lookup(hint, "T").timeout is None
+    with pytest.raises(HintError, match=r"Long\.MAX_VALUE"):
+        parse_hints("LOOKUP('table'='T', 'timeout'='9300000000000000000 ms')")
+    with pytest.raises(HintError, match=r"'fixed-delay'.*100 years"):
+        parse_hints(
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', "
+            "'fixed-delay'='9223372036854775807 ms', 'max-attempts'='1')"
+        )
 
 
 def test_hint_naming_another_table_is_an_error_naming_it() -> None:

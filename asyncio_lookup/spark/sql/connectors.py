@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -19,6 +19,7 @@ from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisCon
 from asyncio_lookup.connectors.registry import connector_factory, connector_names
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import LookupOptions
+from asyncio_lookup.lookup.flink_options import ignored
 from asyncio_lookup.spark.sql.parse import SqlError, is_secret
 from asyncio_lookup.validation import parse_duration
 
@@ -79,6 +80,8 @@ class ConnectorPlan:
     fixed_key: tuple[str, ...] | None = None
     flexible: bool = False
     key_param: str | None = None
+    #: options only other Flink operators read (``scan.*``, ``sink.*``...), accepted and unused
+    ignored: tuple[str, ...] = ()
 
     def build(self, key: tuple[str, ...]) -> Any:
         kwargs = dict(self.kwargs)
@@ -290,17 +293,22 @@ def _convert_like(default: Any) -> Convert:
     return _str
 
 
-def _registered(name: str, options: Mapping[str, str], columns: tuple[str, ...]) -> ConnectorPlan:
+def _registered_spec(name: str) -> dict[str, tuple[str, Convert]]:
     factory = connector_factory(name)
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         parameters = {}  # type: ignore[assignment]
-    spec = {
+    return {
         p.name.replace("_", "-"): (p.name, _convert_like(p.default))
         for p in parameters.values()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
+
+
+def _registered(name: str, options: Mapping[str, str], columns: tuple[str, ...]) -> ConnectorPlan:
+    factory = connector_factory(name)
+    spec = _registered_spec(name)
     spelled = {k.replace("_", "-"): v for k, v in options.items()}
     kwargs = _take(name, spelled, spec)
     key_param = "key_columns" if "key-columns" in spec and "key_columns" not in kwargs else None
@@ -315,18 +323,48 @@ def _registered(name: str, options: Mapping[str, str], columns: tuple[str, ...])
     )
 
 
+def known_connectors() -> list[str]:
+    """Every name ``'connector'`` takes: the built-in ones and the registered ones."""
+    return sorted({*BUILT_IN, *connector_names()})
+
+
+def connector_allowed() -> str:
+    return "one of " + ", ".join(repr(k) for k in known_connectors())
+
+
+def _spec_names(name: str) -> set[str]:
+    tables = {"jdbc": _JDBC, "postgres": _POSTGRES, "http": _HTTP, "redis": _REDIS}
+    if name in tables:
+        return set(tables[name])
+    return {k.replace("_", "-") for k in _registered_spec(name)}
+
+
 def plan_connector(
     connector: str, options: Mapping[str, str], columns: tuple[str, ...], types: Mapping[str, str]
 ) -> ConnectorPlan:
-    """Check the options for ``connector`` and say how to build it (raises naming the option)."""
+    """Check the options for ``connector`` and say how to build it (raises naming the option).
+
+    Options the connector does not take but that only other Flink operators read (``scan.*``,
+    ``sink.*``, formats: :func:`~asyncio_lookup.lookup.flink_options.ignored`) are left out and
+    listed in the plan's ``ignored``."""
     name = connector.strip().lower()
+    if name not in known_connectors():
+        raise SqlError(
+            "connector", connector, connector_allowed(), reason="no connector of this name"
+        )
+    spec = _spec_names(name)
+    skipped = tuple(
+        k
+        for k in options
+        if ignored(k) and k.lower() not in spec and k.replace("_", "-") not in spec
+    )
+    options = {k: v for k, v in options.items() if k not in skipped}
     if name in ("jdbc", "postgres"):
-        return _postgres(name, options, columns)
-    if name == "http":
-        return _http(options, columns)
-    if name == "redis":
-        return _redis(options, columns, types)
-    known = sorted({*BUILT_IN, *connector_names()})
-    if name not in connector_names():
-        raise SqlError("connector", connector, " | ".join(repr(k) for k in known))
-    return _registered(name, options, columns)
+        plan = _postgres(name, options, columns)
+    elif name == "http":
+        plan = _http(options, columns)
+    elif name == "redis":
+        plan = _redis(options, columns, types)
+    else:
+        plan = _registered(name, options, columns)
+    return replace(plan, ignored=skipped)

@@ -7,6 +7,7 @@ connectors that look rows up by a fixed key. ``'connector'`` picks how rows are 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,9 +16,19 @@ from typing import Any
 from sqlglot import exp
 
 from asyncio_lookup.lookup import LookupOptions
-from asyncio_lookup.spark.sql.connectors import ConnectorPlan, plan_connector, shown
-from asyncio_lookup.spark.sql.parse import SqlError
+from asyncio_lookup.lookup.flink_options import upgrade
+from asyncio_lookup.spark.sql.computed import ComputedColumn, computed_column
+from asyncio_lookup.spark.sql.connectors import (
+    ConnectorPlan,
+    connector_allowed,
+    plan_connector,
+    shown,
+)
+from asyncio_lookup.spark.sql.parse import SqlError, has_with_options
+from asyncio_lookup.spark.sql.primary_key import checked
 from asyncio_lookup.spark.table import LookupTable
+
+log = logging.getLogger(__name__)
 
 _TEXT_TYPES = {
     exp.DataType.Type.VARCHAR,
@@ -40,17 +51,39 @@ class TableDefinition:
     columns: tuple[str, ...]
     key: tuple[str, ...] | None
     primary_key: tuple[str, ...] = ()
+    #: computed columns (``nominal_age AS age + 1``), evaluated on each looked-up row
+    computed: tuple[ComputedColumn, ...] = ()
+    #: every column (physical and computed) in DDL order
+    column_order: tuple[str, ...] = ()
+    #: the physical columns' Spark SQL types
+    types: Mapping[str, str] = field(default_factory=dict)
     plan: ConnectorPlan | None = None
     schema: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     tables: dict[tuple[str, ...], LookupTable] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    @property
+    def visible(self) -> tuple[str, ...]:
+        """The columns a query sees: physical and computed, in DDL order."""
+        return self.column_order or self.columns + tuple(c.name for c in self.computed)
+
+    def data_types(self) -> dict[str, exp.DataType]:
+        """The physical columns' types, as sqlglot types (unparsable ones left out)."""
+        out = {}
+        for column, text in self.types.items():
+            try:
+                out[column] = exp.DataType.build(text, dialect="spark")
+            except Exception:
+                continue
+        return out
+
     @classmethod
     def of_table(cls, table: LookupTable, name: str) -> TableDefinition:
         declared = getattr(table.connector, "key_columns", None)
         key = tuple(declared) if isinstance(declared, (list, tuple)) and declared else None
-        definition = cls(name=name, columns=tuple(table.schema.names), key=key)
+        types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
+        definition = cls(name=name, columns=tuple(table.schema.names), key=key, types=types)
         definition.tables[key or ()] = table
         return definition
 
@@ -61,9 +94,8 @@ class TableDefinition:
             table = self.tables.get(slot) or self.tables.get(())
             if table is None:
                 assert self.plan is not None and self.schema is not None
-                table = LookupTable(
-                    self.name, self.schema, self.plan.build(slot), options=dict(self.options)
-                )
+                source = checked(self.plan.build(slot), self.name, slot, self.primary_key)
+                table = LookupTable(self.name, self.schema, source, options=dict(self.options))
                 self.tables[slot] = table
             return table
 
@@ -127,17 +159,20 @@ def _options(properties: exp.Properties | None) -> tuple[dict[str, str], bool]:
     return options, temporary
 
 
-def is_lookup_ddl(create: exp.Create) -> bool:
-    """True for ``CREATE TABLE ... WITH ('connector' = ...)`` (Flink DDL, not Spark's)."""
+def is_lookup_ddl(create: exp.Create, sql: str | None = None) -> bool:
+    """True for ``CREATE TABLE ... WITH (...)`` (Flink DDL, not Spark's): a ``'connector'``
+    option, or a ``WITH (`` options clause, which Spark's CREATE TABLE does not have."""
     if str(create.args.get("kind") or "").upper() != "TABLE":
         return False
     properties = create.args.get("properties")
-    return any(
+    if any(
         isinstance(p, exp.Property)
         and isinstance(p.this, exp.Literal)
         and str(p.this.this).lower() == "connector"
         for p in (properties.expressions if properties is not None else [])
-    )
+    ):
+        return True
+    return sql is not None and has_with_options(sql)
 
 
 def table_name(table: exp.Table, what: str) -> str:
@@ -157,15 +192,15 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     name = table_name(schema.this, "CREATE TABLE")
     columns: list[tuple[str, str]] = []
     primary: list[str] = []
+    computed: list[exp.ColumnDef] = []
+    order: list[str] = []
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
+            order.append(item.name)
             kind = item.args.get("kind")
             if kind is None:
-                raise SqlError(
-                    "CREATE TABLE",
-                    item.name,
-                    "columns with a type (computed and metadata columns are not supported)",
-                )
+                computed.append(item)
+                continue
             not_null = ""
             for constraint in item.args.get("constraints") or []:
                 if isinstance(constraint.args.get("kind"), exp.PrimaryKeyColumnConstraint):
@@ -185,20 +220,40 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     lowered = [c.lower() for c in names]
     for column in primary:
         if column.lower() not in lowered:
-            raise SqlError("PRIMARY KEY", column, f"columns of {name!r}: {names}")
-    if len(set(lowered)) != len(lowered):
+            raise SqlError("PRIMARY KEY", column, f"physical columns of {name!r}: {names}")
+    virtual = tuple(computed_column(item, names, name) for item in computed)
+    every = lowered + [c.name.lower() for c in virtual]
+    if len(set(every)) != len(every):
         raise SqlError("CREATE TABLE", names, "distinct column names")
     options, _ = _options(create.args.get("properties"))
-    connector = next(v for k, v in options.items() if k.lower() == "connector")
-    lookup = {k: v for k, v in options.items() if k.lower().startswith("lookup.")}
-    LookupOptions.from_dict(lookup)
-    rest = {k: v for k, v in options.items() if k.lower() != "connector" and k not in lookup}
+    connector = next((v for k, v in options.items() if k.lower() == "connector"), None)
+    if connector is None:
+        raise SqlError(
+            "connector",
+            None,
+            connector_allowed(),
+            reason=f"CREATE TABLE {name} ... WITH (...) needs 'connector' = '...' (a lookup "
+            "table's connector)",
+        )
+    lookup = _lookup_options(name, options)
+    rest = {
+        k: v
+        for k, v in options.items()
+        if k.lower() != "connector" and not k.lower().startswith("lookup.")
+    }
     try:
         plan = plan_connector(connector, rest, tuple(names), dict(columns))
     except TypeError as error:  # a registered factory's required parameter is missing
         raise SqlError(
             "WITH", connector, "the connector's required options", reason=str(error)
         ) from None
+    if plan.ignored:
+        log.warning(
+            "CREATE TABLE %s: options only other Flink operators read (a scan, a sink or a "
+            "format) are ignored by the lookup join: %s",
+            name,
+            ", ".join(f"{k!r}" for k in plan.ignored),
+        )
     ordered_pk = tuple(c for c in names if c in primary)
     key = plan.fixed_key if plan.fixed_key is not None else None
     if key is None and plan.flexible is False:
@@ -209,6 +264,9 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
         columns=tuple(names),
         key=key,
         primary_key=ordered_pk,
+        computed=virtual,
+        column_order=tuple(order),
+        types={c: t.removesuffix(" NOT NULL") for c, t in columns},
         plan=plan,
         schema=ddl,
         options=lookup,
@@ -223,6 +281,23 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     if key is None and not ordered_pk:
         definition.tables.clear()  # a flexible table's key comes from its first join
     return definition
+
+
+def _lookup_options(table: str, options: Mapping[str, str]) -> dict[str, str]:
+    """The table's ``lookup.*`` options, Flink's deprecated JDBC cache names rewritten to the
+    current ones (one WARN naming them), validated."""
+    given = {k: v for k, v in options.items() if k.lower().startswith("lookup.")}
+    upgraded = upgrade(given)
+    if upgraded.renamed or upgraded.notes:
+        renamed = ", ".join(f"{old!r} -> {new!r}" for old, new in upgraded.renamed)
+        log.warning(
+            "CREATE TABLE %s: deprecated Flink option(s) %s; use the new name(s) instead%s",
+            table,
+            renamed or "without effect",
+            "".join(f"; {note}" for note in upgraded.notes),
+        )
+    LookupOptions.from_dict(upgraded.options)
+    return upgraded.options
 
 
 def describe_options(options: Mapping[str, Any]) -> dict[str, str]:

@@ -7,6 +7,8 @@ travel. Parse errors carry the line and column; a secret option's value never ap
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 import sqlglot
@@ -27,18 +29,29 @@ class SqlError(ConfigurationError):
 
 
 class SqlParseError(SqlError):
-    """A statement that does not parse; ``line`` and ``column`` are 1-based."""
+    """A statement that does not parse; ``line`` and ``column`` are 1-based.
 
-    def __init__(self, message: str, line: int | None, column: int | None, near: str) -> None:
+    The message shows the failing line with a caret under the column, and what was expected
+    there when the parser knows it (``expected ')'``)."""
+
+    def __init__(
+        self, message: str, line: int | None, column: int | None, near: str, caret: str = ""
+    ) -> None:
         self.line = line
         self.column = column
+        self.caret = caret
         where = f"line {line}, column {column}" if line is not None else "unknown position"
         super().__init__(
             "sql", near, STATEMENT_ALLOWED, reason=f"parse error at {where}: {message}"
         )
+        self._message = message
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n{self.caret}" if self.caret else text
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.reason, self.line, self.column, self.value))
+        return (type(self), (self._message, self.line, self.column, self.value, self.caret))
 
 
 def is_secret(option: str) -> bool:
@@ -78,6 +91,7 @@ def parse_statement(sql: str) -> exp.Expr:
             first.get("line"),
             first.get("col"),
             _near(sql, first.get("line"), first.get("col")),
+            _caret(sql, first.get("line"), first.get("col")),
         ) from None
     except TokenError:
         raise SqlParseError(
@@ -95,14 +109,52 @@ def parse_statement(sql: str) -> exp.Expr:
     return statements[0]
 
 
+_STATEMENT_WORDS = (
+    "SELECT", "WITH", "CREATE", "DROP", "INSERT", "EXPLAIN", "SHOW", "DESCRIBE", "VALUES",
+    "TABLE", "FROM", "SET", "USE", "CACHE", "UNCACHE", "REFRESH", "ALTER", "DELETE", "UPDATE",
+    "MERGE", "TRUNCATE", "ANALYZE",
+)  # fmt: skip
+
+
 def _describe(sql: str, first: dict[str, Any], error: ParseError) -> str:
+    """sqlglot's description, with the expected token(s) spelled out where it names them."""
     description = str(first.get("description") or error).splitlines()[0]
     highlight = str(first.get("highlight") or "")
+    shown = highlight if highlight and highlight in mask_secrets(sql) else "***"
     if "<Token" in description:
         description = description.split("<Token")[0].rstrip()
-        shown = highlight if highlight and highlight in mask_secrets(sql) else "***"
         description += f" {shown!r}"
+    missing = re.match(
+        r"Required keyword: '(\w+)' missing for <class '[\w.]+\.(\w+)'>", description
+    )
+    if missing:
+        return f"an incomplete {missing.group(2)} expression near {shown!r} (no {missing.group(1)})"
+    if description.startswith("Expecting "):
+        expected = description.removeprefix("Expecting ").strip()
+        found = f"{shown!r}" if highlight else "the end of the statement"
+        return f"expected {expected!r}, found {found}"
+    if description.startswith("Invalid expression / Unexpected token"):
+        words = sql.split()
+        first_word = words[0].upper() if words else ""
+        if first_word not in _STATEMENT_WORDS:
+            return (
+                f"unexpected {words[0]!r} at the start of the statement; expected a statement "
+                "such as " + ", ".join(_STATEMENT_WORDS[:5])
+            )
+        return f"unexpected {shown!r}"
     return description
+
+
+def _caret(sql: str, line: int | None, column: int | None) -> str:
+    """The failing line of the statement (secrets masked) with a ``^`` under ``column``."""
+    if line is None or column is None:
+        return ""
+    lines = mask_secrets(sql).splitlines() or [""]
+    text = lines[min(max(line, 1), len(lines)) - 1]
+    if len(text) > 200:  # a long line: show the 200 characters around the column
+        start = max(0, column - 100)
+        text, column = text[start : start + 200], column - start
+    return f"  {text}\n  {' ' * max(column - 1, 0)}^"
 
 
 def _near(sql: str, line: int | None, column: int | None) -> str:
@@ -113,6 +165,18 @@ def _near(sql: str, line: int | None, column: int | None) -> str:
     lines = masked.splitlines() or [""]
     text = lines[min(max(line, 1), len(lines)) - 1].strip()
     return text[:200]
+
+
+def has_with_options(sql: str) -> bool:
+    """True when ``sql`` has a ``WITH (`` options clause (Flink's DDL; a CTE is ``WITH name``)."""
+    try:
+        tokens = sqlglot.tokenize(sql, dialect=FlinkSpark)
+    except TokenError:
+        return False
+    return any(
+        a.token_type == TokenType.WITH and b.token_type == TokenType.L_PAREN
+        for a, b in itertools.pairwise(tokens)
+    )
 
 
 def mask_secrets(sql: str) -> str:

@@ -1,4 +1,5 @@
-"""Name resolution inside one ``SELECT``: which alias a column belongs to, CTE visibility."""
+"""Name resolution inside one ``SELECT``: which alias a column belongs to, CTE visibility, the
+WHERE conditions a lookup join's probe side can take, the fields each source must carry."""
 
 from __future__ import annotations
 
@@ -123,3 +124,90 @@ def visible_ctes(select: exp.Expr) -> list[exp.CTE]:
                 found.append(list(with_.expressions))
         child, parent = parent, parent.parent
     return [cte for group in reversed(found) for cte in group]
+
+
+NONDETERMINISTIC = {"rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id"}
+
+
+def where_of(select: exp.Select) -> exp.Expr | None:
+    where = select.args.get("where")
+    return where.this if where is not None else None
+
+
+def pushable_where(select: exp.Select, resolver: Resolver, sources: list[Source]) -> list[exp.Expr]:
+    """WHERE conjuncts over probe columns alone (deterministic, no subquery): they filter
+    the probe side before any lookup (not when a RIGHT or FULL join follows, which would
+    bring back rows the condition removes)."""
+    if any(
+        str(j.args.get("side") or "").upper() in ("RIGHT", "FULL")
+        for j in select.args.get("joins") or []
+    ):
+        return []
+    out = []
+    for part in conjuncts(where_of(select)):
+        if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
+            continue
+        if any(
+            f.name.lower() in NONDETERMINISTIC
+            for f in part.find_all(exp.Anonymous, exp.Func)
+            if hasattr(f, "name")
+        ):
+            continue
+        columns = list(part.find_all(exp.Column))
+        try:
+            owners = [resolver.resolve(c) for c in columns]
+        except SqlError:
+            continue
+        if columns and all(o is not None and o in sources for o in owners):
+            out.append(part)
+    return out
+
+
+def needed_fields(
+    select: exp.Select, sources: list[Source], join: exp.Join, residual: list[exp.Expr]
+) -> dict[str, list[str]]:
+    """The fields of each source the rest of the statement (and the ``ON`` conditions left
+    after the key) can refer to: all of them after a ``*``."""
+    every = any(isinstance(e, exp.Star) for e in select.expressions) or any(
+        isinstance(star.parent, exp.Expr)
+        and not isinstance(star.parent, (exp.Column, exp.Count, exp.Select))
+        for star in select.find_all(exp.Star)
+    )
+    qualified: dict[str, set[str]] = {s.alias.lower(): set() for s in sources}
+    plain: set[str] = set()
+    starred: set[str] = set()
+    outside = [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Join) is not join]
+    known = Resolver(sources[:-1], sources[-1])
+    in_scope = {id(node) for node in scope_nodes(select)}
+    for column in outside + [c for r in residual for c in r.find_all(exp.Column)]:
+        if column.table and column.table.lower() in qualified and id(column) in in_scope:
+            known.resolve(column)  # raises for a column the alias does not have
+        if isinstance(column.this, exp.Star):
+            starred.add(column.table.lower())
+        elif column.table:
+            qualified.setdefault(column.table.lower(), set()).add(column.name.lower())
+        else:
+            plain.add(column.name.lower())
+    out: dict[str, list[str]] = {}
+    for source in sources:
+        alias = source.alias.lower()
+        out[source.alias] = [
+            f
+            for f in source.fields
+            if every
+            or alias in starred
+            or f.lower() in plain
+            or f.lower() in qualified.get(alias, set())
+        ]
+    return out
+
+
+def qualified(expression: exp.Expr, resolver: Resolver) -> exp.Expr:
+    copy = expression.copy()
+    for column in list(copy.find_all(exp.Column)):
+        if column.table or lambda_bound(column, copy):
+            continue
+        source = resolver.resolve(column)
+        if source is not None:
+            column.set("table", exp.to_identifier(source.alias))
+    return copy

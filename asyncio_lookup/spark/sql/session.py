@@ -80,7 +80,7 @@ class LookupSQL:
     def sql(self, statement: str) -> DataFrame:
         """Run one statement; a query returns its (lazy) DataFrame, DDL an empty one."""
         tree = parse_statement(statement)
-        if isinstance(tree, exp.Create) and is_lookup_ddl(tree):
+        if isinstance(tree, exp.Create) and is_lookup_ddl(tree, statement):
             return self._create(tree)
         if isinstance(tree, exp.Drop) and str(tree.args.get("kind") or "").upper() == "TABLE":
             dropped = self._drop(tree)

@@ -16,28 +16,31 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.metrics import observed_by
 from asyncio_lookup.spark.sql.ddl import TableDefinition
+from asyncio_lookup.spark.sql.keys import KeyFinder, key_order
 from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SqlError
 from asyncio_lookup.spark.sql.scope import (
     Resolver,
     Source,
     and_all,
     conjuncts,
-    lambda_bound,
-    scope_nodes,
+    needed_fields,
+    pushable_where,
+    qualified,
     visible_ctes,
+    where_of,
 )
+from asyncio_lookup.spark.sql.select_hints import SQL_ERROR_FIELD, SelectHints, keeps_failures
+from asyncio_lookup.spark.sql.views import filter_view, finish
 
 DIALECT = "spark"
 JOIN_ALLOWED = "JOIN / INNER JOIN or LEFT [OUTER] JOIN ... ON (as Flink's lookup join)"
@@ -76,77 +79,6 @@ def selects_innermost_first(node: exp.Expr) -> list[exp.Select]:
     return out
 
 
-@dataclass
-class _Hints:
-    """A SELECT's hints, split into ours (LOOKUP, SHUFFLE_HASH on lookup tables) and Spark's."""
-
-    lookup: list[LookupHint] = field(default_factory=list)
-    shuffle: list[str] = field(default_factory=list)
-    spark: list[exp.Expr] = field(default_factory=list)
-    spark_shuffle: list[str] = field(default_factory=list)
-    used_lookup: set[int] = field(default_factory=set)
-    used_shuffle: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, select: exp.Select, lookup_names: set[str]) -> _Hints:
-        hints = cls()
-        hint = select.args.get("hint")
-        for item in hint.expressions if hint is not None else []:
-            name = str(item.this if isinstance(item, (exp.JoinHint, exp.Anonymous)) else "")
-            text = item if isinstance(item, str) else _sql(item)
-            if name.upper() == "LOOKUP" or text.upper().startswith("LOOKUP"):
-                for parsed in parse_hints(text):
-                    assert isinstance(parsed, LookupHint)
-                    hints.lookup.append(parsed)
-            elif name.upper() == "SHUFFLE_HASH":
-                others = []
-                for target in item.expressions:
-                    if target.name.lower() in lookup_names:
-                        hints.shuffle.append(target.name)
-                    else:
-                        others.append(target)
-                        hints.spark_shuffle.append(target.name)
-                if others:
-                    hints.spark.append(exp.JoinHint(this="SHUFFLE_HASH", expressions=others))
-            else:
-                hints.spark.append(item)
-        return hints
-
-    def for_join(self, names: tuple[str, str]) -> list[LookupHint | ShuffleHashHint]:
-        wanted = {n.lower() for n in names}
-        out: list[LookupHint | ShuffleHashHint] = []
-        for index, hint in enumerate(self.lookup):
-            if hint.table.lower() in wanted:
-                self.used_lookup.add(index)
-                out.append(hint)
-        for name in self.shuffle:
-            if name.lower() in wanted:
-                self.used_shuffle.add(name.lower())
-                out.append(ShuffleHashHint((name,)))
-        return out
-
-    def check_used(self, joined: list[str], spark_sources: set[str]) -> None:
-        allowed = "a lookup table (or alias) joined in this SELECT: " + (
-            ", ".join(repr(j) for j in joined) or "none"
-        )
-        for index, hint in enumerate(self.lookup):
-            if index not in self.used_lookup:
-                raise SqlError(
-                    "LOOKUP",
-                    hint.table,
-                    allowed,
-                    reason="the hint names no lookup join of its SELECT",
-                )
-        for name in self.shuffle + self.spark_shuffle:
-            if name.lower() not in self.used_shuffle and name.lower() not in spark_sources:
-                raise SqlError(
-                    "SHUFFLE_HASH",
-                    name,
-                    allowed,
-                    reason="the hint names no lookup join of its SELECT",
-                )
-
-
 class Translator:
     """Rewrites the lookup joins of statements for one :class:`LookupSQL`."""
 
@@ -171,7 +103,7 @@ class Translator:
         """Rewrite every lookup join in ``statement`` in place; False when it has none."""
         if not self._check_tables(statement):
             for select in statement.find_all(exp.Select):
-                _Hints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
+                SelectHints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
             return False
         self.observed = []
         self.frames = {}
@@ -238,7 +170,7 @@ class Translator:
             if isinstance(join.this, exp.Table) and system_time(join.this):
                 lookup_names |= {join.this.name.lower(), join.this.alias_or_name.lower()}
                 joined.append(join.this.alias_or_name)
-        hints = _Hints.of(select, lookup_names)
+        hints = SelectHints.of(select, lookup_names)
         if not joined and not hints.lookup and not hints.shuffle:
             return
         while (index := self._lookup_index(select)) is not None:
@@ -250,7 +182,7 @@ class Translator:
         else:
             select.set("hint", None)
         if joined:
-            self._finish(select)
+            finish(select, self._from_items(select), self.views)
 
     def _plain_aliases(self, select: exp.Select) -> list[str]:
         out = []
@@ -284,7 +216,7 @@ class Translator:
             out.append((f"struct({_quoted(alias)}.*)", Source(alias, ())))
         return [(expr, src.alias, src) for expr, src in out]
 
-    def _lookup_join(self, select: exp.Select, index: int, hints: _Hints) -> None:
+    def _lookup_join(self, select: exp.Select, index: int, hints: SelectHints) -> None:
         joins = list(select.args.get("joins") or [])
         join = joins[index]
         table: exp.Table = join.this
@@ -322,8 +254,8 @@ class Translator:
         struct_types: dict[str, Any] = {f.name: f.dataType for f in structs.schema.fields}
         sources = [Source(alias, tuple(struct_types[alias].names)) for _, alias, _ in probe]
         join_hints = hints.for_join((name, dim_alias))
-        keep = _keeps_failures(join_hints)
-        if keep and SQL_ERROR_FIELD.lower() in {c.lower() for c in definition.columns}:
+        keep = keeps_failures(join_hints)
+        if keep and SQL_ERROR_FIELD.lower() in {c.lower() for c in definition.visible}:
             raise SqlError(
                 "on-error",
                 "keep",
@@ -331,7 +263,7 @@ class Translator:
                 reason=f"{name!r} has one, and the error output adds {dim_alias}."
                 f"{SQL_ERROR_FIELD}; rename the column in the DDL",
             )
-        dim = Source(dim_alias, definition.columns + ((SQL_ERROR_FIELD,) if keep else ()))
+        dim = Source(dim_alias, definition.visible + ((SQL_ERROR_FIELD,) if keep else ()))
         resolver = Resolver(sources, dim)
 
         # FOR SYSTEM_TIME AS OF <probe column>: checked, not used (processing time).
@@ -344,14 +276,17 @@ class Translator:
                 reason=f"in the lookup join of {name!r}",
             )
 
-        key, residual = self._key(definition, resolver, dim, join.args["on"])
-        pushed = self._pushable_where(select, resolver, sources)
+        finder = KeyFinder(
+            name, resolver, dim, definition.columns, definition.key, definition.data_types()
+        )
+        key, residual = finder.find(join.args["on"])
+        pushed = pushable_where(select, resolver, sources)
         if pushed:
-            rest = and_all([c for c in conjuncts(_where(select)) if c not in pushed])
+            rest = and_all([c for c in conjuncts(where_of(select)) if c not in pushed])
             select.set("where", exp.Where(this=rest) if rest is not None else None)
         n = next(_counter)
         prefix = f"__lk{n}"
-        needed = self._needed(select, [*sources, dim], join, residual)
+        needed = needed_fields(select, [*sources, dim], join, residual)
         flat: dict[str, list[tuple[str, str]]] = {}
         columns: list[Column] = []
         for a, source in enumerate(sources):
@@ -363,10 +298,11 @@ class Translator:
             ]
         on: list[tuple[str, str]] = []
         readable: dict[str, str] = {}
-        for j, (dim_column, expression) in enumerate(key):
+        for j, bound in enumerate(key):
+            dim_column, expression = bound.column, bound.expression
             key_name = f"{prefix}_k{j}"
             readable[key_name] = _sql(expression)
-            columns.append(F.expr(_sql(self._qualified(expression, resolver))).alias(key_name))
+            columns.append(F.expr(_sql(qualified(expression, resolver))).alias(key_name))
             on.append((key_name, dim_column))
         rid = f"{prefix}_rid"
         consolidate = how == "left" and bool(residual)
@@ -374,16 +310,20 @@ class Translator:
             columns.append(F.monotonically_increasing_id().alias(rid))
         probe_df = structs
         if pushed:
-            condition = and_all([self._qualified(p, resolver) for p in pushed])
+            condition = and_all([qualified(p, resolver) for p in pushed])
             assert condition is not None
             probe_df = probe_df.where(F.expr(_sql(condition)))
         probe_df = probe_df.select(*columns)
 
         dim_fields = [f for f in needed[dim_alias] if f != SQL_ERROR_FIELD]
         dim_fields = dim_fields or [definition.columns[0]]
-        dim_flat = [(f, f"{prefix}_d{j}") for j, f in enumerate(dim_fields)]
+        computed = {c.name: c for c in definition.computed if c.name in dim_fields}
+        physical = [f for f in dim_fields if f not in computed]
+        physical += [d for c in computed.values() for d in c.depends if d not in physical]
+        dim_flat = [(f, f"{prefix}_d{j}") for j, f in enumerate(physical or definition.columns[:1])]
         error_column = f"{prefix}_error"
-        lookup_table = definition.lookup_table(tuple(d for d, _ in key_order(key, definition)))
+        ordered = key_order(key, definition.columns)
+        lookup_table = definition.lookup_table(tuple(k.column for k in ordered))
         try:
             joined = lookup_join(
                 probe_df,
@@ -409,18 +349,26 @@ class Translator:
         shaped = [
             F.struct(*[F.col(c).alias(f) for f, c in flat[s.alias]]).alias(s.alias) for s in sources
         ]
+        flat_dim = dict(dim_flat)
         if keep:  # the failure, as a field of the dim struct: c.lookup_error
-            dim_flat.append((SQL_ERROR_FIELD, error_column))
+            flat_dim[SQL_ERROR_FIELD] = error_column
             dim_fields = [*dim_fields, SQL_ERROR_FIELD]
-        dim_struct = F.struct(*[F.col(c).alias(f) for f, c in dim_flat]).alias(dim_alias)
+        dim_struct = F.struct(
+            *[  # a computed column is evaluated on the looked-up row (NULL when there is none)
+                (F.expr(computed[f].over(flat_dim)) if f in computed else F.col(flat_dim[f])).alias(
+                    f
+                )
+                for f in dim_fields
+            ]
+        ).alias(dim_alias)
         view = joined.select(*shaped, dim_struct, *([F.col(rid)] if consolidate else []))
         if residual:
-            condition = and_all([self._qualified(r, resolver) for r in residual])
+            condition = and_all([qualified(r, resolver) for r in residual])
             assert condition is not None
             kept = F.expr(_sql(condition))
             if keep:  # a failed row has no dim values to test: it is kept as it is
                 kept = kept | F.col(f"{_quoted(dim_alias)}.{SQL_ERROR_FIELD}").isNotNull()
-            view = self._filter(view, kept, consolidate, rid, sources, dim_alias)
+            view = filter_view(view, kept, consolidate, rid, sources, dim_alias)
         view_name = f"__asyncio_lookup_{n}_{uuid.uuid4().hex[:8]}"
         view.createOrReplaceTempView(view_name)
         self.frames[view_name] = view
@@ -448,234 +396,6 @@ class Translator:
             return max(1, int(str(value)))
         except ValueError:
             return 200
-
-    def _key(
-        self, definition: TableDefinition, resolver: Resolver, dim: Source, on: exp.Expr
-    ) -> tuple[list[tuple[str, exp.Expr]], list[exp.Expr]]:
-        """ON -> the lookup key (dim column, probe expression or constant) and the rest."""
-        candidates: list[tuple[str, exp.Expr, exp.Expr]] = []
-        residual: list[exp.Expr] = []
-        for part in conjuncts(on):
-            bound = None
-            if isinstance(part, exp.EQ):
-                for this, other in ((part.this, part.expression), (part.expression, part.this)):
-                    if (
-                        isinstance(this, exp.Column)
-                        and resolver.resolve(this) is dim
-                        and not _refers_to(other, resolver, dim)
-                        and other.find(exp.Query, exp.AggFunc, exp.Window) is None
-                    ):
-                        dim_column = dim.field(this.name)
-                        assert dim_column is not None
-                        bound = (dim_column, other, part)
-                        break
-            if bound is None:
-                for referenced in part.find_all(exp.Column):
-                    resolver.resolve(referenced)
-                residual.append(part)
-            else:
-                candidates.append(bound)
-        chosen: dict[str, exp.Expr] = {}
-        for dim_column, other, part in candidates:
-            fixed = definition.key
-            if dim_column not in chosen and (fixed is None or dim_column in fixed):
-                chosen[dim_column] = other
-            else:
-                residual.append(part)
-        if definition.key is not None:
-            missing = [c for c in definition.key if c not in chosen]
-            if missing:
-                raise SqlError(
-                    "ON",
-                    _sql(on),
-                    f"equalities binding every key column of {definition.name!r}: "
-                    f"{list(definition.key)} (to probe expressions or constants)",
-                    reason=f"{missing} not bound",
-                )
-        if not chosen:
-            raise SqlError(
-                "ON",
-                _sql(on),
-                f"at least one equality between a column of {definition.name!r} and a probe "
-                "expression or a constant",
-                reason="no lookup key",
-            )
-        return list(chosen.items()), residual
-
-    def _pushable_where(
-        self, select: exp.Select, resolver: Resolver, sources: list[Source]
-    ) -> list[exp.Expr]:
-        """WHERE conjuncts over probe columns alone (deterministic, no subquery): they filter
-        the probe side before any lookup (not when a RIGHT or FULL join follows, which would
-        bring back rows the condition removes)."""
-        if any(
-            str(j.args.get("side") or "").upper() in ("RIGHT", "FULL")
-            for j in select.args.get("joins") or []
-        ):
-            return []
-        out = []
-        for part in conjuncts(_where(select)):
-            if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
-                continue
-            if any(
-                f.name.lower() in _NONDETERMINISTIC
-                for f in part.find_all(exp.Anonymous, exp.Func)
-                if hasattr(f, "name")
-            ):
-                continue
-            columns = list(part.find_all(exp.Column))
-            try:
-                owners = [resolver.resolve(c) for c in columns]
-            except SqlError:
-                continue
-            if columns and all(o is not None and o in sources for o in owners):
-                out.append(part)
-        return out
-
-    def _needed(
-        self, select: exp.Select, sources: list[Source], join: exp.Join, residual: list[exp.Expr]
-    ) -> dict[str, list[str]]:
-        """The fields of each source the rest of the statement (and the ``ON`` conditions left
-        after the key) can refer to: all of them after a ``*``."""
-        every = any(isinstance(e, exp.Star) for e in select.expressions) or any(
-            isinstance(star.parent, exp.Expr)
-            and not isinstance(star.parent, (exp.Column, exp.Count, exp.Select))
-            for star in select.find_all(exp.Star)
-        )
-        qualified: dict[str, set[str]] = {s.alias.lower(): set() for s in sources}
-        plain: set[str] = set()
-        starred: set[str] = set()
-        outside = [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Join) is not join]
-        known = Resolver(sources[:-1], sources[-1])
-        in_scope = {id(node) for node in scope_nodes(select)}
-        for column in outside + [c for r in residual for c in r.find_all(exp.Column)]:
-            if column.table and column.table.lower() in qualified and id(column) in in_scope:
-                known.resolve(column)  # raises for a column the alias does not have
-            if isinstance(column.this, exp.Star):
-                starred.add(column.table.lower())
-            elif column.table:
-                qualified.setdefault(column.table.lower(), set()).add(column.name.lower())
-            else:
-                plain.add(column.name.lower())
-        out: dict[str, list[str]] = {}
-        for source in sources:
-            alias = source.alias.lower()
-            out[source.alias] = [
-                f
-                for f in source.fields
-                if every
-                or alias in starred
-                or f.lower() in plain
-                or f.lower() in qualified.get(alias, set())
-            ]
-        return out
-
-    def _qualified(self, expression: exp.Expr, resolver: Resolver) -> exp.Expr:
-        copy = expression.copy()
-        for column in list(copy.find_all(exp.Column)):
-            if column.table or lambda_bound(column, copy):
-                continue
-            source = resolver.resolve(column)
-            if source is not None:
-                column.set("table", exp.to_identifier(source.alias))
-        return copy
-
-    def _filter(
-        self,
-        view: DataFrame,
-        condition: Column,
-        consolidate: bool,
-        rid: str,
-        sources: list[Source],
-        dim_alias: str,
-    ) -> DataFrame:
-        if not consolidate:
-            return view.where(condition)
-        ok, hit, first = f"{rid}_ok", f"{rid}_any", f"{rid}_first"
-        rows = Window.partitionBy(rid)
-        marked = (
-            view.withColumn(ok, F.coalesce(condition, F.lit(False)))
-            .withColumn(hit, F.max(F.col(ok).cast("int")).over(rows))
-            .withColumn(first, F.row_number().over(rows.orderBy(rid)))
-        )
-        kept = marked.where(F.col(ok) | ((F.col(hit) == 0) & (F.col(first) == 1)))
-        return kept.select(
-            *[F.col(_quoted(s.alias)) for s in sources],
-            F.when(F.col(ok), F.col(_quoted(dim_alias))).alias(dim_alias),
-        )
-
-    def _finish(self, select: exp.Select) -> None:
-        """Qualify plain column names and expand ``*`` over the views' struct columns."""
-        items = self._from_items(select)
-        view_sources = [
-            source
-            for item in items
-            if isinstance(item, exp.Table) and item.name in self.views
-            for source in self.views[item.name]
-        ]
-        resolver = Resolver(view_sources)
-        outputs = {e.alias_or_name.lower() for e in select.expressions}
-        late = [select.args.get("order"), select.args.get("having")]
-        for node in list(scope_nodes(select)):
-            if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
-                continue
-            if node.table:
-                if node.table.lower() in resolver.by_alias:
-                    resolver.resolve(node)
-                    for part in ("db", "catalog"):
-                        node.set(part, None)
-                continue
-            if lambda_bound(node, select):
-                continue
-            if node.name.lower() in outputs and any(
-                clause is not None and node.find_ancestor(type(clause)) is clause for clause in late
-            ):
-                continue
-            source = resolver.resolve(node)
-            if source is not None:
-                node.set("table", exp.to_identifier(source.alias))
-        expanded: list[exp.Expr] = []
-        for projection in select.expressions:
-            if not isinstance(projection, exp.Star):
-                expanded.append(projection)
-                continue
-            for item in items:
-                if isinstance(item, exp.Table) and item.name in self.views:
-                    aliases = [s.alias for s in self.views[item.name]]
-                else:
-                    aliases = [item.alias_or_name]
-                expanded += [
-                    exp.Column(this=exp.Star(), table=exp.to_identifier(a, quoted=True))
-                    for a in aliases
-                ]
-        select.set("expressions", expanded)
-
-
-SQL_ERROR_FIELD = "lookup_error"
-"""With ``'on-error'='keep'``, the dim alias's field with a row's failure (``c.lookup_error``)."""
-
-
-def _keeps_failures(hints: list[LookupHint | ShuffleHashHint]) -> bool:
-    """True when the join's LOOKUP hint (the first one, as in resolution) keeps failed rows."""
-    lookup = next((h for h in hints if isinstance(h, LookupHint)), None)
-    return lookup is not None and lookup.on_error == "keep"
-
-
-def _where(select: exp.Select) -> exp.Expr | None:
-    where = select.args.get("where")
-    return where.this if where is not None else None
-
-
-def key_order(
-    key: list[tuple[str, exp.Expr]], definition: TableDefinition
-) -> list[tuple[str, exp.Expr]]:
-    """The key in dim-schema order (the order lookups and connectors use)."""
-    position = {c: i for i, c in enumerate(definition.columns)}
-    return sorted(key, key=lambda item: position[item[0]])
-
-
-def _refers_to(expression: exp.Expr, resolver: Resolver, dim: Source) -> bool:
-    return any(resolver.resolve(c) is dim for c in expression.find_all(exp.Column))
 
 
 def _in_join(

@@ -1,0 +1,86 @@
+"""Shaping a lookup join's view: LEFT JOIN filters that keep one NULL row per probe row, and the
+rewritten ``SELECT`` over the views (plain names qualified, ``*`` expanded over the structs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from asyncio_lookup.spark.sql.scope import Resolver, Source, lambda_bound, scope_nodes
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def filter_view(
+    view: DataFrame,
+    condition: Column,
+    consolidate: bool,
+    rid: str,
+    sources: list[Source],
+    dim_alias: str,
+) -> DataFrame:
+    if not consolidate:
+        return view.where(condition)
+    ok, hit, first = f"{rid}_ok", f"{rid}_any", f"{rid}_first"
+    rows = Window.partitionBy(rid)
+    marked = (
+        view.withColumn(ok, F.coalesce(condition, F.lit(False)))
+        .withColumn(hit, F.max(F.col(ok).cast("int")).over(rows))
+        .withColumn(first, F.row_number().over(rows.orderBy(rid)))
+    )
+    kept = marked.where(F.col(ok) | ((F.col(hit) == 0) & (F.col(first) == 1)))
+    return kept.select(
+        *[F.col(_quoted(s.alias)) for s in sources],
+        F.when(F.col(ok), F.col(_quoted(dim_alias))).alias(dim_alias),
+    )
+
+
+def finish(select: exp.Select, items: list[exp.Expr], views: Mapping[str, list[Source]]) -> None:
+    """Qualify plain column names and expand ``*`` over the views' struct columns."""
+    view_sources = [
+        source
+        for item in items
+        if isinstance(item, exp.Table) and item.name in views
+        for source in views[item.name]
+    ]
+    resolver = Resolver(view_sources)
+    outputs = {e.alias_or_name.lower() for e in select.expressions}
+    late = [select.args.get("order"), select.args.get("having")]
+    for node in list(scope_nodes(select)):
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+            continue
+        if node.table:
+            if node.table.lower() in resolver.by_alias:
+                resolver.resolve(node)
+                for part in ("db", "catalog"):
+                    node.set(part, None)
+            continue
+        if lambda_bound(node, select):
+            continue
+        if node.name.lower() in outputs and any(
+            clause is not None and node.find_ancestor(type(clause)) is clause for clause in late
+        ):
+            continue
+        source = resolver.resolve(node)
+        if source is not None:
+            node.set("table", exp.to_identifier(source.alias))
+    expanded: list[exp.Expr] = []
+    for projection in select.expressions:
+        if not isinstance(projection, exp.Star):
+            expanded.append(projection)
+            continue
+        for item in items:
+            if isinstance(item, exp.Table) and item.name in views:
+                aliases = [s.alias for s in views[item.name]]
+            else:
+                aliases = [item.alias_or_name]
+            expanded += [
+                exp.Column(this=exp.Star(), table=exp.to_identifier(a, quoted=True))
+                for a in aliases
+            ]
+    select.set("expressions", expanded)

@@ -1,0 +1,98 @@
+"""Flink's deprecated JDBC cache options and other operators' options (lookup/flink_options.py),
+and Flink's Long.MAX_VALUE ms durations ("never")."""
+
+from __future__ import annotations
+
+import pytest
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup import LookupOptions
+from asyncio_lookup.lookup.flink_options import ignored, upgrade
+from asyncio_lookup.lookup.reload import LoadTimes
+
+LONG_MAX = "9223372036854775807"
+
+
+def test_legacy_max_rows_turns_the_partial_cache_on_as_the_jdbc_connector_does() -> None:
+    out = upgrade({"lookup.cache.max-rows": "100", "lookup.cache.caching-missing-key": "false"})
+    assert out.options == {
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.max-rows": "100",
+        "lookup.partial-cache.expire-after-write": "10 s",  # lookup.cache.ttl's default
+        "lookup.partial-cache.cache-missing-key": "false",
+    }
+    assert ("lookup.cache.max-rows", "lookup.partial-cache.max-rows") in out.renamed
+    options = LookupOptions.from_dict(out.options)
+    assert (options.partial_max_rows, options.partial_expire_after_write) == (100, 10.0)
+    assert options.partial_cache_missing_key is False
+
+
+def test_legacy_options_alias_the_new_ones_under_a_partial_cache() -> None:
+    out = upgrade(
+        {"lookup.cache": "PARTIAL", "lookup.cache.ttl": "1 min", "lookup.cache.max-rows": "5"}
+    )
+    assert out.options["lookup.partial-cache.expire-after-write"] == "1 min"
+    assert out.options["lookup.partial-cache.max-rows"] == "5"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"lookup.cache.max-rows": "-1"}, {"lookup.cache.ttl": "10s"}, {"lookup.cache.max-rows": "0"}],
+)
+def test_legacy_options_without_positive_max_rows_turn_no_cache_on(given: dict[str, str]) -> None:
+    out = upgrade(given)
+    assert "lookup.cache" not in out.options and out.notes
+    assert LookupOptions.from_dict(out.options).cache.name == "NONE"
+
+
+def test_legacy_and_new_name_with_different_values_is_an_error() -> None:
+    with pytest.raises(ConfigurationError) as error:
+        upgrade({"lookup.cache.max-rows": "5", "lookup.partial-cache.max-rows": "6"})
+    assert error.value.option == "lookup.cache.max-rows"
+    assert "lookup.partial-cache.max-rows" in str(error.value)
+
+
+def test_other_operators_options_are_recognised() -> None:
+    others = ("sink.buffer-flush.max-rows", "scan.partition.column", "format", "SINK.parallelism")
+    for name in others:
+        assert ignored(name)
+    for name in ("lookup.cache.max-row", "url", "table-name", "lookup.cash"):
+        assert not ignored(name)
+
+
+def test_long_max_value_reload_interval_means_load_once() -> None:
+    options = LookupOptions.from_dict(
+        {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": LONG_MAX}
+    )
+    trigger = options.build_reload_trigger()
+    assert trigger is not None
+    assert trigger.next_reload(LoadTimes(0.0, 0.0, 1.0, initial=True)) is None
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("lookup.full-cache.periodic-reload.interval", "9300000000000000000", "Long.MAX_VALUE"),
+        ("lookup.batch.max-wait", LONG_MAX, "100 years"),
+        ("lookup.max-retry-backoff", "1000000 d", "100 years"),
+    ],
+)
+def test_durations_the_runtime_cannot_hold_fail_naming_the_option(
+    option: str, value: str, reason: str
+) -> None:
+    given = {option: value}
+    if option.startswith("lookup.full-cache"):
+        given["lookup.cache"] = "FULL"
+    with pytest.raises(ConfigurationError) as error:
+        LookupOptions.from_dict(given)
+    assert error.value.option == option and reason in str(error.value)
+
+
+def test_long_max_value_expiry_means_never() -> None:
+    options = LookupOptions.from_dict(
+        {"lookup.cache": "PARTIAL", "lookup.partial-cache.expire-after-write": LONG_MAX}
+    )
+    cache = options.build_cache()
+    assert cache is not None
+    cache.put(("k",), [{"a": 1}])
+    assert cache.get_if_present(("k",)) == [{"a": 1}]
