@@ -66,6 +66,8 @@ class LookupJoinTask:
     error_type: pa.DataType | None = None
     #: This task's share of the table's ``lookup.rate-limit`` (spark/rate_share.py).
     rate: TaskRate | None = None
+    #: The shared cache's default namespace (LookupTable.shared_namespace), with one.
+    shared_namespace: str | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -90,6 +92,7 @@ class LookupJoinTask:
             cache_scope=self.cache_scope(partition),
             target=target_of(self.connector),
             rate=self.rate,
+            shared_namespace=self.shared_namespace,
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
