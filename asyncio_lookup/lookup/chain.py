@@ -253,7 +253,7 @@ class LookupChain:
         if self.cache is not None and self._owns_cache:
             self.cache.open(self.metrics)
         if self.shared is not None:
-            self.shared.open(self.metrics)
+            await self.shared.open(self.metrics)
         if self._async is not None:
             await self._async.open()
             self._batcher = KeyBatcher(

@@ -154,6 +154,9 @@ class CountingStore:
         self.writes: list[int] = []
         self.delay = 0.0
 
+    async def connect(self) -> None:
+        await self.inner.connect()
+
     async def read(self, keys: Sequence[bytes], lease_ms: int, token: bytes) -> list[ReadResult]:
         self.reads.append(len(keys))
         if self.delay:

@@ -39,6 +39,9 @@ return out
 """
 
 _LEASE_SUFFIX = b"#lease"
+#: A connection may take this long to open (TLS, a loaded host); each command then has the
+#: tier's timeout.
+CONNECT_TIMEOUT = 1.0
 
 
 def lease_key(key: bytes) -> bytes:
@@ -48,7 +51,7 @@ def lease_key(key: bytes) -> bytes:
 def _options(timeout: float) -> dict[str, Any]:
     return {
         "socket_timeout": timeout,
-        "socket_connect_timeout": timeout,
+        "socket_connect_timeout": max(timeout, CONNECT_TIMEOUT),
         "retry": Retry(NoBackoff(), 0),
         "client_name": "asyncio-lookup-shared-cache",
     }
@@ -72,6 +75,10 @@ class RedisStore:
             self._client = redis.asyncio.Redis.from_pool(pool)
             self._script = self._client.register_script(READ_SCRIPT)
         return self._client, self._script
+
+    async def connect(self) -> None:
+        client, _ = self._connect()
+        await client.script_load(READ_SCRIPT)  # opens a connection; EVALSHA finds the script
 
     async def read(self, keys: Sequence[bytes], lease_ms: int, token: bytes) -> list[ReadResult]:
         _, script = self._connect()

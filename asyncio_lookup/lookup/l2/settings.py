@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_TTL = 3600.0
-DEFAULT_TIMEOUT = 0.05
+DEFAULT_TIMEOUT = 0.1
 DEFAULT_LEASE = 2.0
 DEFAULT_MAX_VALUE_SIZE = 64 * 1024
 

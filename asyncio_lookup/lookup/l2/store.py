@@ -21,6 +21,10 @@ class SharedStore(Protocol):
     """A key-value store shared by processes; every method may raise any exception (the tier
     counts it and goes to the service). Async methods run on one event loop."""
 
+    async def connect(self) -> None:
+        """Connect (and prepare what reads need) ahead of the first read."""
+        ...
+
     async def read(self, keys: Sequence[bytes], lease_ms: int, token: bytes) -> list[ReadResult]:
         """For each key its value; for a key without one, try to take its lease for
         ``lease_ms`` (0: no leases, every absent key answers True). One round trip."""

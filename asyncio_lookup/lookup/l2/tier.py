@@ -12,9 +12,10 @@ Per lookup that missed L1 (:meth:`SharedTier.lookup`):
    return it. Held by another process: poll the key (5 ms doubling to 50 ms) until its value
    appears, the lease is freed (then take it) or ``lease`` seconds pass (then load anyway).
 4. The store failing or slower than ``timeout`` (each batched call is bounded by it): count an
-   L2 error, warn once per outage, load from the service and leave the store alone for
-   :data:`RETRY_AFTER` seconds (lookups then skip L2, counted); the first batch after that
-   tries it again, so the tier comes back on its own when the store does.
+   L2 error and load from the service. After :data:`FAILURES_TO_SKIP` failed calls in a row,
+   warn (once per outage) and leave the store alone for :data:`RETRY_AFTER` seconds (lookups
+   then skip L2, counted); the first batch after that tries it again, so the tier comes back
+   on its own when the store does.
 
 The service call itself goes through ``load`` (the chain's retries, coalescing and batching):
 the tier never fails a lookup the service could answer.
@@ -50,6 +51,11 @@ log = logging.getLogger("asyncio_lookup.shared_cache")
 
 #: Seconds the tier leaves a failed store alone before trying it again.
 RETRY_AFTER = 1.0
+#: Failed calls in a row after which lookups skip the store for RETRY_AFTER (a lone timeout
+#: on a loaded host sends only its own batch to the service).
+FAILURES_TO_SKIP = 3
+#: Seconds a first connection may take (the store's own connect timeout is as long).
+CONNECT_TIMEOUT = 1.0
 #: Keys per batched read (one script call); larger batches are split.
 MAX_READ_BATCH = 512
 #: An encoded key longer than this is stored under its SHA-256 (the entry keeps it whole).
@@ -91,16 +97,20 @@ class SharedTier:
         self._tasks: set[asyncio.Task[None]] = set()
         self._down_until = 0.0
         self._down = False
+        self._failures = 0  # in a row
 
     def __repr__(self) -> str:
         return f"SharedTier({mask_password(self.settings.url)!r}, prefix={self.prefix!r})"
 
-    def open(self, metrics: CacheMetricGroup) -> None:
-        """Count into ``metrics`` (the chain's group, per level)."""
+    async def open(self, metrics: CacheMetricGroup) -> None:
+        """Count into ``metrics`` (the chain's group, per level) and connect to the store
+        (bounded by :data:`CONNECT_TIMEOUT`; a store that cannot be reached counts as failed,
+        and the chain opens anyway)."""
         self.metrics = metrics
         metrics.enable_levels()
         if self._store is None:
             self._store = self._store_factory(self.settings.url, self.settings.timeout)
+            await self._call(lambda store: store.connect(), CONNECT_TIMEOUT)
 
     async def aclose(self) -> None:
         tasks = list(self._tasks)
@@ -279,7 +289,9 @@ class SharedTier:
 
     # -- failure isolation -----------------------------------------------------------------
 
-    async def _call(self, op: Callable[[SharedStore], Awaitable[Any]]) -> tuple[bool, Any]:
+    async def _call(
+        self, op: Callable[[SharedStore], Awaitable[Any]], timeout: float | None = None
+    ) -> tuple[bool, Any]:
         """``(True, op(store))`` bounded by the timeout; on failure ``(False, None)`` (counted,
         logged once per outage) and the store is left alone for :data:`RETRY_AFTER`. Never
         raises but a cancellation."""
@@ -287,13 +299,14 @@ class SharedTier:
         if store is None or not self.available:
             return False, None
         try:
-            async with asyncio.timeout(self.settings.timeout):
+            async with asyncio.timeout(timeout or self.settings.timeout):
                 result = await op(store)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             self._failed(error)
             return False, None
+        self._failures = 0
         if self._down:
             self._down = False
             log.warning(
@@ -303,6 +316,9 @@ class SharedTier:
 
     def _failed(self, error: BaseException) -> None:
         self.metrics.inc(L2_ERROR_COUNT)
+        self._failures += 1
+        if self._failures < FAILURES_TO_SKIP:
+            return
         self._down_until = self._clock() + RETRY_AFTER
         if not self._down:
             self._down = True
