@@ -424,3 +424,56 @@ async def test_store_down_slow_and_back(namespace: str) -> None:
             assert chain.metrics.snapshot()["l2HitCount"] >= 9
     finally:
         await chain.close()
+
+
+# -- the deadline ------------------------------------------------------------------------------
+
+
+def _delayed_server(delay: float) -> socket.socket:
+    """A server on a thread of its own (answers while the test's loop stands still): reads a
+    line, waits ``delay`` seconds (forever if < 0), answers ``pong``."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                connection.recv(100)
+                if delay < 0:
+                    continue  # never answers
+                time.sleep(delay)
+                connection.sendall(b"pong\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+async def test_an_answer_that_came_while_the_loop_stood_still_is_not_a_timeout() -> None:
+    from asyncio_lookup.lookup.l2.deadline import bounded
+
+    async def ping(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"ping\n")
+        await writer.drain()
+        try:
+            return await reader.readline()
+        finally:
+            writer.close()
+
+    answering, silent = _delayed_server(0.05), _delayed_server(-1)
+    try:
+        call = asyncio.ensure_future(bounded(ping(answering.getsockname()[1]), 0.1))
+        await asyncio.sleep(0.02)  # the request is out
+        time.sleep(0.3)  # the loop stands still (as between two Spark batches); pong arrives
+        assert await call == b"pong\n"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await bounded(ping(silent.getsockname()[1]), 0.05)
+        assert time.monotonic() - started < 0.5
+    finally:
+        answering.close()
+        silent.close()

@@ -107,9 +107,13 @@ def _untag(value: Any) -> Any:
     raise EntryMismatch(f"unknown tag {tag!r}")
 
 
+# ensure_ascii: lone surrogates survive; allow_nan=False: non-finite floats are tagged. One
+# encoder for every call (json.dumps with options builds one per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
+
+
 def _dumps(value: Any) -> bytes:
-    # ensure_ascii: lone surrogates survive; allow_nan=False: non-finite floats are tagged
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODE(value).encode()
 
 
 def encode_key(key: Key) -> bytes:

@@ -34,6 +34,7 @@ from typing import Any
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.l2.codec import EntryMismatch, NotEncodable, decode_entry, encode_entry
 from asyncio_lookup.lookup.l2.codec import encode_key as encode_key_bytes
+from asyncio_lookup.lookup.l2.deadline import bounded
 from asyncio_lookup.lookup.l2.settings import SharedCacheSettings, key_prefix, mask_password
 from asyncio_lookup.lookup.l2.store import ReadResult, SharedStore, open_store
 from asyncio_lookup.lookup.metrics import (
@@ -56,6 +57,8 @@ RETRY_AFTER = 1.0
 FAILURES_TO_SKIP = 3
 #: Seconds a first connection may take (the store's own connect timeout is as long).
 CONNECT_TIMEOUT = 1.0
+#: Seconds a write may take in the background after its lookups stopped waiting for it.
+WRITE_BOUND = 2.0
 #: Keys per batched read (one script call); larger batches are split.
 MAX_READ_BATCH = 512
 #: An encoded key longer than this is stored under its SHA-256 (the entry keeps it whole).
@@ -278,14 +281,25 @@ class SharedTier:
         waiters: list[asyncio.Future[None]],
     ) -> None:
         values = [(k, v) for k, v in entries if v is not None]
-        try:
-            ok, sent = await self._call(lambda store: store.write(values, self._ttl_ms, release))
-            if ok:
-                self.metrics.inc(L2_BYTES_WRITTEN, int(sent))
-        finally:
+
+        def release_waiters() -> None:
             for future in waiters:
                 if not future.done():
                     future.set_result(None)
+
+        # The lookups wait for the write at most the timeout; the write itself may take
+        # longer (a loaded host), up to WRITE_BOUND, rather than be lost.
+        handle = asyncio.get_running_loop().call_later(self.settings.timeout, release_waiters)
+        bound = max(WRITE_BOUND, self.settings.timeout)
+        try:
+            ok, sent = await self._call(
+                lambda store: store.write(values, self._ttl_ms, release), bound
+            )
+            if ok:
+                self.metrics.inc(L2_BYTES_WRITTEN, int(sent))
+        finally:
+            handle.cancel()
+            release_waiters()
 
     # -- failure isolation -----------------------------------------------------------------
 
@@ -299,8 +313,7 @@ class SharedTier:
         if store is None or not self.available:
             return False, None
         try:
-            async with asyncio.timeout(timeout or self.settings.timeout):
-                result = await op(store)
+            result = await bounded(op(store), timeout or self.settings.timeout)
         except asyncio.CancelledError:
             raise
         except Exception as error:
