@@ -265,6 +265,11 @@ class LookupChain:
         elif self._sync is not None:
             self._sync.open()
 
+    async def flush(self) -> None:
+        """Finish the shared cache's writes under way (a task's end; bounded)."""
+        if self.shared is not None:
+            await self.shared.flush()
+
     async def close(self) -> None:
         """Stop reloads, cancel in-flight calls, close the function and drop the cache (a
         scope's cache: once no other chain uses it)."""

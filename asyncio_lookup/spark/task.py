@@ -282,6 +282,8 @@ class LookupJoinTask:
                         yield out
             finally:
                 joined.close()
+            if chain.shared is not None:
+                bridge.run(chain.flush())  # the loop may not run again in this process
             succeeded = True
         finally:
             # Counters since the previous task of this process, including work between tasks

@@ -115,6 +115,15 @@ class SharedTier:
             self._store = self._store_factory(self.settings.url, self.settings.timeout)
             await self._call(lambda store: store.connect(), CONNECT_TIMEOUT)
 
+    async def flush(self) -> None:
+        """Wait for the writes under way (each bounded by ``WRITE_BOUND``): the end of a task
+        calls it, since the worker's loop may not run again before the process exits."""
+        if self._writes or self._released:
+            self._flush_writes()
+        pending = [task for task in self._tasks if not task.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
     async def aclose(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
@@ -268,6 +277,8 @@ class SharedTier:
         return future
 
     def _flush_writes(self) -> None:
+        if not self._writes and not self._released:
+            return  # flushed early (flush())
         entries = list(self._writes.items())
         release = list(self._released | {k for k, _ in entries})
         waiters = self._written
