@@ -195,3 +195,23 @@ def test_the_store_killed_mid_job(namespace: str) -> None:
     assert killed_at < calls  # it was killed mid-job
     assert run["metrics"]["l2ErrorCount"] > 0
     assert after > 0  # back to L2 when the store returned
+
+
+def test_sql_ddl_takes_the_options_and_masks_the_password() -> None:
+    import sqlglot
+
+    from asyncio_lookup.spark.sql.ddl import definition_from_ddl, describe_options
+
+    def ddl(options: str) -> Any:
+        text = (
+            "CREATE TEMPORARY TABLE Items (id BIGINT, v STRING) WITH ('connector'='http', "
+            "'url'='http://127.0.0.1:1/items/{id}', 'lookup.cache'='PARTIAL', "
+            f"'lookup.partial-cache.max-rows'='10', {options})"
+        )
+        return definition_from_ddl(sqlglot.parse_one(text, dialect="spark"))
+
+    ddl("'lookup.shared-cache.url'='redis://:pw@127.0.0.1:6379/15', 'lookup.shared-cache.ttl'='1h'")
+    with pytest.raises(ConfigurationError, match="did you mean"):
+        ddl("'lookup.shared-cache.url'='redis://127.0.0.1', 'lookup.shared-cache.lese'='1s'")
+    shown = describe_options({"lookup.shared-cache.url": "redis://:pw@h:6379/0"})
+    assert "pw" not in shown["lookup.shared-cache.url"]
