@@ -308,6 +308,26 @@ async def test_a_failed_fetch_frees_the_lease_at_once(redis_url: str, namespace:
         await b.close()
 
 
+async def test_a_lease_whose_holder_died_is_waited_for_at_most_the_lease_time(
+    redis_url: str, namespace: str
+) -> None:
+    table = Table({("k",): [{"id": "k"}]})
+    chain = _chain(table, _options(redis_url, namespace, **{"lookup.shared-cache.lease": "300 ms"}))
+    await chain.open()
+    try:
+        assert chain.shared is not None
+        lease = chain.shared.store_key(encode_key(("k",))) + b"#lease"
+        client = redis.Redis.from_url(redis_url)
+        client.set(lease, b"a process that died", px=60_000)
+        started = time.monotonic()
+        assert await chain.async_lookup(("k",)) == [{"id": "k"}]
+        assert 0.25 <= time.monotonic() - started < 2.0
+        assert client.get(lease) is None  # the value is written; the lease is moot
+        assert len(table.calls) == 1
+    finally:
+        await chain.close()
+
+
 async def test_a_wrong_keys_entry_is_a_miss(redis_url: str, namespace: str) -> None:
     table = Table({(1,): [{"id": 1}], ("1",): [{"id": "1"}]})
     chain = _chain(table, _options(redis_url, namespace))

@@ -24,6 +24,7 @@ the tier never fails a lookup the service could answer.
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import logging
 import os
@@ -67,6 +68,12 @@ _POLL_FIRST = 0.005
 _POLL_MAX = 0.05
 
 _Failed = None  # a read's answer when the store failed
+
+
+class _Gave(enum.Enum):
+    """A lease wait's end without a value or a lease of our own (the lease time passed)."""
+
+    UP = "up"
 
 
 class SharedTier:
@@ -164,7 +171,7 @@ class SharedTier:
             self.metrics.inc(L2_SKIPPED)
             return await load(), False
         skey = self.store_key(encoded)
-        answer = await self._read(skey)
+        answer: ReadResult | _Gave | None = await self._read(skey)
         leased = False
         if isinstance(answer, bytes):
             rows = self._decode(encoded, answer)
@@ -201,7 +208,7 @@ class SharedTier:
         self.metrics.inc(L2_HIT_COUNT)
         return rows
 
-    async def _wait(self, skey: bytes) -> ReadResult | None:
+    async def _wait(self, skey: bytes) -> ReadResult | _Gave | None:
         """Poll a key whose lease another process holds (bounded by the lease time)."""
         self.metrics.inc(L2_LEASE_WAITS)
         deadline = self._clock() + self.settings.lease
@@ -209,7 +216,7 @@ class SharedTier:
         while True:
             remaining = deadline - self._clock()
             if remaining <= 0:
-                return True  # waited long enough: fetch it ourselves (no lease held)
+                return _Gave.UP  # waited long enough: fetch it ourselves (no lease held)
             await asyncio.sleep(min(pause, remaining))
             pause = min(pause * 2, _POLL_MAX)
             if not self.available:
