@@ -42,6 +42,7 @@ _LEASE_SUFFIX = b"#lease"
 #: A connection may take this long to open (TLS, a loaded host); each command then has the
 #: tier's timeout.
 CONNECT_TIMEOUT = 1.0
+SOCKET_BACKSTOP = 5.0
 
 
 def lease_key(key: bytes) -> bytes:
@@ -50,7 +51,10 @@ def lease_key(key: bytes) -> bytes:
 
 def _options(timeout: float) -> dict[str, Any]:
     return {
-        "socket_timeout": timeout,
+        # The tier bounds each call by the timeout (lookup/l2/deadline.py: an answer that
+        # came while the worker's loop stood still is not a timeout); redis-py's own bound,
+        # which has no such grace, is only a backstop.
+        "socket_timeout": max(timeout, SOCKET_BACKSTOP),
         "socket_connect_timeout": max(timeout, CONNECT_TIMEOUT),
         "retry": Retry(NoBackoff(), 0),
         "client_name": "asyncio-lookup-shared-cache",
