@@ -259,6 +259,8 @@ class LookupJoinTask:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
+        if chain.shared is not None:
+            chain.shared.new_task()  # a failing shared store warns once per task
         keys = self.spec.key_columns
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False

@@ -497,3 +497,32 @@ async def test_an_answer_that_came_while_the_loop_stood_still_is_not_a_timeout()
     finally:
         answering.close()
         silent.close()
+
+
+async def test_a_failing_store_warns_once_per_task(
+    namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    table = Table({(i,): [{"id": i}] for i in range(20)})
+    chain = _chain(table, _options(url, namespace))
+    await chain.open()
+    assert chain.shared is not None
+    try:
+        with caplog.at_level("WARNING", logger="asyncio_lookup.shared_cache"):
+            for i in range(5):  # one batch each: failed calls in a row, then skips
+                assert await chain.async_lookup((i,)) == [{"id": i}]
+            assert len(caplog.records) == 1
+            await asyncio.sleep(1.1)  # RETRY_AFTER: tried (and failing) again, same task
+            for i in range(5, 10):
+                await chain.async_lookup((i,))
+            assert len(caplog.records) == 1
+            chain.shared.new_task()
+            await asyncio.sleep(1.1)
+            for i in range(10, 15):
+                await chain.async_lookup((i,))
+            assert len(caplog.records) == 2
+        m = chain.metrics.snapshot()
+        assert m["l2ErrorCount"] >= 3 and m["l2SkippedCount"] >= 1
+        assert len(table.calls) == 15
+    finally:
+        await chain.close()

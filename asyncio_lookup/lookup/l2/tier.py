@@ -13,7 +13,7 @@ Per lookup that missed L1 (:meth:`SharedTier.lookup`):
    appears, the lease is freed (then take it) or ``lease`` seconds pass (then load anyway).
 4. The store failing or slower than ``timeout`` (each batched call is bounded by it): count an
    L2 error and load from the service. After :data:`FAILURES_TO_SKIP` failed calls in a row,
-   warn (once per outage) and leave the store alone for :data:`RETRY_AFTER` seconds (lookups
+   warn (once per task: :meth:`SharedTier.new_task`) and leave the store alone for :data:`RETRY_AFTER` seconds (lookups
    then skip L2, counted); the first batch after that tries it again, so the tier comes back
    on its own when the store does.
 
@@ -108,6 +108,7 @@ class SharedTier:
         self._down_until = 0.0
         self._down = False
         self._failures = 0  # in a row
+        self._warned = False  # in this task
 
     def __repr__(self) -> str:
         return f"SharedTier({mask_password(self.settings.url)!r}, prefix={self.prefix!r})"
@@ -121,6 +122,10 @@ class SharedTier:
         if self._store is None:
             self._store = self._store_factory(self.settings.url, self.settings.timeout)
             await self._call(lambda store: store.connect(), CONNECT_TIMEOUT)
+
+    def new_task(self) -> None:
+        """A task starts using the tier: its first skip of a failing store warns again."""
+        self._warned = False
 
     async def flush(self) -> None:
         """Wait for the writes under way (each bounded by ``WRITE_BOUND``): the end of a task
@@ -325,7 +330,7 @@ class SharedTier:
         self, op: Callable[[SharedStore], Awaitable[Any]], timeout: float | None = None
     ) -> tuple[bool, Any]:
         """``(True, op(store))`` bounded by the timeout; on failure ``(False, None)`` (counted,
-        logged once per outage) and the store is left alone for :data:`RETRY_AFTER`. Never
+        logged once per task) and the store is left alone for :data:`RETRY_AFTER`. Never
         raises but a cancellation."""
         store = self._store
         if store is None or not self.available:
@@ -351,8 +356,9 @@ class SharedTier:
         if self._failures < FAILURES_TO_SKIP:
             return
         self._down_until = self._clock() + RETRY_AFTER
-        if not self._down:
-            self._down = True
+        self._down = True
+        if not self._warned:
+            self._warned = True
             log.warning(
                 "shared cache %s: %s failed (%s: %s); lookups go to the service and the store "
                 "is tried again every %.0f s",
