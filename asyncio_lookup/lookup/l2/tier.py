@@ -13,9 +13,9 @@ Per lookup that missed L1 (:meth:`SharedTier.lookup`):
    appears, the lease is freed (then take it) or ``lease`` seconds pass (then load anyway).
 4. The store failing or slower than ``timeout`` (each batched call is bounded by it): count an
    L2 error and load from the service. After :data:`FAILURES_TO_SKIP` failed calls in a row,
-   warn (once per task: :meth:`SharedTier.new_task`) and leave the store alone for :data:`RETRY_AFTER` seconds (lookups
-   then skip L2, counted); the first batch after that tries it again, so the tier comes back
-   on its own when the store does.
+   warn (once per task: :meth:`SharedTier.new_task`) and leave the store alone for
+   :data:`RETRY_AFTER` seconds (lookups then skip L2, counted); the first batch after that
+   tries it again, so the tier comes back on its own when the store does.
 
 The service call itself goes through ``load`` (the chain's retries, coalescing and batching):
 the tier never fails a lookup the service could answer.
