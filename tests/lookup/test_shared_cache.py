@@ -290,6 +290,32 @@ async def test_one_process_fetches_a_key_while_the_others_wait(
             await chain.close()
 
 
+async def test_a_key_this_process_is_loading_shares_that_load(
+    redis_url: str, namespace: str
+) -> None:
+    gate = asyncio.Event()
+    table = Table({("k",): [{"id": "k"}]})
+    chain = LookupChain.create(
+        Source(table, async_=AsyncFn(table, gate)),
+        _options(redis_url, namespace),
+        prefer_async=True,
+        name="T",
+        key_columns=("id",),
+    )
+    await chain.open()
+    try:
+        first = asyncio.ensure_future(chain.async_lookup(("k",)))
+        await asyncio.sleep(0.05)  # its read is done; it is loading
+        second = asyncio.ensure_future(chain.async_lookup(("k",)))
+        await asyncio.sleep(0.01)
+        gate.set()
+        assert await first == await second == [{"id": "k"}]
+        m = chain.metrics.snapshot()
+        assert len(table.calls) == 1 and m["l2LeaseWaitCount"] == 0 and m["l2MissCount"] == 2
+    finally:
+        await chain.close()
+
+
 async def test_a_failed_fetch_frees_the_lease_at_once(redis_url: str, namespace: str) -> None:
     table = Table({("k",): [{"id": "k"}]})
     table.errors[("k",)] = [ValueError("boom")]

@@ -103,6 +103,7 @@ class SharedTier:
         self._reads: dict[bytes, list[asyncio.Future[ReadResult | None]]] = {}
         self._writes: dict[bytes, bytes | None] = {}  # key -> value, or None: lease release only
         self._released: set[bytes] = set()
+        self._loading: dict[bytes, int] = {}  # keys this process is loading -> their loaders
         self._written: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._down_until = 0.0
@@ -176,6 +177,11 @@ class SharedTier:
             self.metrics.inc(L2_SKIPPED)
             return await load(), False
         skey = self.store_key(encoded)
+        if skey in self._loading:
+            # this process is loading the key: share that load (the batcher coalesces it),
+            # rather than wait on our own lease
+            self.metrics.inc(L2_MISS_COUNT)
+            return await load(), False
         answer: ReadResult | _Gave | None = await self._read(skey)
         leased = False
         if isinstance(answer, bytes):
@@ -193,12 +199,17 @@ class SharedTier:
             leased = answer is True
         if answer is not _Failed:
             self.metrics.inc(L2_MISS_COUNT)
+        self._loading[skey] = self._loading.get(skey, 0) + 1
         try:
             rows = await load()
         except BaseException:
             if leased:
                 self._queue_write(skey, None)  # free the lease for the next process at once
             raise
+        finally:
+            left = self._loading.pop(skey) - 1
+            if left:
+                self._loading[skey] = left
         if answer is not _Failed:
             await self._store_rows(skey, encoded, rows, leased)
         return rows, False
