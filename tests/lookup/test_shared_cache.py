@@ -316,6 +316,28 @@ async def test_a_key_this_process_is_loading_shares_that_load(
         await chain.close()
 
 
+async def test_values_too_big_or_not_exact_are_served_but_not_shared(
+    redis_url: str, namespace: str
+) -> None:
+    class Mine(str):
+        pass
+
+    table = Table({("big",): [{"v": "x" * 500}], ("odd",): [{"v": Mine("m")}], ("ok",): [{}]})
+    options = _options(redis_url, namespace, **{"lookup.shared-cache.max-value-size": "200"})
+    a, b = _chain(table, options), _chain(table, options)
+    await a.open()
+    await b.open()
+    try:
+        for chain in (a, b):
+            assert await chain.async_lookup(("big",)) == [{"v": "x" * 500}]
+            assert await chain.async_lookup(("odd",)) == [{"v": "m"}]
+            assert await chain.async_lookup(("ok",)) == [{}]
+        assert sorted(table.calls) == [("big",), ("big",), ("odd",), ("odd",), ("ok",)]
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_failed_fetch_frees_the_lease_at_once(redis_url: str, namespace: str) -> None:
     table = Table({("k",): [{"id": "k"}]})
     table.errors[("k",)] = [ValueError("boom")]
