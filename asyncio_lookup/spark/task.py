@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,6 +115,10 @@ class LookupJoinTask:
         )
         if self.rate is not None:  # a different share is a different limiter
             base += f":rate={self.rate.rate!r}:{self.rate.adaptive}"
+        settings = self.options.shared_cache()
+        if settings is not None:  # a LOOKUP hint may give a join other shared-cache options
+            digest = hashlib.sha256(f"{settings.url}\x00{settings!r}".encode()).hexdigest()
+            base += f":l2={digest[:16]}"
         if partition is None or self.routing is None:
             return base
         return f"{base}:partition={partition}/{self.routing.fingerprint()}"

@@ -217,3 +217,23 @@ def test_sql_ddl_takes_the_options_and_masks_the_password() -> None:
         ddl("'lookup.shared-cache.url'='redis://127.0.0.1', 'lookup.shared-cache.lese'='1s'")
     shown = describe_options({"lookup.shared-cache.url": "redis://:pw@h:6379/0"})
     assert "pw" not in shown["lookup.shared-cache.url"]
+
+
+def test_joins_with_other_shared_cache_options_get_chains_of_their_own() -> None:
+    from asyncio_lookup.lookup.hints import resolve_lookup
+    from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+    from asyncio_lookup.spark.join import join_options
+    from asyncio_lookup.spark.task import LookupJoinTask
+
+    table = _table({"lookup.shared-cache.url": "redis://127.0.0.1:6379/15"})
+    spec = JoinSpec(JoinType.LEFT, (KeyBinding("id", "id"),))
+
+    def chain_id(hint_text: str | None) -> str:
+        hint = resolve_lookup(hint_text, "Items")
+        options = join_options(table, hint)
+        task = LookupJoinTask(table.table_id, "Items", table.connector, options, hint, spec, ())
+        return task.chain_id()
+
+    plain = chain_id(None)
+    assert chain_id(None) == plain
+    assert chain_id("LOOKUP('table'='Items', 'lookup.shared-cache.ttl'='5 min')") != plain
