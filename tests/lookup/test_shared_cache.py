@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
 import subprocess
 import time
@@ -431,6 +432,9 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def private_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A redis-server of the test's own on ``port`` (stopped by its PID); skips without one."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
     process = subprocess.Popen(
         [
             "redis-server",
