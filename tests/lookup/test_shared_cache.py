@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import Key
@@ -578,3 +580,39 @@ async def test_a_failing_store_warns_once_per_task(
         assert len(table.calls) == 15
     finally:
         await chain.close()
+
+
+# -- properties --------------------------------------------------------------------------------
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.text(alphabet=':,[]"\\ \n\x00{}|#'),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.dates(),
+    st.binary(max_size=8),
+)
+_KEYS = st.lists(_SCALARS, min_size=1, max_size=4).map(tuple)
+
+
+def _identity(key: tuple[Any, ...]) -> list[tuple[type, str]]:
+    return [(type(part), repr(part)) for part in key]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_KEYS, _KEYS)
+def test_equal_encodings_only_for_identical_keys(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
+    assert (encode_key(a) == encode_key(b)) == (_identity(a) == _identity(b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.text(), _SCALARS, max_size=4), max_size=3))
+def test_rows_round_trip(rows: list[dict[str, Any]]) -> None:
+    back = decode_entry(b"ns", b"k", encode_entry(b"ns", b"k", rows))
+    assert [_identity(tuple(r.items())) for r in back] == [
+        _identity(tuple(r.items())) for r in rows
+    ]
