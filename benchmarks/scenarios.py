@@ -48,6 +48,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "benchmarks.external:run_hash_lookup_join"),
     Scenario("key-ordered", "Key-ordered output vs ORDERED and UNORDERED (FLIP-519)",
              "benchmarks.key_ordered:run", uses_spark=False),
+    Scenario("shared-cache", "Shared cache (L2) vs L1 only vs SHUFFLE_HASH",
+             "benchmarks.shared_cache:run"),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -25,6 +25,8 @@ from asyncio_lookup.lookup.functions import (
     LookupTableSource,
     Row,
 )
+from asyncio_lookup.lookup.l2.settings import default_namespace
+from asyncio_lookup.lookup.l2.tier import SharedTier
 from asyncio_lookup.lookup.metrics import (
     LATEST_LOAD_TIME,
     LOAD_COUNT,
@@ -37,7 +39,7 @@ from asyncio_lookup.lookup.metrics import (
     NUM_THROTTLED,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT
+from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
     FullCachingLookupProvider,
@@ -79,8 +81,10 @@ class LookupChain:
         cache_scope: ScopeKey | None = None,
         target: str = "",
         rate: TaskRate | None = None,
+        shared: SharedTier | None = None,
     ) -> None:
         self.name = name
+        self.shared = shared
         self.target = target
         self.options = options
         self.is_async = is_async
@@ -131,6 +135,7 @@ class LookupChain:
         cache_scope: str | None = None,
         target: str | None = None,
         rate: TaskRate | None = None,
+        shared_namespace: str | None = None,
     ) -> LookupChain:
         """Pick the mode and build the cache; opens nothing (safe on the driver).
 
@@ -148,6 +153,9 @@ class LookupChain:
         the table and the key.
         ``rate``: this chain's share of the table's ``lookup.rate-limit`` (the driver divides
         the job's budget, see :mod:`asyncio_lookup.lookup.rate_limit`); None: no limit.
+        ``shared_namespace``: the shared cache's namespace when ``lookup.shared-cache.namespace``
+        is not set (the Spark join passes a digest of the table's name, target and declared
+        schema); default a digest of ``name`` and the target.
         """
         plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
         metrics = CacheMetricGroup()
@@ -161,6 +169,14 @@ class LookupChain:
             cache = plan.provider_cache
             if cache is None:
                 cache = options.build_cache(clock or MONOTONIC)
+        target = target_of(source) if target is None else target
+        shared: SharedTier | None = None
+        settings = options.shared_cache()
+        if settings is not None:
+            namespace = (
+                settings.namespace or shared_namespace or default_namespace(name, target, "")
+            )
+            shared = SharedTier(settings, namespace, key_columns, name=name)
         return cls(
             name=name,
             options=options,
@@ -174,8 +190,9 @@ class LookupChain:
             async_sleep=async_sleep,
             metrics=metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
-            target=target_of(source) if target is None else target,
+            target=target,
             rate=rate,
+            shared=shared,
         )
 
     @staticmethod
@@ -236,6 +253,8 @@ class LookupChain:
             return
         if self.cache is not None and self._owns_cache:
             self.cache.open(self.metrics)
+        if self.shared is not None:
+            await self.shared.open(self.metrics)
         if self._async is not None:
             await self._async.open()
             self._batcher = KeyBatcher(
@@ -247,12 +266,19 @@ class LookupChain:
         elif self._sync is not None:
             self._sync.open()
 
+    async def flush(self) -> None:
+        """Finish the shared cache's writes under way (a task's end; bounded)."""
+        if self.shared is not None:
+            await self.shared.flush()
+
     async def close(self) -> None:
         """Stop reloads, cancel in-flight calls, close the function and drop the cache (a
         scope's cache: once no other chain uses it)."""
         self.abandon()
         if self._batcher is not None:
             await self._batcher.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
         if self._async is not None and self._opened:
             await self._async.close()
         self._opened = False
@@ -366,19 +392,12 @@ class LookupChain:
                 if cached is not None:
                     return cached
                 started = self._clock.now()
-            batcher = self._batcher
+            from_shared = False
             try:
-                if batcher is None:
-                    rows = await self._load_unbatched(key)
+                if self.shared is None:
+                    rows = await self._load_async(key)
                 else:
-                    # The first attempt inline, in this coroutine (the hot path); the retry
-                    # policies take over only after it.
-                    try:
-                        rows = await batcher.lookup(key)
-                    except Exception as error:
-                        rows = await self._retry_failure(key, batcher, error)
-                    if not rows and self.miss_retry is not None:
-                        rows = await self._retry_miss(key, batcher, rows)
+                    rows, from_shared = await self.shared.lookup(key, lambda: self._load_async(key))
             except Exception:
                 if cache is not None:
                     self.metrics.inc(NUM_LOAD_FAILURES)
@@ -387,7 +406,25 @@ class LookupChain:
             named = self._named(error, key)
             raise named from named.__cause__
         if cache is not None:
-            self._loaded(key, rows, started)
+            if from_shared:
+                cache.put(key, rows)  # an L2 hit fills L1; it is no load
+            else:
+                self._loaded(key, rows, started)
+        return rows
+
+    async def _load_async(self, key: Key) -> list[Row]:
+        """The rows from the connector, through the retry policies, batching and coalescing."""
+        batcher = self._batcher
+        if batcher is None:
+            return await self._load_unbatched(key)
+        # The first attempt inline, in this coroutine (the hot path); the retry policies take
+        # over only after it.
+        try:
+            rows = await batcher.lookup(key)
+        except Exception as error:
+            rows = await self._retry_failure(key, batcher, error)
+        if not rows and self.miss_retry is not None:
+            rows = await self._retry_miss(key, batcher, rows)
         return rows
 
     async def _load_unbatched(self, key: Key) -> list[Row]:
@@ -528,6 +565,14 @@ def _plan(
         )
     if async_function is not None and (prefer_async or sync_function is None):
         return _Plan(True, async_function=async_function, provider_cache=provider_cache)
+    if options.shared_url is not None:
+        raise ConfigurationError(
+            SHARED_URL,
+            "(set)",
+            "a shared cache on an async lookup (the LOOKUP hint's 'async'='true', the default, "
+            "and a connector with an async lookup)",
+            reason="the shared cache batches its reads on the event loop of async lookups",
+        )
     return _Plan(False, sync_function=sync_function, provider_cache=provider_cache)
 
 

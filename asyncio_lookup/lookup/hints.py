@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeAlias
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
+from asyncio_lookup.lookup.l2.hint_options import SHARED_PREFIX, parse_hint_options
 from asyncio_lookup.lookup.retry import MissRetry
 from asyncio_lookup.validation import (
     NEVER,
@@ -164,8 +165,12 @@ class LookupHint:
     max_attempts: int | None = None
     shuffle: bool | None = None
     on_error: str | None = None  # 'fail' | 'keep'
+    #: ``lookup.shared-cache.*`` options for this join, over the table's (name, value) pairs
+    shared_cache: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # a URL's password
 
     def __post_init__(self) -> None:
+        if self.shared_cache:
+            object.__setattr__(self, "shared_cache", parse_hint_options(self.shared_cache))
         for option in HINT_OPTIONS:
             value = getattr(self, option.field)
             if value is not None or option.name == "table":
@@ -200,8 +205,13 @@ class LookupHint:
         if not isinstance(options, Mapping):
             raise HintError("LOOKUP", options, "a mapping of LOOKUP option names to values")
         values: dict[str, Any] = {}
+        shared: list[tuple[str, Any]] = []
         for raw_name, value in options.items():
-            option = _BY_NAME.get(str(raw_name).strip().lower())
+            lowered = str(raw_name).strip().lower()
+            if lowered.startswith(SHARED_PREFIX):
+                shared.append((lowered, value))
+                continue
+            option = _BY_NAME.get(lowered)
             if option is None:
                 raise unknown_option(
                     raw_name, value, LOOKUP_OPTIONS, kind="LOOKUP hint option", error=HintError
@@ -215,7 +225,7 @@ class LookupHint:
             raise HintError(
                 "table", None, "'table'='<dim table name>'", reason="LOOKUP hint needs 'table'"
             )
-        return cls(**values)
+        return cls(**values, shared_cache=tuple(shared))
 
     def to_text(self) -> str:
         """The hint as ``LOOKUP(...)`` text, parseable by :meth:`parse`."""
@@ -224,6 +234,7 @@ class LookupHint:
             for option in HINT_OPTIONS
             if getattr(self, option.field) is not None
         ]
+        parts += [f"'{name}'='{_quote(value)}'" for name, value in self.shared_cache]
         return f"LOOKUP({', '.join(parts)})"
 
 

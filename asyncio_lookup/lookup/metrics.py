@@ -25,6 +25,24 @@ NUM_COALESCED = "numCoalescedLookups"
 NUM_MISS_RETRIES = "numLookupMissRetries"
 NUM_FAILURE_RETRIES = "numFailureRetries"
 NUM_THROTTLED = "numThrottledCalls"
+# per cache level, with a shared cache (lookup.shared-cache.*): L1 is the process's cache
+L1_HIT_COUNT = "l1HitCount"
+L2_HIT_COUNT = "l2HitCount"
+L2_MISS_COUNT = "l2MissCount"
+L2_ERROR_COUNT = "l2ErrorCount"
+L2_SKIPPED = "l2SkippedCount"
+L2_LEASE_WAITS = "l2LeaseWaitCount"
+L2_BYTES_READ = "l2BytesRead"
+L2_BYTES_WRITTEN = "l2BytesWritten"
+LEVEL_COUNTERS = (
+    L2_HIT_COUNT,
+    L2_MISS_COUNT,
+    L2_ERROR_COUNT,
+    L2_SKIPPED,
+    L2_LEASE_WAITS,
+    L2_BYTES_READ,
+    L2_BYTES_WRITTEN,
+)
 
 
 class CacheMetricGroup:
@@ -40,6 +58,11 @@ class CacheMetricGroup:
       ``numCoalescedLookups``: connector loads saved by sharing an in-flight call for the same key;
       ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error;
       ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.12).
+    - With a shared cache (:meth:`enable_levels`): ``l1HitCount`` (= ``hitCount``, the
+      process's cache), ``l2HitCount`` / ``l2MissCount`` (lookups answered by the shared store /
+      sent on to the service), ``l2ErrorCount`` (failed or timed-out store calls),
+      ``l2SkippedCount`` (lookups that bypassed a failed store), ``l2LeaseWaitCount`` (lookups
+      that waited for another process's fetch), ``l2BytesRead`` / ``l2BytesWritten``.
     """
 
     COUNTERS: ClassVar[tuple[str, ...]] = (
@@ -70,6 +93,11 @@ class CacheMetricGroup:
         self._reported: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
         # one take_delta at a time: its snapshot and its update of _reported go together
         self._delta_lock = threading.Lock()
+        self._levels = False
+
+    def enable_levels(self) -> None:
+        """Report the per-level metrics (a chain with a shared cache), zeros included."""
+        self._levels = True
 
     def _counters(self) -> dict[str, int]:
         ident = get_ident()
@@ -112,6 +140,10 @@ class CacheMetricGroup:
         for table in tables:
             for name, count in list(table.items()):  # list(): a copy taken under the GIL
                 values[name] = values.get(name, 0.0) + count
+        if self._levels:
+            for name in LEVEL_COUNTERS:
+                values.setdefault(name, 0.0)
+            values[L1_HIT_COUNT] = values[HIT_COUNT]
         values.update(gauges)
         for name, read in fns.items():
             values[name] = float(read())

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import time
 from typing import Any, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import DefaultLookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
+from asyncio_lookup.lookup.l2.options import (
+    SHARED_URL_ALLOWED,
+    SharedCacheSettings,
+    shared_options,
+)
 from asyncio_lookup.lookup.option_names import (
     BATCH_MAX_SIZE,
     BATCH_MAX_WAIT,
@@ -34,6 +39,13 @@ from asyncio_lookup.lookup.option_names import (
     RATE_LIMIT_PARALLELISM,
     RELOAD_STRATEGY,
     SCHEDULE_MODE,
+    SHARED_CACHE_MISSING_KEY,
+    SHARED_LEASE,
+    SHARED_MAX_VALUE_SIZE,
+    SHARED_NAMESPACE,
+    SHARED_TIMEOUT,
+    SHARED_TTL,
+    SHARED_URL,
 )
 from asyncio_lookup.lookup.rate import RATE_ALLOWED, format_rate, parse_rate
 from asyncio_lookup.lookup.reload import (
@@ -215,6 +227,7 @@ OPTIONS: dict[str, Option] = {
         "(the task slots the Spark conf describes)",
         _int(1),
     ),
+    **shared_options(Option),
 }
 
 
@@ -240,6 +253,13 @@ class LookupOptions:
     rate_limit: float | None = None
     rate_limit_adaptive: bool | None = None
     rate_limit_parallelism: int | None = None
+    shared_url: str | None = field(default=None, repr=False)  # may hold a password
+    shared_ttl: float | None = None
+    shared_cache_missing_key: bool | None = None
+    shared_namespace: str | None = None
+    shared_max_value_size: int | None = None
+    shared_timeout: float | None = None
+    shared_lease: float | None = None
 
     def __post_init__(self) -> None:
         # Every field is parsed here, once, whichever way the options were given.
@@ -297,6 +317,44 @@ class LookupOptions:
                 )
 
         self._validate_rate_limit()
+        self._validate_shared_cache()
+
+    def _validate_shared_cache(self) -> None:
+        if self.shared_url is None:
+            for name in (
+                SHARED_TTL,
+                SHARED_CACHE_MISSING_KEY,
+                SHARED_NAMESPACE,
+                SHARED_MAX_VALUE_SIZE,
+                SHARED_TIMEOUT,
+                SHARED_LEASE,
+            ):
+                if getattr(self, OPTIONS[name].field) is not None:
+                    raise ConfigurationError(
+                        SHARED_URL,
+                        None,
+                        SHARED_URL_ALLOWED,
+                        reason=f"required when {name!r} is set (the store it configures)",
+                    )
+        elif self.cache is CacheType.FULL:
+            raise ConfigurationError(
+                CACHE,
+                "FULL",
+                "PARTIAL or NONE with a shared cache ('lookup.shared-cache.url')",
+                reason="a FULL cache answers every lookup from its snapshot: nothing would "
+                "ever reach the shared cache",
+            )
+
+    def shared_cache(self) -> SharedCacheSettings | None:
+        """The shared cache's settings (None without ``lookup.shared-cache.url``)."""
+        if self.shared_url is None:
+            return None
+        given = {
+            option.field.removeprefix("shared_"): getattr(self, option.field)
+            for option in OPTIONS.values()
+            if option.field.startswith("shared_")
+        }
+        return SharedCacheSettings(**{k: v for k, v in given.items() if v is not None})
 
     def _validate_rate_limit(self) -> None:
         if self.rate_limit is None:

@@ -26,6 +26,7 @@ from asyncio_lookup.lookup.hints import (
     resolve_lookup,
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -279,10 +280,11 @@ def plan_lookup_join(
     )
     large = large_var_types(df)
     dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large)
+    options = join_options(table, hint)
     # The source must offer a usable mode for these options and hints (opens nothing).
     LookupChain.validate(
         table.connector,
-        table.options,
+        options,
         prefer_async=hint.prefer_async,
         key_columns=spec.key_columns,
     )
@@ -301,7 +303,7 @@ def plan_lookup_join(
         table_id=table.table_id,
         table_name=table.name,
         connector=table.connector,
-        options=table.options,
+        options=options,
         hint=hint,
         spec=spec,
         dim_columns=dim_columns,
@@ -311,8 +313,17 @@ def plan_lookup_join(
         error_column=error_column,
         error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
         rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
+        shared_namespace=None if options.shared_url is None else table.shared_namespace,
     )
     return task, output
+
+
+def join_options(table: LookupTable, hint: ResolvedLookup) -> LookupOptions:
+    """The table's options with the LOOKUP hint's ``lookup.shared-cache.*`` ones over them."""
+    overrides = () if hint.hint is None else hint.hint.shared_cache
+    if not overrides:
+        return table.options
+    return LookupOptions.from_dict({**table.options.to_dict(), **dict(overrides)})
 
 
 def _with_on_error(hint: ResolvedLookup, on_error: str | None) -> ResolvedLookup:

@@ -11,7 +11,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from asyncio_lookup.errors import ConfigurationError, LookupFailedError
-from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.chain import LookupChain, target_of
+from asyncio_lookup.lookup.l2.settings import default_namespace, namespace_pattern
+from asyncio_lookup.lookup.l2.stores import open_admin
+from asyncio_lookup.lookup.option_names import SHARED_URL
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.retry import FailureRetry
 from asyncio_lookup.spark.metrics import observation_name, progress_metrics, table_metrics
@@ -115,6 +118,32 @@ class LookupTable:
             reason = f"lookup table {self.name!r}" + (f": {error.reason}" if error.reason else "")
             raise type(error)(error.option, error.value, error.allowed, reason) from None
         self._target_checked = True
+
+    @property
+    def shared_namespace(self) -> str:
+        """The shared cache's namespace: ``lookup.shared-cache.namespace``, else a digest of
+        the table's name, its connector's target and its declared schema (so a changed schema
+        never reads entries written under the old one)."""
+        given = self.options.shared_namespace
+        if given is not None:
+            return given
+        return default_namespace(self.name, target_of(self.connector), self.schema.simpleString())
+
+    def invalidate_shared_cache(self) -> int:
+        """Delete every entry of this table's namespace from the shared cache (on the driver,
+        ``SCAN`` + ``UNLINK``); returns how many keys were deleted. Processes keep what their
+        own (L1) caches hold until it expires; a job running meanwhile may write entries again.
+        """
+        url = self.options.shared_url
+        if url is None:
+            raise ConfigurationError(
+                SHARED_URL, None, "a store URL", reason=f"lookup table {self.name!r} has none"
+            )
+        admin = open_admin(url, self.options.shared_timeout or 5.0)
+        try:
+            return admin.clear(namespace_pattern(self.shared_namespace))
+        finally:
+            admin.close()
 
     def metrics(self) -> dict[str, float]:
         """Cache and operator metrics of the tasks that joined through this table, summed over

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ class LookupJoinTask:
     error_type: pa.DataType | None = None
     #: This task's share of the table's ``lookup.rate-limit`` (spark/rate_share.py).
     rate: TaskRate | None = None
+    #: The shared cache's default namespace (LookupTable.shared_namespace), with one.
+    shared_namespace: str | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -90,6 +93,7 @@ class LookupJoinTask:
             cache_scope=self.cache_scope(partition),
             target=target_of(self.connector),
             rate=self.rate,
+            shared_namespace=self.shared_namespace,
         )
 
     def cache_scope(self, partition: int | None = None) -> str:
@@ -111,6 +115,10 @@ class LookupJoinTask:
         )
         if self.rate is not None:  # a different share is a different limiter
             base += f":rate={self.rate.rate!r}:{self.rate.adaptive}"
+        settings = self.options.shared_cache()
+        if settings is not None:  # a LOOKUP hint may give a join other shared-cache options
+            digest = hashlib.sha256(f"{settings.url}\x00{settings!r}".encode()).hexdigest()
+            base += f":l2={digest[:16]}"
         if partition is None or self.routing is None:
             return base
         return f"{base}:partition={partition}/{self.routing.fingerprint()}"
@@ -256,6 +264,8 @@ class LookupJoinTask:
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
+        if chain.shared is not None:
+            chain.shared.new_task()  # a failing shared store warns once per task
         keys = self.spec.key_columns
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False
@@ -279,6 +289,8 @@ class LookupJoinTask:
                         yield out
             finally:
                 joined.close()
+            if chain.shared is not None:
+                bridge.run(chain.flush())  # the loop may not run again in this process
             succeeded = True
         finally:
             # Counters since the previous task of this process, including work between tasks
