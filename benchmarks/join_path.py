@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
-from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.runtime.loop import process_loop

@@ -2,9 +2,9 @@
 
 Hints arrive as text (a bare hint, several separated by commas, or a ``/*+ ... */`` comment),
 as a ``dict`` of LOOKUP options, as :class:`LookupHint` / :class:`ShuffleHashHint` objects, or
-as a list of any of these. :func:`parse_hints` turns them into hint objects;
-:func:`resolve_lookup` picks the hints for one join and fills the job-level defaults, giving the
-:class:`ResolvedLookup` the join runner executes.
+as a list of any of these. :func:`parse_hints` turns them into hint objects
+(:func:`~asyncio_lookup.lookup.hint_resolve.resolve_lookup` picks the hints for one join and
+fills the job-level defaults).
 
 Unlike Flink, which ignores what it does not understand, every mistake here is an error: an
 unknown option, an unparsable value, a half-given retry configuration, a hint for another table.
@@ -19,11 +19,8 @@ from typing import Any, Literal, TypeAlias
 
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.failed_rows import OnError
-from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
 from asyncio_lookup.lookup.l2.hint_options import SHARED_PREFIX, parse_hint_options
-from asyncio_lookup.lookup.retry import MissRetry
 from asyncio_lookup.validation import (
-    NEVER,
     format_duration,
     parse_bool,
     parse_choice,
@@ -38,10 +35,6 @@ LOOKUP = "LOOKUP"
 SHUFFLE_HASH = "SHUFFLE_HASH"
 HINT_NAMES = (LOOKUP, SHUFFLE_HASH)
 
-CONF_OUTPUT_MODE = "table.exec.async-lookup.output-mode"
-CONF_BUFFER_CAPACITY = "table.exec.async-lookup.buffer-capacity"
-CONF_TIMEOUT = "table.exec.async-lookup.timeout"
-CONF_KEY_ORDERED = "table.exec.async-lookup.key-ordered-enabled"
 
 MAX_CAPACITY = 1_000_000
 """The most records a lookup join keeps in flight per task (``capacity``); more is a typo."""
@@ -64,24 +57,24 @@ def _parse_table(option: str, value: Any) -> str:
     return value.strip()
 
 
-def _parse_output_mode(option: str, value: Any, error: type[ConfigurationError]) -> str:
+def parse_output_mode(option: str, value: Any, error: type[ConfigurationError]) -> str:
     return parse_choice(option, value, ("ordered", "allow_unordered", "key_ordered"), error=error)
 
 
-def _output_mode_name(parsed: str) -> OutputModeName:
+def output_mode_name(parsed: str) -> OutputModeName:
     """The runtime's name for a parsed hint or conf value (Flink's 'allow_unordered')."""
     if parsed == "allow_unordered":
         return "unordered"
     return "key_ordered" if parsed == "key_ordered" else "ordered"
 
 
-def _parse_capacity(option: str, value: Any, error: type[ConfigurationError]) -> int:
+def parse_capacity(option: str, value: Any, error: type[ConfigurationError]) -> int:
     return parse_int(
         option, value, minimum=1, maximum=MAX_CAPACITY, allowed=_CAPACITY_ALLOWED, error=error
     )
 
 
-def _parse_timeout(option: str, value: Any, error: type[ConfigurationError]) -> float:
+def parse_timeout(option: str, value: Any, error: type[ConfigurationError]) -> float:
     return parse_duration(
         option, value, positive=True, allowed=_TIMEOUT_ALLOWED, never=True, error=error
     )
@@ -108,11 +101,9 @@ class _HintOption:
 HINT_OPTIONS: tuple[_HintOption, ...] = (
     _HintOption("table", "table", _parse_table, _quote),
     _HintOption("async", "async_", lambda o, v: parse_bool(o, v, error=HintError), _bool_text),
-    _HintOption("output-mode", "output_mode", lambda o, v: _parse_output_mode(o, v, HintError)),
-    _HintOption("capacity", "capacity", lambda o, v: _parse_capacity(o, v, HintError)),
-    _HintOption(
-        "timeout", "timeout", lambda o, v: _parse_timeout(o, v, HintError), format_duration
-    ),
+    _HintOption("output-mode", "output_mode", lambda o, v: parse_output_mode(o, v, HintError)),
+    _HintOption("capacity", "capacity", lambda o, v: parse_capacity(o, v, HintError)),
+    _HintOption("timeout", "timeout", lambda o, v: parse_timeout(o, v, HintError), format_duration),
     _HintOption(
         "retry-predicate",
         "retry_predicate",
@@ -404,160 +395,3 @@ def parse_hints(hints: HintsInput) -> list[Hint]:
     raise HintError(
         "hints", hints, "a hint string, a dict of LOOKUP options, a hint object or a list of them"
     )
-
-
-# --------------------------------------------------------------------------- resolution
-
-
-@dataclass(frozen=True)
-class AsyncDefaults:
-    """Job-level defaults for async lookups (Flink's ``table.exec.async-lookup.*``).
-
-    ``key_ordered`` (``table.exec.async-lookup.key-ordered-enabled``, FLIP-519): a join whose
-    output mode is unordered (by hint or by default) keeps the order per lookup key instead.
-    """
-
-    output_mode: OutputModeName = "ordered"
-    capacity: int = 100
-    timeout: float = 180.0
-    key_ordered: bool = False
-
-    def __post_init__(self) -> None:
-        mode = self.output_mode
-        if mode not in ("ordered", "unordered", "key_ordered"):
-            mode = _output_mode_name(_parse_output_mode(CONF_OUTPUT_MODE, mode, ConfigurationError))
-        object.__setattr__(self, "output_mode", mode)
-        key_ordered = parse_bool(CONF_KEY_ORDERED, self.key_ordered, error=ConfigurationError)
-        object.__setattr__(self, "key_ordered", key_ordered)
-        capacity = _parse_capacity(CONF_BUFFER_CAPACITY, self.capacity, ConfigurationError)
-        object.__setattr__(self, "capacity", capacity)
-        timeout = _parse_timeout(CONF_TIMEOUT, self.timeout, ConfigurationError)
-        object.__setattr__(self, "timeout", timeout)
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> AsyncDefaults:
-        """Read the defaults from a conf mapping (only the four ``table.exec.async-lookup``
-        keys are looked at; a missing key keeps its default). The output mode is Flink's
-        ``ORDERED`` / ``ALLOW_UNORDERED`` (or ``KEY_ORDERED``)."""
-        fields = (
-            (CONF_OUTPUT_MODE, "output_mode"),
-            (CONF_BUFFER_CAPACITY, "capacity"),
-            (CONF_TIMEOUT, "timeout"),
-            (CONF_KEY_ORDERED, "key_ordered"),
-        )
-        return cls(**{name: conf[key] for key, name in fields if conf.get(key) is not None})
-
-
-@dataclass(frozen=True)
-class ResolvedLookup:
-    """What one lookup join runs with: the hint for its table merged with the job defaults.
-
-    ``prefer_async`` is a preference: a source without that capability uses the other one.
-    ``timeout`` of ``None`` means no timeout. ``shuffle`` asks to hash-partition the probe side
-    by the key's left columns before the lookup (SHUFFLE_HASH or ``'shuffle'='true'``).
-    ``on_error`` is the error output (``'on-error'``): fail the job, or keep failed rows.
-    """
-
-    table: str
-    prefer_async: bool = True
-    output_mode: OutputModeName = "ordered"
-    capacity: int = 100
-    timeout: float | None = 180.0
-    retry_delay: float | None = None
-    retry_max_attempts: int | None = None
-    shuffle: bool = False
-    on_error: OnError = OnError.FAIL
-    hint: LookupHint | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.timeout is not None and self.timeout >= NEVER:  # 100 years or more: none
-            object.__setattr__(self, "timeout", None)
-
-    @property
-    def has_retry(self) -> bool:
-        return self.retry_delay is not None and self.retry_max_attempts is not None
-
-    def miss_retry(self) -> MissRetry | None:
-        """The lookup-miss retry for the chain, or ``None`` without retry."""
-        if self.retry_delay is None or self.retry_max_attempts is None:
-            return None
-        return MissRetry(delay=self.retry_delay, max_attempts=self.retry_max_attempts)
-
-
-def _names_match(name: str, table: str, aliases: Iterable[str]) -> bool:
-    wanted = name.strip().lower()
-    return wanted == table.lower() or any(wanted == a.lower() for a in aliases)
-
-
-def resolve_lookup(
-    hints: HintsInput,
-    table: str,
-    *,
-    aliases: Iterable[str] = (),
-    defaults: AsyncDefaults | None = None,
-) -> ResolvedLookup:
-    """Resolve the hints of one lookup join against the dim table ``table`` (or an alias).
-
-    Hints naming another table are errors (each join is given its own hints). Several LOOKUP
-    hints for the table are merged option by option (:mod:`~asyncio_lookup.lookup.hint_merge`;
-    a conflicting value is an error). Missing async options come from ``defaults``.
-    """
-    defaults = defaults or AsyncDefaults()
-    aliases = tuple(aliases)
-    known = " or ".join(repr(n) for n in (table, *aliases))
-    lookups: list[LookupHint] = []
-    shuffle = False
-    for hint in parse_hints(hints):
-        if isinstance(hint, LookupHint):
-            if not _names_match(hint.table, table, aliases):
-                raise HintError(
-                    "table",
-                    hint.table,
-                    known,
-                    reason="the LOOKUP hint names a table that is not the dim table of this join",
-                )
-            lookups.append(hint)
-        else:
-            for name in hint.tables:
-                if not _names_match(name, table, aliases):
-                    raise HintError(
-                        SHUFFLE_HASH,
-                        name,
-                        known,
-                        reason="SHUFFLE_HASH names a table that is not the dim table of this join",
-                    )
-            shuffle = True
-    lookup = merge_lookup_hints(lookups)
-    if lookup is None:
-        return ResolvedLookup(
-            table=table,
-            output_mode=_keyed(defaults.output_mode, defaults),
-            capacity=defaults.capacity,
-            timeout=defaults.timeout,
-            shuffle=shuffle,
-        )
-    output_mode = defaults.output_mode
-    if lookup.output_mode is not None:
-        output_mode = _output_mode_name(lookup.output_mode)
-    output_mode = _keyed(output_mode, defaults)
-    timeout = lookup.timeout if lookup.timeout is not None else defaults.timeout
-    return ResolvedLookup(
-        table=table,
-        prefer_async=lookup.async_ is not False,
-        output_mode=output_mode,
-        capacity=lookup.capacity if lookup.capacity is not None else defaults.capacity,
-        timeout=timeout,
-        retry_delay=lookup.fixed_delay,
-        retry_max_attempts=lookup.max_attempts,
-        shuffle=shuffle or bool(lookup.shuffle),
-        on_error=OnError.of(lookup.on_error or "fail"),
-        hint=lookup,
-    )
-
-
-def _keyed(mode: OutputModeName, defaults: AsyncDefaults) -> OutputModeName:
-    """Flink's rule (FLIP-519): with key order enabled, an unordered join keeps key order."""
-    return "key_ordered" if mode == "unordered" and defaults.key_ordered else mode
-
-
-duration_text = format_duration  # the name lookup/join.py imports

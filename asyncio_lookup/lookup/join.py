@@ -38,7 +38,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from asyncio_lookup.errors import ConfigurationError, lookup_context
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import Key, Row
-from asyncio_lookup.lookup.hints import CONF_TIMEOUT, ResolvedLookup, duration_text
+from asyncio_lookup.lookup.hint_resolve import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
 from asyncio_lookup.runtime.rebatch import (
     DEFAULT_FLUSH_ROWS,

@@ -15,16 +15,16 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.functions import Row
-from asyncio_lookup.lookup.hints import (
+from asyncio_lookup.lookup.hint_resolve import (
     CONF_BUFFER_CAPACITY,
     CONF_KEY_ORDERED,
     CONF_OUTPUT_MODE,
     CONF_TIMEOUT,
     AsyncDefaults,
-    HintsInput,
     ResolvedLookup,
     resolve_lookup,
 )
+from asyncio_lookup.lookup.hints import HintsInput
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark.failed_rows import (

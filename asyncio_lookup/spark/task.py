@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
 from asyncio_lookup.lookup.chain import LookupChain, target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
-from asyncio_lookup.lookup.hints import ResolvedLookup
+from asyncio_lookup.lookup.hint_resolve import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.options import CacheType, LookupOptions

@@ -21,7 +21,8 @@ from asyncio_lookup.errors import (
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure, key_text
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
-from asyncio_lookup.lookup.hints import LookupHint, resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
+from asyncio_lookup.lookup.hints import LookupHint
 from asyncio_lookup.lookup.join import (
     JoinedBatch,
     JoinSpec,
@@ -235,7 +236,7 @@ def test_a_wrapped_foreign_error_reports_its_own_class() -> None:
         pass
 
     wrapped = LookupFailedError("lookup table 'T', key (1,): relation missing")
-    wrapped.__cause__ = UndefinedTableError("relation \"t\" does not exist")
+    wrapped.__cause__ = UndefinedTableError('relation "t" does not exist')
     assert RowFailure.of("T", (1,), wrapped).error_class == "UndefinedTableError"
     exhausted = LookupFailedError("lookup table 'T', key (1,): retries exhausted")
     exhausted.__cause__ = TransientError("503")

@@ -8,14 +8,8 @@ import re
 import pytest
 
 from asyncio_lookup.errors import ConfigurationError, HintError
-from asyncio_lookup.lookup.hints import (
-    LOOKUP_OPTIONS,
-    AsyncDefaults,
-    LookupHint,
-    ShuffleHashHint,
-    parse_hints,
-    resolve_lookup,
-)
+from asyncio_lookup.lookup.hint_resolve import AsyncDefaults, resolve_lookup
+from asyncio_lookup.lookup.hints import LOOKUP_OPTIONS, LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.retry import MissRetry
 
 RETRY = (

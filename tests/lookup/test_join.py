@@ -13,7 +13,7 @@ from asyncio_lookup.connectors.memory import InMemoryConnector
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
-from asyncio_lookup.lookup.hints import ResolvedLookup, resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import ResolvedLookup, resolve_lookup
 from asyncio_lookup.lookup.join import (
     JoinedBatch,
     JoinSpec,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
-from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.options import LookupOptions
 

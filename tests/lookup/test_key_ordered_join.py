@@ -13,13 +13,13 @@ import pytest
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
-from asyncio_lookup.lookup.hints import (
+from asyncio_lookup.lookup.hint_resolve import (
     CONF_KEY_ORDERED,
     CONF_OUTPUT_MODE,
     AsyncDefaults,
-    LookupHint,
     resolve_lookup,
 )
+from asyncio_lookup.lookup.hints import LookupHint
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding, LookupJoinRunner
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.providers import AsyncLookupFunctionProvider

@@ -27,7 +27,7 @@ from asyncio_lookup.errors import (
     LookupFailedError,
     ResultTypeError,
 )
-from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.runtime.loop import process_loop

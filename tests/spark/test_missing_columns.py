@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from asyncio_lookup.connectors import HttpConnector, InMemoryConnector, RedisConnector
 from asyncio_lookup.errors import ConfigurationError, DataFormatError
-from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark import LookupSQL, LookupTable, lookup_join

@@ -20,7 +20,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.errors import LookupFailedError, ResultTypeError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
-from asyncio_lookup.lookup.hints import resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import chain_ids

@@ -65,7 +65,7 @@ def test_the_default_namespace_changes_with_the_schema() -> None:
 
 
 def test_hint_options_override_the_tables() -> None:
-    from asyncio_lookup.lookup.hints import resolve_lookup
+    from asyncio_lookup.lookup.hint_resolve import resolve_lookup
     from asyncio_lookup.spark.join import join_options
 
     table = _table({"lookup.shared-cache.url": "redis://127.0.0.1:6379/15"})
@@ -220,7 +220,7 @@ def test_sql_ddl_takes_the_options_and_masks_the_password() -> None:
 
 
 def test_joins_with_other_shared_cache_options_get_chains_of_their_own() -> None:
-    from asyncio_lookup.lookup.hints import resolve_lookup
+    from asyncio_lookup.lookup.hint_resolve import resolve_lookup
     from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
     from asyncio_lookup.spark.join import join_options
     from asyncio_lookup.spark.task import LookupJoinTask
