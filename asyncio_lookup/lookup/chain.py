@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from asyncio_lookup.errors import ConfigurationError, in_lookup_context, lookup_context
+from asyncio_lookup.errors import in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
-from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
+from asyncio_lookup.lookup.chain_build import build_parts, plan_source
+from asyncio_lookup.lookup.clock import MONOTONIC, Clock
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
@@ -25,7 +24,6 @@ from asyncio_lookup.lookup.functions import (
     LookupTableSource,
     Row,
 )
-from asyncio_lookup.lookup.l2.settings import default_namespace
 from asyncio_lookup.lookup.l2.tier import SharedTier
 from asyncio_lookup.lookup.metrics import (
     LATEST_LOAD_TIME,
@@ -36,19 +34,10 @@ from asyncio_lookup.lookup.metrics import (
     NUM_LOAD_FAILURES,
     NUM_LOOKUPS,
     NUM_MISS_RETRIES,
-    NUM_THROTTLED,
     CacheMetricGroup,
 )
-from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
-from asyncio_lookup.lookup.options import CacheType, LookupOptions
-from asyncio_lookup.lookup.providers import (
-    FullCachingLookupProvider,
-    PartialCachingAsyncLookupProvider,
-    PartialCachingLookupProvider,
-)
+from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.rate import TaskRate
-from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup
-from asyncio_lookup.lookup.reload import CacheReloadTrigger
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.lookup.retry import FailureRetry, MissRetry
 from asyncio_lookup.lookup.scope import (
@@ -92,20 +81,7 @@ class LookupChain:
         self.miss_retry = miss_retry
         self.cache = cache
         self.full_cache = full_cache
-        if rate is not None:  # below batching and retries: every connector call takes a token
-            if sync_function is not None:
-                sync_function = RateLimitedSyncLookup(
-                    sync_function,
-                    rate,
-                    sleep=clock.sleep,
-                    clock=clock.now,
-                    on_throttle=self._count_throttled,
-                )
-            if async_function is not None:
-                async_function = RateLimitedLookup(
-                    async_function, rate, on_throttle=self._count_throttled
-                )
-        self.rate = rate
+        self.rate = rate  # the functions come rate-limited (build_parts)
         self._sync = sync_function
         self._async = async_function
         self._clock = clock
@@ -157,42 +133,33 @@ class LookupChain:
         is not set (the Spark join passes a digest of the table's name, target and declared
         schema); default a digest of ``name`` and the target.
         """
-        plan = _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
-        metrics = CacheMetricGroup()
-        full_cache: FullCache | None = None
-        cache: LookupCache | None = None
-        if plan.scan is not None:
-            full_cache = FullCache(
-                plan.scan, key_columns, plan.trigger, metrics, clock=clock or WALL, name=name
-            )
-        else:
-            cache = plan.provider_cache
-            if cache is None:
-                cache = options.build_cache(clock or MONOTONIC)
-        target = target_of(source) if target is None else target
-        shared: SharedTier | None = None
-        settings = options.shared_cache()
-        if settings is not None:
-            namespace = (
-                settings.namespace or shared_namespace or default_namespace(name, target, "")
-            )
-            shared = SharedTier(settings, namespace, key_columns, name=name)
+        parts = build_parts(
+            source,
+            options,
+            prefer_async=prefer_async,
+            name=name,
+            key_columns=key_columns,
+            clock=clock,
+            target=target,
+            shared_namespace=shared_namespace,
+            rate=rate,
+        )
         return cls(
             name=name,
             options=options,
-            is_async=plan.is_async,
-            sync_function=plan.sync_function,
-            async_function=plan.async_function,
-            cache=cache,
-            full_cache=full_cache,
+            is_async=parts.is_async,
+            sync_function=parts.sync_function,
+            async_function=parts.async_function,
+            cache=parts.cache,
+            full_cache=parts.full_cache,
             miss_retry=miss_retry,
             clock=clock or MONOTONIC,
             async_sleep=async_sleep,
-            metrics=metrics,
+            metrics=parts.metrics,
             cache_scope=None if cache_scope is None else scope_key(cache_scope, key_columns),
-            target=target,
+            target=parts.target,
             rate=rate,
-            shared=shared,
+            shared=parts.shared,
         )
 
     @staticmethod
@@ -205,7 +172,7 @@ class LookupChain:
     ) -> None:
         """Raise the :class:`ConfigurationError` :meth:`create` would raise for this source and
         these options, building no cache and opening nothing (the driver's check)."""
-        _plan(source, options, prefer_async=prefer_async, key_columns=key_columns)
+        plan_source(source, options, prefer_async=prefer_async, key_columns=key_columns)
 
     def __repr__(self) -> str:
         mode = "FULL" if self.full_cache else ("PARTIAL" if self.cache else "NONE")
@@ -475,105 +442,8 @@ class LookupChain:
     def _count_failure_retry(self) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
 
-    def _count_throttled(self) -> None:
-        self.metrics.inc(NUM_THROTTLED)
-
     def _count_miss_retry(self) -> None:
         self.metrics.inc(NUM_MISS_RETRIES)
-
-
-def target_of(source: object) -> str:
-    """What errors call a source: its ``target`` (the built-in connectors: service and
-    table or key pattern, secrets masked), else its type's name (a ``repr`` could hold one)."""
-    target = getattr(source, "target", None)
-    return target if isinstance(target, str) else type(source).__name__
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What :meth:`LookupChain.create` builds: a FULL cache over ``scan``, or the function of
-    the chosen mode (the other one None) with the provider's cache, if any."""
-
-    is_async: bool
-    sync_function: LookupFunction | None = None
-    async_function: AsyncLookupFunction | None = None
-    provider_cache: LookupCache | None = None
-    scan: Callable[[], Any] | None = None
-    trigger: CacheReloadTrigger | None = None
-
-
-def _plan(
-    source: LookupTableSource,
-    options: LookupOptions,
-    *,
-    prefer_async: bool,
-    key_columns: Sequence[str],
-) -> _Plan:
-    """Check the source's capabilities against the options and pick the mode."""
-    provider_cache: LookupCache | None = None
-    provider_trigger: CacheReloadTrigger | None = None
-    full = False
-    if isinstance(source, (PartialCachingLookupProvider, PartialCachingAsyncLookupProvider)):
-        provider_cache = source.cache
-    elif isinstance(source, FullCachingLookupProvider):
-        provider_trigger = source.reload_trigger
-        full = True
-    if (provider_cache is not None or full) and options.cache is not CacheType.NONE:
-        raise ConfigurationError(
-            CACHE,
-            options.cache.value,
-            "NONE (or unset) when the source is a caching provider",
-            reason=f"{type(source).__name__} brings its own cache",
-        )
-    if full and options.rate_limit is not None:
-        raise ConfigurationError(
-            RATE_LIMIT,
-            options.rate_limit,
-            "no rate limit for a FullCachingLookupProvider",
-            reason="a FULL cache answers every lookup from its snapshot: there are no per-key "
-            "calls to limit",
-        )
-    if full or options.cache is CacheType.FULL:
-        if not key_columns:
-            raise ConfigurationError(
-                "key_columns", tuple(key_columns), "the dim key columns (FULL cache needs them)"
-            )
-        trigger = provider_trigger
-        if trigger is None and not isinstance(source, FullCachingLookupProvider):
-            trigger = options.build_reload_trigger()
-        scan = getattr(source, "scan", None)
-        # A connector's scan() is lazy (it connects when iterated): asking it here tells the
-        # driver whether the source can be fully cached at all.
-        if not callable(scan) or (
-            not isinstance(source, FullCachingLookupProvider) and scan() is None
-        ):
-            raise ConfigurationError(
-                CACHE,
-                "FULL",
-                "a source whose scan() returns the table's rows",
-                reason=f"{source!r} cannot scan",
-            )
-        return _Plan(is_async=prefer_async, scan=scan, trigger=trigger)
-    sync_function = source.lookup_function()
-    async_function = source.async_lookup_function()
-    if sync_function is None and async_function is None:
-        raise ConfigurationError(
-            "connector",
-            source,
-            "a source whose lookup_function() or async_lookup_function() returns a function",
-            reason="it offers neither a sync nor an async lookup",
-        )
-    if async_function is not None and (prefer_async or sync_function is None):
-        return _Plan(True, async_function=async_function, provider_cache=provider_cache)
-    if options.shared_url is not None:
-        raise ConfigurationError(
-            SHARED_URL,
-            "(set)",
-            "a shared cache on an async lookup (the LOOKUP hint's 'async'='true', the default, "
-            "and a connector with an async lookup)",
-            reason="the shared cache batches its reads on the event loop of async lookups",
-        )
-    return _Plan(False, sync_function=sync_function, provider_cache=provider_cache)
 
 
 __all__ = ["LookupChain", "MissRetry"]

@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from asyncio_lookup.errors import ConfigurationError, LookupFailedError
-from asyncio_lookup.lookup.chain import LookupChain, target_of
+from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.chain_build import target_of
 from asyncio_lookup.lookup.l2.settings import default_namespace, namespace_pattern
 from asyncio_lookup.lookup.l2.stores import open_admin
 from asyncio_lookup.lookup.option_names import SHARED_URL

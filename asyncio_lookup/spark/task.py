@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
-from asyncio_lookup.lookup.chain import LookupChain, target_of
+from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.chain_build import target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
 from asyncio_lookup.lookup.hint_resolve import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch

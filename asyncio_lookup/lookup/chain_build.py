@@ -1,0 +1,196 @@
+"""How a lookup chain is built (docs/semantics.md §2.2-2.4): the source's capabilities checked
+against the options, the mode chosen, the caches and the shared tier made. Nothing is opened,
+so the driver runs it too (:meth:`~asyncio_lookup.lookup.chain.LookupChain.validate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.cache import LookupCache
+from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
+from asyncio_lookup.lookup.full_cache import FullCache
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, LookupFunction, LookupTableSource
+from asyncio_lookup.lookup.l2.settings import default_namespace
+from asyncio_lookup.lookup.l2.tier import SharedTier
+from asyncio_lookup.lookup.metrics import NUM_THROTTLED, CacheMetricGroup
+from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
+from asyncio_lookup.lookup.options import CacheType, LookupOptions
+from asyncio_lookup.lookup.providers import (
+    FullCachingLookupProvider,
+    PartialCachingAsyncLookupProvider,
+    PartialCachingLookupProvider,
+)
+from asyncio_lookup.lookup.rate import TaskRate
+from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup
+from asyncio_lookup.lookup.reload import CacheReloadTrigger
+
+
+def target_of(source: object) -> str:
+    """What errors call a source: its ``target`` (the built-in connectors: service and
+    table or key pattern, secrets masked), else its type's name (a ``repr`` could hold one)."""
+    target = getattr(source, "target", None)
+    return target if isinstance(target, str) else type(source).__name__
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What :meth:`LookupChain.create` builds: a FULL cache over ``scan``, or the function of
+    the chosen mode (the other one None) with the provider's cache, if any."""
+
+    is_async: bool
+    sync_function: LookupFunction | None = None
+    async_function: AsyncLookupFunction | None = None
+    provider_cache: LookupCache | None = None
+    scan: Callable[[], Any] | None = None
+    trigger: CacheReloadTrigger | None = None
+
+
+def plan_source(
+    source: LookupTableSource,
+    options: LookupOptions,
+    *,
+    prefer_async: bool,
+    key_columns: Sequence[str],
+) -> SourcePlan:
+    """Check the source's capabilities against the options and pick the mode."""
+    provider_cache: LookupCache | None = None
+    provider_trigger: CacheReloadTrigger | None = None
+    full = False
+    if isinstance(source, (PartialCachingLookupProvider, PartialCachingAsyncLookupProvider)):
+        provider_cache = source.cache
+    elif isinstance(source, FullCachingLookupProvider):
+        provider_trigger = source.reload_trigger
+        full = True
+    if (provider_cache is not None or full) and options.cache is not CacheType.NONE:
+        raise ConfigurationError(
+            CACHE,
+            options.cache.value,
+            "NONE (or unset) when the source is a caching provider",
+            reason=f"{type(source).__name__} brings its own cache",
+        )
+    if full and options.rate_limit is not None:
+        raise ConfigurationError(
+            RATE_LIMIT,
+            options.rate_limit,
+            "no rate limit for a FullCachingLookupProvider",
+            reason="a FULL cache answers every lookup from its snapshot: there are no per-key "
+            "calls to limit",
+        )
+    if full or options.cache is CacheType.FULL:
+        if not key_columns:
+            raise ConfigurationError(
+                "key_columns", tuple(key_columns), "the dim key columns (FULL cache needs them)"
+            )
+        trigger = provider_trigger
+        if trigger is None and not isinstance(source, FullCachingLookupProvider):
+            trigger = options.build_reload_trigger()
+        scan = getattr(source, "scan", None)
+        # A connector's scan() is lazy (it connects when iterated): asking it here tells the
+        # driver whether the source can be fully cached at all.
+        if not callable(scan) or (
+            not isinstance(source, FullCachingLookupProvider) and scan() is None
+        ):
+            raise ConfigurationError(
+                CACHE,
+                "FULL",
+                "a source whose scan() returns the table's rows",
+                reason=f"{source!r} cannot scan",
+            )
+        return SourcePlan(is_async=prefer_async, scan=scan, trigger=trigger)
+    sync_function = source.lookup_function()
+    async_function = source.async_lookup_function()
+    if sync_function is None and async_function is None:
+        raise ConfigurationError(
+            "connector",
+            source,
+            "a source whose lookup_function() or async_lookup_function() returns a function",
+            reason="it offers neither a sync nor an async lookup",
+        )
+    if async_function is not None and (prefer_async or sync_function is None):
+        return SourcePlan(True, async_function=async_function, provider_cache=provider_cache)
+    if options.shared_url is not None:
+        raise ConfigurationError(
+            SHARED_URL,
+            "(set)",
+            "a shared cache on an async lookup (the LOOKUP hint's 'async'='true', the default, "
+            "and a connector with an async lookup)",
+            reason="the shared cache batches its reads on the event loop of async lookups",
+        )
+    return SourcePlan(False, sync_function=sync_function, provider_cache=provider_cache)
+
+
+@dataclass(frozen=True)
+class ChainParts:
+    """What :meth:`~asyncio_lookup.lookup.chain.LookupChain.create` assembles a chain from."""
+
+    is_async: bool
+    sync_function: LookupFunction | None
+    async_function: AsyncLookupFunction | None
+    cache: LookupCache | None
+    full_cache: FullCache | None
+    metrics: CacheMetricGroup
+    target: str
+    shared: SharedTier | None
+
+
+def build_parts(
+    source: LookupTableSource,
+    options: LookupOptions,
+    *,
+    prefer_async: bool,
+    name: str,
+    key_columns: Sequence[str],
+    clock: Clock | None,
+    target: str | None,
+    shared_namespace: str | None,
+    rate: TaskRate | None = None,
+) -> ChainParts:
+    """The mode, functions (behind ``rate``, when given, below batching and retries: every
+    connector call takes a token), caches and shared tier of a chain; opens nothing."""
+    plan = plan_source(source, options, prefer_async=prefer_async, key_columns=key_columns)
+    metrics = CacheMetricGroup()
+    full_cache: FullCache | None = None
+    cache: LookupCache | None = None
+    if plan.scan is not None:
+        full_cache = FullCache(
+            plan.scan, key_columns, plan.trigger, metrics, clock=clock or WALL, name=name
+        )
+    else:
+        cache = plan.provider_cache
+        if cache is None:
+            cache = options.build_cache(clock or MONOTONIC)
+    target = target_of(source) if target is None else target
+    shared: SharedTier | None = None
+    settings = options.shared_cache()
+    if settings is not None:
+        namespace = settings.namespace or shared_namespace or default_namespace(name, target, "")
+        shared = SharedTier(settings, namespace, key_columns, name=name)
+    sync_function, async_function = plan.sync_function, plan.async_function
+    if rate is not None:
+
+        def throttled() -> None:
+            metrics.inc(NUM_THROTTLED)
+
+        if sync_function is not None:
+            chosen = clock or MONOTONIC
+            sync_function = RateLimitedSyncLookup(
+                sync_function, rate, sleep=chosen.sleep, clock=chosen.now, on_throttle=throttled
+            )
+        if async_function is not None:
+            async_function = RateLimitedLookup(async_function, rate, on_throttle=throttled)
+    return ChainParts(
+        is_async=plan.is_async,
+        sync_function=sync_function,
+        async_function=async_function,
+        cache=cache,
+        full_cache=full_cache,
+        metrics=metrics,
+        target=target,
+        shared=shared,
+    )
+
+
+__all__ = ["ChainParts", "SourcePlan", "build_parts", "plan_source", "target_of"]
