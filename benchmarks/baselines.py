@@ -1,10 +1,14 @@
-"""What users write today without this library, as ``mapPartitions`` functions.
+"""What users write today without this library, as ``mapPartitions`` (and ``mapInArrow``)
+functions.
 
 - :func:`row_by_row_sync`: one blocking HTTP call per row, on a kept-alive connection.
 - :func:`thread_pool`: ``ThreadPoolExecutor(100).map`` of blocking calls over the partition.
 - :func:`hand_rolled_asyncio`: the usual pattern: materialise the partition, then
   ``asyncio.run`` (the default event loop) + ``asyncio.Semaphore(100)`` + ``asyncio.gather``
   over an aiohttp session with a 100-connection pool.
+- :func:`hand_rolled_arrow`: the strongest hand-rolled variant a careful user writes:
+  ``mapInArrow``, one aiohttp session per partition on uvloop, ``Semaphore(100)`` + ``gather``
+  per Arrow batch, orjson, the results built as Arrow arrays (no ``Row`` objects).
 
 Both produce the same columns as the lookup join (inner join: customers not found are dropped).
 """
@@ -84,6 +88,69 @@ def hand_rolled_asyncio(
                 return await asyncio.gather(*(one(row) for row in materialised))
 
         return [joined for joined in asyncio.run(main()) if joined is not None]
+
+    return partition
+
+
+def hand_rolled_arrow(
+    base_url: str, concurrency: int = 100
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """(b2) ``mapInArrow``: per partition one uvloop loop and one aiohttp session; per Arrow
+    batch ``gather`` under ``Semaphore(concurrency)``; orjson; output columns as Arrow arrays."""
+
+    def partition(batches: Iterator[Any]) -> Iterator[Any]:
+        import aiohttp
+        import orjson
+        import pyarrow as pa
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+        state: dict[str, Any] = {}
+
+        async def opened() -> None:
+            state["semaphore"] = asyncio.Semaphore(concurrency)
+            connector = aiohttp.TCPConnector(limit=concurrency)
+            state["session"] = aiohttp.ClientSession(connector=connector)
+
+        async def one(customer_id: int) -> dict[str, Any] | None:
+            async with state["semaphore"], state["session"].get(
+                f"{base_url}/customers/{customer_id}"
+            ) as response:
+                if response.status == 404:
+                    return None
+                response.raise_for_status()
+                found: dict[str, Any] = orjson.loads(await response.read())
+                return found
+
+        async def looked_up(ids: list[int]) -> list[dict[str, Any] | None]:
+            return await asyncio.gather(*(one(i) for i in ids))
+
+        try:
+            loop.run_until_complete(opened())
+            for batch in batches:
+                customers = loop.run_until_complete(
+                    looked_up(batch.column("customer_id").to_pylist())
+                )
+                keep = [i for i, c in enumerate(customers) if c is not None]
+                found = [c for c in customers if c is not None]
+                taken = batch.take(pa.array(keep, pa.int64()))
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        taken.column("order_id"),
+                        taken.column("customer_id"),
+                        taken.column("amount"),
+                        pa.array([c["id"] for c in found], pa.int32()),
+                        pa.array([c["name"] for c in found], pa.string()),
+                        pa.array([c["country"] for c in found], pa.string()),
+                        pa.array([c["segment"] for c in found], pa.string()),
+                        pa.array([c["credit_limit"] for c in found], pa.float64()),
+                    ],
+                    names=[f.split()[0] for f in JOINED_SCHEMA.split(", ")],
+                )
+        finally:
+            if "session" in state:
+                loop.run_until_complete(state["session"].close())
+            loop.close()
 
     return partition
 
