@@ -25,6 +25,8 @@ from asyncio_lookup.lookup.hints import (
     resolve_lookup,
 )
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
+from asyncio_lookup.lookup.options import CacheType
+from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -161,6 +163,7 @@ def _dim_columns(
     rename: Mapping[str, str] | None,
     prefix: str,
     large_types: bool,
+    keys: Sequence[KeyBinding] = (),
 ) -> tuple[DimColumn, ...]:
     dim = table.schema
     if columns is None:
@@ -187,9 +190,14 @@ def _dim_columns(
                 "columns or pass columns=[...] without them",
             )
     taken = {name.lower(): name for name in left.names}
+    # As DataFrame.join(other, on='id'): a dim key column bound to the left column of the same
+    # name is that column already; it is output once (the left's), unless asked for by name.
+    same_name = {k.dim_column for k in keys if k.left_column == k.dim_column}
     out: list[DimColumn] = []
     for name in selected:
         output = rename.get(name, prefix + name)
+        if columns is None and name in same_name and name not in rename and output == name:
+            continue
         if output.lower() in taken:
             raise ConfigurationError(
                 "rename",
@@ -274,7 +282,7 @@ def plan_lookup_join(
         left_condition=args.left_condition,
     )
     large = large_var_types(df)
-    dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large)
+    dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large, keys)
     # The source must offer a usable mode for these options and hints (opens nothing).
     LookupChain.validate(
         table.connector,
@@ -434,8 +442,17 @@ def hash_partition(
         raise ConfigurationError(
             "df", PARTITION_COLUMN, "a DataFrame without this reserved column name"
         )
+    full_cache = task.options.cache is CacheType.FULL or isinstance(
+        table.connector, FullCachingLookupProvider
+    )
     plan = plan_shuffle(
-        df, task.spec, table.schema, table.connector, partitions=partitions, skew=skew
+        df,
+        task.spec,
+        table.schema,
+        table.connector,
+        partitions=partitions,
+        skew=skew,
+        full_cache=full_cache,
     )
     rate = table_task_rate(  # no more tasks at once than partitions
         table.options,

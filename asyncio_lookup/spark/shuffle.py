@@ -28,6 +28,7 @@ from asyncio_lookup.lookup.partitioning import (
     partitioner_of,
     salt_count,
 )
+from asyncio_lookup.spark.rate_share import task_slots
 from asyncio_lookup.spark.schema import key_family
 from asyncio_lookup.validation import parse_int, parse_number
 
@@ -131,18 +132,64 @@ def check_shuffle_partitions(value: Any) -> int:
         "shuffle_partitions",
         value,
         minimum=1,
-        allowed="an int >= 1, or None for spark.sql.shuffle.partitions",
+        allowed="an int >= 1, or None to size the exchange from the Spark conf",
         text=False,
     )
 
 
-def _num_partitions(df: DataFrame, override: int | None) -> int:
+@dataclass(frozen=True)
+class ExchangeSize:
+    """How a shuffled join's exchange is sized (docs/semantics.md §2.7).
+
+    ``partitions``: the partition ids the routing hashes keys into. ``exact``: each id is one
+    task (``repartitionById``), as a partitioned FULL cache and ``shuffle_partitions=N`` need;
+    otherwise the exchange is one adaptive execution may coalesce (``repartition(column)``,
+    Spark's own ``REPARTITION_BY_COL``), so a small input runs as few tasks as its size asks
+    and every key still reaches exactly one task (coalescing merges whole partitions).
+    """
+
+    partitions: int
+    exact: bool
+
+
+def _conf_int(conf: Any, key: str) -> int | None:
+    value = str(conf.get(key, None) or "").strip()
+    return max(1, int(value)) if value.isdigit() else None
+
+
+def _conf_true(conf: Any, key: str, default: bool) -> bool:
+    value = str(conf.get(key, None) or "").strip().lower()
+    return default if not value else value == "true"
+
+
+def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = False) -> ExchangeSize:
+    """The exchange of a SHUFFLE_HASH join; read from ``spark.conf`` only (the input's own
+    partition count would need ``df.rdd``, which Spark Connect does not have, and under
+    adaptive execution would run the input's stages when the join is planned).
+
+    - ``shuffle_partitions=N``: exactly N tasks.
+    - A FULL cache (each task loads the rows of its partition): exactly the application's task
+      slots (``local[N]``, executors x cores; ``spark.sql.shuffle.partitions`` when the conf
+      does not say), so all of them load at once and each holds about 1/slots of the table.
+    - Otherwise, with adaptive execution and partition coalescing on (Spark's defaults):
+      ``spark.sql.adaptive.coalescePartitions.initialPartitionNum`` (else
+      ``spark.sql.shuffle.partitions``) ids, coalesced to fit the data; with either off,
+      ``spark.sql.shuffle.partitions`` tasks, as Spark's own ``repartition(column)``.
+    """
     if override is not None:
-        return check_shuffle_partitions(override)
-    # As for Spark's own repartition(column): the input's partition count would need df.rdd,
-    # which Spark Connect does not have.
-    value = str(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or "200")
-    return max(1, int(value)) if value.strip().isdigit() else 200
+        return ExchangeSize(check_shuffle_partitions(override), exact=True)
+    conf = df.sparkSession.conf
+    shuffle = _conf_int(conf, "spark.sql.shuffle.partitions") or 200
+    if full_cache:
+        slots, _ = task_slots(conf)
+        return ExchangeSize(slots or shuffle, exact=True)
+    adaptive = _conf_true(conf, "spark.sql.adaptive.enabled", True) and _conf_true(
+        conf, "spark.sql.adaptive.coalescePartitions.enabled", True
+    )
+    if adaptive and not df.isStreaming:
+        initial = _conf_int(conf, "spark.sql.adaptive.coalescePartitions.initialPartitionNum")
+        return ExchangeSize(initial or shuffle, exact=False)
+    return ExchangeSize(shuffle, exact=True)
 
 
 def _udf_partition(partitioner: KeyPartitioner, n: int) -> Any:
@@ -183,10 +230,12 @@ def plan_shuffle(
     *,
     partitions: int | None = None,
     skew: SkewOptions | None = None,
+    full_cache: bool = False,
 ) -> ShufflePlan:
     """Add :data:`PARTITION_COLUMN` and exchange ``df`` by it (the spec binds a left column)."""
     skew = skew or SkewOptions()
-    n = _num_partitions(df, partitions)
+    size = exchange_size(df, partitions, full_cache=full_cache)
+    n = size.partitions
     left_types = {f.name: f.dataType for f in df.schema.fields}
     dim_types = {f.name: f.dataType for f in dim_schema.fields}
     positions: list[int] = []
@@ -232,9 +281,11 @@ def plan_shuffle(
         literals=tuple((p, b.literal) for p, b in enumerate(spec.keys) if b.left_column is None),
         hot=hot,
     )
-    shuffled = df.withColumn(PARTITION_COLUMN, partition.cast("int")).repartitionById(
-        n, PARTITION_COLUMN
-    )
+    routed = df.withColumn(PARTITION_COLUMN, partition.cast("int"))
+    if size.exact:
+        shuffled = routed.repartitionById(n, PARTITION_COLUMN)
+    else:  # rows of one partition id stay together; adaptive execution sizes the tasks
+        shuffled = routed.repartition(F.col(PARTITION_COLUMN))
     return ShufflePlan(shuffled, routing)
 
 
@@ -280,4 +331,12 @@ def detect_hot_keys(
     return hot
 
 
-__all__ = ["PARTITION_COLUMN", "ShufflePlan", "SkewOptions", "detect_hot_keys", "plan_shuffle"]
+__all__ = [
+    "PARTITION_COLUMN",
+    "ExchangeSize",
+    "ShufflePlan",
+    "SkewOptions",
+    "detect_hot_keys",
+    "exchange_size",
+    "plan_shuffle",
+]

@@ -232,20 +232,53 @@ def test_literal_bound_key_parts_are_kept_out_of_the_hash_and_filter_the_snapsho
     assert table.metrics()["numCachedRecords"] <= 100 / 2 * 1.5  # EU rows only, half of them
 
 
-def test_shuffle_partitions_default_to_the_shuffle_partitions_conf_and_can_be_overridden(
+def test_shuffle_partitions_default_fits_the_input_and_can_be_overridden(
     spark: SparkSession,
 ) -> None:
     df = probe(spark)
     table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
     hint = "SHUFFLE_HASH('Customers')"
     default = lookup_join(df, table, on=[("customer_id", "id")], hints=hint, skew=False)
-    # spark.sql.shuffle.partitions (2 here), as Spark's repartition(column): the input's
-    # partition count (4) would need df.rdd, which Spark Connect does not have
-    assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(default))
+    # adaptive execution is on (Spark's default): an exchange it may coalesce, by the routed
+    # partition id, so each key still reaches one task; 600 rows become one task
+    plan = physical_plan(default)
+    assert re.search(r"hashpartitioning\(__asyncio_lookup_partition#\d+, 2\)", plan)
+    rows = default.collect()
+    assert {r["pid"] for r in rows} == {0}
+    assert all(len(pids) == 1 for pids in key_partitions(rows).values())
     wider = lookup_join(
         df, table, on=[("customer_id", "id")], hints=hint, skew=False, shuffle_partitions=7
     )
     assert re.search(r"shufflepartitionidpassthrough\(.*, 7\)", physical_plan(wider))
+
+
+def test_without_adaptive_coalescing_the_default_is_the_shuffle_partitions_conf(
+    spark: SparkSession,
+) -> None:
+    df = probe(spark)
+    table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    try:
+        out = lookup_join(df, table, on=[("customer_id", "id")], hints="SHUFFLE_HASH(Customers)")
+        assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(out))
+    finally:
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
+
+
+def test_a_full_cache_gets_one_exact_partition_per_task_slot(spark: SparkSession) -> None:
+    df = probe(spark)
+    spark.conf.set("spark.sql.shuffle.partitions", "5")  # not used: local[2,2] has 2 slots
+    try:
+        table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM), options=FULL)
+        out = lookup_join(
+            df, table, on=[("customer_id", "id")], hints="SHUFFLE_HASH(Customers)", skew=False
+        )
+        assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(out))
+        rows = out.collect()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    assert len(rows) == sum(1 for n in range(600) if (n * 7) % 250 < 200)
+    assert table.metrics()["numCachedRecords"] <= 200 / 2 * 1.5  # each task: about half
 
 
 @pytest.mark.parametrize(
