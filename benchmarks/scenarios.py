@@ -46,6 +46,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("memory", "Memory: peak worker RSS, 1M vs 10M rows", "benchmarks.memory:run"),
     Scenario("hash-lookup-join", "Hash lookup join: shuffle, salting, partitioned FULL cache",
              "benchmarks.external:run_hash_lookup_join"),
+    Scenario("shuffle-size", "SHUFFLE_HASH's default exchange size",
+             "benchmarks.shuffle_size:run"),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}
