@@ -1,8 +1,8 @@
 """SHUFFLE_HASH's default exchange size on a small and a large input (issue 23).
 
 A fixed ``spark.sql.shuffle.partitions`` (200 by default) made a 500-row hash lookup join run
-200 tasks: 36x the time of the same join without the shuffle. The default now lets adaptive
-execution coalesce the exchange to the data's size (docs/semantics.md §2.7). Measured here on
+200 tasks: 36x the time of the same join without the shuffle. The default is now one partition
+per task slot (docs/semantics.md §2.7). Measured here on
 ``local[2]`` with Spark's defaults (adaptive execution on, 200 shuffle partitions), an
 in-memory dim table of 1,000 keys (no I/O: what is left is Spark's and the library's overhead),
 ``collect()`` of the joined rows, warm Python workers, medians of interleaved runs:

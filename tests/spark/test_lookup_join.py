@@ -334,7 +334,7 @@ def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:
     df = orders(spark)
     out = lookup_join(df, dim, on=[("customer_id", "id")], hints="SHUFFLE_HASH('Customers')")
     plan = physical_plan(out)
-    assert "Exchange hashpartitioning(__asyncio_lookup_partition" in plan  # AQE coalesces it
+    assert "Exchange shufflepartitionidpassthrough" in plan
     assert "xxhash64(cast(customer_id" in plan
     assert Counter(tuple(r) for r in out.collect()) == expected("inner")
 

@@ -295,7 +295,7 @@ def test_shuffle_hash_without_a_left_key_column_is_ignored_with_a_warning(
         out = lookup_join(
             df, by_country, on=[], literals={"country": "NL"}, hints="SHUFFLE_HASH('Customers')"
         )
-    assert "__asyncio_lookup_partition" not in physical_plan(out, extended=True)
+    assert "direct_shuffle_partition_id" not in physical_plan(out, extended=True)
     with no_spark_job(spark):
         shuffled = lookup_join(
             df,
@@ -304,9 +304,7 @@ def test_shuffle_hash_without_a_left_key_column_is_ignored_with_a_warning(
             hints="LOOKUP('table'='Customers', 'shuffle'='true')",
             skew=False,  # hot-key sampling is the one Spark job a shuffled join starts early
         )
-    assert "RepartitionByExpression [__asyncio_lookup_partition" in physical_plan(
-        shuffled, extended=True
-    )
+    assert "direct_shuffle_partition_id" in physical_plan(shuffled, extended=True)
 
 
 def test_lookup_join_takes_exactly_the_fields_of_lookup_join_args() -> None:
