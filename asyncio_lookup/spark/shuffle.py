@@ -240,6 +240,7 @@ def plan_shuffle(
     skew = skew or SkewOptions()
     size = exchange_size(df, partitions, full_cache=full_cache)
     n = size.partitions
+    log.info("lookup join: SHUFFLE_HASH exchange of %d partitions (%s)", n, size.source)
     left_types = {f.name: f.dataType for f in df.schema.fields}
     dim_types = {f.name: f.dataType for f in dim_schema.fields}
     positions: list[int] = []
