@@ -172,9 +172,9 @@ def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = Fal
     - Otherwise one partition per task slot of the application (``local[N]``, executors x
       cores, ``spark.cores.max``, ``spark.default.parallelism``: :func:`task_slots`): every
       task runs in the first wave, each key in one of them. On ``local[2]``, 500 rows took
-      1.1x a join without the shuffle, against 2x with 200 partitions that adaptive execution
-      coalesced (the map side still writes 200) and 36x with 200 tasks
-      (``benchmarks/shuffle_size.py``).
+      1.19x a join without the shuffle (1.93x with hot-key sampling), 72x with 200 tasks
+      (``benchmarks/shuffle_size.py``); 200 partitions coalesced by adaptive execution took
+      about 2x (the map side still writes 200).
     - When the conf does not say how many slots there are (dynamic allocation without a
       maximum): ``spark.sql.shuffle.partitions`` ids that adaptive execution coalesces to the
       data's size when it and partition coalescing are on (Spark's defaults), else exactly
