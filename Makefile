@@ -26,7 +26,7 @@ test: setup
 	$(PY) -m pytest -q
 
 # Every shell recipe of README.md and docs/*.md as written, and every example from the built
-# wheel in a fresh venv outside the repository (tests/test_docs_shell.py; about 9 min here).
+# wheel in a fresh venv outside the repository (tests/test_docs_shell.py; 4.5 min here, 9 under load).
 test-docs: setup
 	ASYNCIO_LOOKUP_DOCS_SHELL=1 $(PY) -m pytest -q tests/test_docs_shell.py
 

@@ -16,8 +16,9 @@ and none of the test run's ``PYSPARK_*`` / ``SPARK_*`` variables. ``console`` bl
 - ``<!-- shell: skip (reason) -->``: not run, for the reason given.
 
 Processes a recipe leaves behind with a ``*.pid`` file in the workspace are ended after it.
-Wall time here (2 cores, shared with other jobs): about 9 min, of which the venv and the wheel
-about 1 min, the two cluster recipes 1.2 min each, ``make demo`` 45 s, the examples 3.5 min.
+Wall time here (2 cores, shared with other jobs): 261 s in a quiet moment, about 9 min under
+heavy load (then: the venv and the wheel about 1 min, each cluster recipe 1.2 min, ``make demo``
+45 s to 1.5 min, the examples 3.5 min).
 It runs as its own CI step, ``make test-docs`` (``ASYNCIO_LOOKUP_DOCS_SHELL=1``).
 """
 
@@ -42,7 +43,7 @@ import pytest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
-# A CI step of its own (`make test-docs`, .ci/run), not part of `make test`: about 9 min.
+# A CI step of its own (`make test-docs`, .ci/run), not part of `make test`: 4.5 to 9 min.
 own_step = pytest.mark.skipif(
     os.environ.get("ASYNCIO_LOOKUP_DOCS_SHELL") != "1",
     reason="runs in its own step: make test-docs (ASYNCIO_LOOKUP_DOCS_SHELL=1)",
