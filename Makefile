@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo cluster-demo test test-fast bench lint clean
+.PHONY: setup demo cluster-demo test test-docs test-fast bench lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ cluster-demo: setup
 # (tests/conftest.py); `$(PY) -m pytest` alone runs them one by one.
 test: setup
 	$(PY) -m pytest -q -n 3
+
+# Every shell recipe of README.md and docs/*.md as written, and every example from the built
+# wheel in a fresh venv outside the repository (tests/test_docs_shell.py; 4.5 min here, 9 under load).
+test-docs: setup
+	ASYNCIO_LOOKUP_DOCS_SHELL=1 $(PY) -m pytest -q tests/test_docs_shell.py
 
 bench: setup
 	$(PY) -m benchmarks all

@@ -50,6 +50,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "benchmarks.key_ordered:run", uses_spark=False),
     Scenario("shared-cache", "Shared cache (L2) vs L1 only vs SHUFFLE_HASH",
              "benchmarks.shared_cache:run"),
+    Scenario("shuffle-size", "SHUFFLE_HASH's default exchange size",
+             "benchmarks.shuffle_size:run"),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -6,11 +6,14 @@ form. The retry query starts while a few customers are still missing; they are i
 after the first lookup and joined by the retry (the hint's 10 s fixed delay). The example's
 PostgreSQL table is dropped at the end.
 
-    .venv/bin/python examples/flink_sql.py
+Needs ``pip install "asyncio-lookup[spark]"`` and the PostgreSQL server (``POSTGRES_DSN``).
+
+    python examples/flink_sql.py
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -18,7 +21,7 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
-import psycopg
+import asyncpg
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.spark import LookupSQL
@@ -77,23 +80,37 @@ def spark_session() -> SparkSession:
     )
 
 
+async def _execute(
+    statement: str, *args: object, many: list[tuple[object, ...]] | None = None
+) -> object:
+    """One statement on a new asyncpg connection (asyncpg is a core dependency)."""
+    conn = await asyncpg.connect(DSN)
+    try:
+        if many is not None:
+            return await conn.executemany(statement, many)
+        return await conn.fetchval(statement, *args)
+    finally:
+        await conn.close()
+
+
+def execute(statement: str, *args: object) -> object:
+    return asyncio.run(_execute(statement, *args))
+
+
 def insert(table: str, rows: list[tuple[object, ...]]) -> None:
-    with psycopg.connect(DSN, autocommit=True) as conn, conn.cursor() as cursor:
-        cursor.executemany(f'INSERT INTO "{table}" VALUES (%s, %s, %s, %s)', rows)
+    asyncio.run(_execute(f'INSERT INTO "{table}" VALUES ($1, $2, $3, $4)', many=rows))
 
 
 def insert_after_first_lookup(table: str) -> None:
     """Wait until a lookup has queried the table, then add the late customer."""
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        for _ in range(3000):
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s "
-                "AND pid <> pg_backend_pid()",
-                (f"%{table}%",),
-            ).fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.02)
+    for _ in range(3000):
+        seen = execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()",
+            f"%{table}%",
+        )
+        if seen:
+            break
+        time.sleep(0.02)
     time.sleep(0.5)
     insert(table, LATE)
     print(f"  (customer 9 inserted into {table} after the first lookup)")
@@ -104,8 +121,7 @@ def main() -> None:
     url = urlsplit(DSN)
     spark = None
     try:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(f'CREATE TABLE "{table}" (id INT, name TEXT, country TEXT, zip TEXT)')
+        execute(f'CREATE TABLE "{table}" (id INT, name TEXT, country TEXT, zip TEXT)')
         insert(table, CUSTOMERS)
         spark = spark_session()
         spark.createDataFrame(
@@ -139,8 +155,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        execute(f'DROP TABLE IF EXISTS "{table}"')
 
 
 if __name__ == "__main__":

@@ -5,18 +5,20 @@ so the first lookup misses. The LOOKUP hint ``'retry-predicate'='lookup_miss'`` 
 after ``fixed-delay``; a ``429 Too Many Requests`` with ``Retry-After`` goes through the
 connector's failure retry (``lookup.max-retries``) instead. Batches use ``POST :batchGet``.
 
-    .venv/bin/python examples/http_retry_on_miss.py
+Needs ``pip install "asyncio-lookup[spark]"`` (the service is the standard library's).
+
+    python examples/http_retry_on_miss.py
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from aiohttp import web
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import HttpConnector
@@ -30,49 +32,60 @@ LAGGING = {"7": 1.5}  # customer 7 becomes visible 1.5 s after it is first asked
 THROTTLED = {"3": 1}  # customer 3's first request is answered 429, Retry-After: 1
 
 
-def service_app() -> web.Application:
+def start_service() -> str:
+    """The service on 127.0.0.1 (a free port), the standard library's HTTP server in threads."""
     first_asked: dict[str, float] = {}
+    lock = threading.Lock()
 
     def visible(key: str) -> dict | None:
-        asked = first_asked.setdefault(key, time.monotonic())
+        with lock:
+            asked = first_asked.setdefault(key, time.monotonic())
         if time.monotonic() - asked < LAGGING.get(key, 0.0):
             return None
         return CUSTOMERS.get(key)
 
-    async def one(request: web.Request) -> web.Response:
-        key = request.match_info["id"]
-        if THROTTLED.get(key, 0) > 0:
-            THROTTLED[key] -= 1
-            return web.Response(status=429, headers={"Retry-After": "1"})
-        row = visible(key)
-        return web.json_response(row) if row else web.Response(status=404)
-
-    async def batch(request: web.Request) -> web.Response:
-        keys = [str(k["id"]) for k in (await request.json())["keys"]]
-        if any(THROTTLED.get(k, 0) > 0 for k in keys):
+    def throttled(keys: list[str]) -> bool:
+        with lock:
+            if not any(THROTTLED.get(k, 0) > 0 for k in keys):
+                return False
             for k in keys:
                 THROTTLED[k] = max(0, THROTTLED.get(k, 0) - 1)
-            return web.Response(status=429, headers={"Retry-After": "1"})
-        return web.json_response({"customers": [r for k in keys if (r := visible(k))]})
+            return True
 
-    app = web.Application()
-    app.router.add_get("/customers/{id}", one)
-    app.router.add_post("/customers:batchGet", batch)
-    return app
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
 
+        def answer(self, status: int, payload: object | None = None) -> None:
+            body = b"" if payload is None else json.dumps(payload).encode()
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-def start_service() -> str:
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+        def do_GET(self) -> None:  # GET /customers/{id}
+            key = self.path.rsplit("/", 1)[-1]
+            if throttled([key]):
+                return self.answer(429)
+            row = visible(key)
+            self.answer(200, row) if row else self.answer(404)
 
-    async def start() -> str:
-        runner = web.AppRunner(service_app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        def do_POST(self) -> None:  # POST /customers:batchGet {"keys": [{"id": ...}, ...]}
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            keys = [str(k["id"]) for k in request["keys"]]
+            if throttled(keys):
+                return self.answer(429)
+            self.answer(200, {"customers": [r for k in keys if (r := visible(k))]})
 
-    return asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_port}"
 
 
 def main() -> None:

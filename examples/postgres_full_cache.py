@@ -4,7 +4,9 @@ Every Python worker loads the table once with a server-side cursor scan and answ
 from memory; a reload every few seconds picks up changes without a restart. Uses the
 machine's PostgreSQL (database ``test``); the example's table is dropped at the end.
 
-    .venv/bin/python examples/postgres_full_cache.py
+Needs ``pip install "asyncio-lookup[spark]"`` and the PostgreSQL server (``POSTGRES_DSN``).
+
+    python examples/postgres_full_cache.py
 """
 
 from __future__ import annotations

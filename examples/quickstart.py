@@ -1,29 +1,31 @@
 """Quickstart (``make demo``): enrich orders with customers from an HTTP service, in PySpark.
 
-No external service needed: an aiohttp "customer service" starts on 127.0.0.1 in a background
-thread (5 ms per request). Some customers arrive late: the service only knows them 1.5 s after
-they are first asked for, so the LOOKUP hint retries a lookup miss ('lookup_miss', fixed delay
-1 s, up to 3 retries) and finds them. Customer 999 never exists: the LEFT join keeps its order
-with NULL customer columns after the retries run out.
+No external service needed: a "customer service" (the standard library's HTTP server) starts
+on 127.0.0.1 in background threads (5 ms per request). Some customers arrive late: the service
+only knows them 1.5 s after they are first asked for, so the LOOKUP hint retries a lookup miss
+('lookup_miss', fixed delay 1 s, up to 3 retries) and finds them. Customer 999 never exists: the
+LEFT join keeps its order with NULL customer columns after the retries run out.
 
 The join runs async (100 lookups in flight per task) with a PARTIAL cache; afterwards the
 script prints a sample of the enriched orders and the cache/operator metrics summed over tasks.
+
+Needs ``pip install "asyncio-lookup[spark]"``.  Run:  python examples/quickstart.py
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import random
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # Spark's Python workers must run this interpreter (it has pyarrow and asyncio_lookup).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from aiohttp import web
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -33,6 +35,13 @@ from asyncio_lookup.spark import LookupTable, lookup_join
 CUSTOMERS = 200
 LATE = range(201, 206)  # known to the service only 1.5 s after they are first asked for
 MISSING = 999
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # 100 connections open at once (the default backlog is 5)
+
+
 COUNTRIES = ["NL", "DE", "FR", "BE", "PL"]
 
 
@@ -55,36 +64,29 @@ class CustomerService:
                 return {"id": cid, "name": f"Late customer {cid}", "country": "NL"}
         return None
 
-    async def handle(self, request: web.Request) -> web.Response:
-        self.requests += 1
-        await asyncio.sleep(self.latency)
-        try:
-            row = self.customer(int(request.match_info["id"]))
-        except ValueError:
-            row = None
-        if row is None:
-            return web.json_response({"error": "no such customer"}, status=404)
-        return web.json_response(row)
-
     def start(self) -> str:
-        """Serve on 127.0.0.1 (a free port) in a daemon thread; return the base URL."""
-        ready = threading.Event()
+        """Serve on 127.0.0.1 (a free port) in daemon threads; return the base URL."""
+        service = self
 
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            app = web.Application()
-            app.router.add_get("/customers/{id}", self.handle)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = runner.addresses[0][1]
-            ready.set()
-            loop.run_forever()
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                service.requests += 1
+                time.sleep(service.latency)
+                tail = self.path.rsplit("/", 1)[-1]
+                row = service.customer(int(tail)) if tail.isdigit() else None
+                body = json.dumps(row if row is not None else {"error": "no such customer"})
+                self.send_response(200 if row is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
 
-        threading.Thread(target=serve, name="customer-service", daemon=True).start()
-        if not ready.wait(10):
-            raise RuntimeError("the customer service did not start")
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = _Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, name="customer-service", daemon=True).start()
+        self.port = server.server_port
         return f"http://127.0.0.1:{self.port}"
 
 

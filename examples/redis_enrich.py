@@ -4,7 +4,9 @@ Shows the RedisConnector's value formats: a JSON profile per user (``json``), a 
 string settings (``hash``) and a JSON list of rows for a non-unique key (``json_list``),
 joined with ``lookup_join`` under a PARTIAL cache; batched MGET/pipelines run underneath.
 
-    .venv/bin/python examples/redis_enrich.py
+Needs ``pip install "asyncio-lookup[spark]"`` and the Redis server (``REDIS_URL``).
+
+    python examples/redis_enrich.py
 """
 
 from __future__ import annotations

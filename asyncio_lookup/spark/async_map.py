@@ -51,6 +51,7 @@ from asyncio_lookup.spark.worker_gc import (
     gc_threshold_from_conf,
     young_generation_threshold,
 )
+from asyncio_lookup.spark.worker_log import configure_from_env
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class AsyncMapTask:
             raise self._lossy(e) from None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        configure_from_env()
         operator = self.operator()
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows

@@ -26,7 +26,8 @@ from asyncio_lookup.lookup.hint_resolve import (
 )
 from asyncio_lookup.lookup.hints import HintsInput
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
-from asyncio_lookup.lookup.options import LookupOptions
+from asyncio_lookup.lookup.options import CacheType, LookupOptions
+from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -166,6 +167,7 @@ def _dim_columns(
     rename: Mapping[str, str] | None,
     prefix: str,
     large_types: bool,
+    keys: Sequence[KeyBinding] = (),
 ) -> tuple[DimColumn, ...]:
     dim = table.schema
     if columns is None:
@@ -192,9 +194,14 @@ def _dim_columns(
                 "columns or pass columns=[...] without them",
             )
     taken = {name.lower(): name for name in left.names}
+    # As DataFrame.join(other, on='id'): a dim key column bound to the left column of the same
+    # name is that column already; it is output once (the left's), unless asked for by name.
+    same_name = {k.dim_column for k in keys if k.left_column == k.dim_column}
     out: list[DimColumn] = []
     for name in selected:
         output = rename.get(name, prefix + name)
+        if columns is None and name in same_name and name not in rename and output == name:
+            continue
         if output.lower() in taken:
             raise ConfigurationError(
                 "rename",
@@ -279,7 +286,7 @@ def plan_lookup_join(
         left_condition=args.left_condition,
     )
     large = large_var_types(df)
-    dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large)
+    dim_columns = _dim_columns(table, left, args.columns, args.rename, args.prefix, large, keys)
     options = join_options(table, hint)
     # The source must offer a usable mode for these options and hints (opens nothing).
     LookupChain.validate(
@@ -452,8 +459,17 @@ def hash_partition(
         raise ConfigurationError(
             "df", PARTITION_COLUMN, "a DataFrame without this reserved column name"
         )
+    full_cache = task.options.cache is CacheType.FULL or isinstance(
+        table.connector, FullCachingLookupProvider
+    )
     plan = plan_shuffle(
-        df, task.spec, table.schema, table.connector, partitions=partitions, skew=skew
+        df,
+        task.spec,
+        table.schema,
+        table.connector,
+        partitions=partitions,
+        skew=skew,
+        full_cache=full_cache,
     )
     rate = table_task_rate(  # no more tasks at once than partitions
         table.options,

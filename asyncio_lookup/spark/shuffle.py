@@ -28,6 +28,7 @@ from asyncio_lookup.lookup.partitioning import (
     partitioner_of,
     salt_count,
 )
+from asyncio_lookup.spark.rate_share import task_slots
 from asyncio_lookup.spark.schema import key_family
 from asyncio_lookup.validation import parse_int, parse_number
 
@@ -131,18 +132,68 @@ def check_shuffle_partitions(value: Any) -> int:
         "shuffle_partitions",
         value,
         minimum=1,
-        allowed="an int >= 1, or None for spark.sql.shuffle.partitions",
+        allowed="an int >= 1, or None to size the exchange from the Spark conf",
         text=False,
     )
 
 
-def _num_partitions(df: DataFrame, override: int | None) -> int:
+@dataclass(frozen=True)
+class ExchangeSize:
+    """How a shuffled join's exchange is sized (docs/semantics.md §2.7).
+
+    ``partitions``: the partition ids the routing hashes keys into. ``exact``: each id is one
+    task (``repartitionById``); otherwise the exchange is one adaptive execution may coalesce
+    (``repartition(column)``, Spark's ``REPARTITION_BY_COL``): whole ids merge, so every key
+    still reaches exactly one task. ``source``: where the number came from (for the docs' and
+    the log's sake).
+    """
+
+    partitions: int
+    exact: bool
+    source: str
+
+
+def _conf_int(conf: Any, key: str) -> int | None:
+    value = str(conf.get(key, None) or "").strip()
+    return max(1, int(value)) if value.isdigit() else None
+
+
+def _conf_true(conf: Any, key: str, default: bool) -> bool:
+    value = str(conf.get(key, None) or "").strip().lower()
+    return default if not value else value == "true"
+
+
+def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = False) -> ExchangeSize:
+    """The exchange of a SHUFFLE_HASH join, read from ``spark.conf`` only, so the Python API,
+    ``LookupSQL`` and Spark Connect agree (the input's partition count would need ``df.rdd``,
+    which Connect does not have, and under adaptive execution would run the input's stages).
+
+    - ``shuffle_partitions=N``: exactly N tasks.
+    - Otherwise one partition per task slot of the application (``local[N]``, executors x
+      cores, ``spark.cores.max``, ``spark.default.parallelism``: :func:`task_slots`): every
+      task runs in the first wave, each key in one of them. On ``local[2]``, 500 rows took
+      1.19x a join without the shuffle (1.93x with hot-key sampling), 72x with 200 tasks
+      (``benchmarks/shuffle_size.py``); 200 partitions coalesced by adaptive execution took
+      about 2x (the map side still writes 200).
+    - When the conf does not say how many slots there are (dynamic allocation without a
+      maximum): ``spark.sql.shuffle.partitions`` ids that adaptive execution coalesces to the
+      data's size when it and partition coalescing are on (Spark's defaults), else exactly
+      ``spark.sql.shuffle.partitions`` tasks, as Spark's own ``repartition(column)``. A FULL
+      cache, whose tasks each load their own partition's rows, always gets exact partitions.
+    """
     if override is not None:
-        return check_shuffle_partitions(override)
-    # As for Spark's own repartition(column): the input's partition count would need df.rdd,
-    # which Spark Connect does not have.
-    value = str(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or "200")
-    return max(1, int(value)) if value.strip().isdigit() else 200
+        return ExchangeSize(check_shuffle_partitions(override), True, "shuffle_partitions")
+    conf = df.sparkSession.conf
+    slots, where = task_slots(conf)
+    if slots is not None:
+        return ExchangeSize(slots, True, f"task slots ({where})")
+    shuffle = _conf_int(conf, "spark.sql.shuffle.partitions") or 200
+    adaptive = _conf_true(conf, "spark.sql.adaptive.enabled", True) and _conf_true(
+        conf, "spark.sql.adaptive.coalescePartitions.enabled", True
+    )
+    if adaptive and not full_cache and not df.isStreaming:
+        return ExchangeSize(shuffle, False, "spark.sql.shuffle.partitions, coalesced by AQE")
+    return ExchangeSize(shuffle, True, "spark.sql.shuffle.partitions")
 
 
 def _udf_partition(partitioner: KeyPartitioner, n: int) -> Any:
@@ -183,10 +234,13 @@ def plan_shuffle(
     *,
     partitions: int | None = None,
     skew: SkewOptions | None = None,
+    full_cache: bool = False,
 ) -> ShufflePlan:
     """Add :data:`PARTITION_COLUMN` and exchange ``df`` by it (the spec binds a left column)."""
     skew = skew or SkewOptions()
-    n = _num_partitions(df, partitions)
+    size = exchange_size(df, partitions, full_cache=full_cache)
+    n = size.partitions
+    log.info("lookup join: SHUFFLE_HASH exchange of %d partitions (%s)", n, size.source)
     left_types = {f.name: f.dataType for f in df.schema.fields}
     dim_types = {f.name: f.dataType for f in dim_schema.fields}
     positions: list[int] = []
@@ -232,9 +286,11 @@ def plan_shuffle(
         literals=tuple((p, b.literal) for p, b in enumerate(spec.keys) if b.left_column is None),
         hot=hot,
     )
-    shuffled = df.withColumn(PARTITION_COLUMN, partition.cast("int")).repartitionById(
-        n, PARTITION_COLUMN
-    )
+    routed = df.withColumn(PARTITION_COLUMN, partition.cast("int"))
+    if size.exact:
+        shuffled = routed.repartitionById(n, PARTITION_COLUMN)
+    else:  # rows of one partition id stay together; adaptive execution sizes the tasks
+        shuffled = routed.repartition(F.col(PARTITION_COLUMN))
     return ShufflePlan(shuffled, routing)
 
 
@@ -280,4 +336,12 @@ def detect_hot_keys(
     return hot
 
 
-__all__ = ["PARTITION_COLUMN", "ShufflePlan", "SkewOptions", "detect_hot_keys", "plan_shuffle"]
+__all__ = [
+    "PARTITION_COLUMN",
+    "ExchangeSize",
+    "ShufflePlan",
+    "SkewOptions",
+    "detect_hot_keys",
+    "exchange_size",
+    "plan_shuffle",
+]

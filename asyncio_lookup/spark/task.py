@@ -30,6 +30,7 @@ from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.metrics import GAUGES, NUM_MISSING_COLUMNS, trailer, with_metrics_column
 from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
+from asyncio_lookup.spark.worker_log import configure_from_env
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ class LookupJoinTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The joined batches (with the null metrics column), then the task's metrics trailer.
         The library's errors reach Spark without its frames (:mod:`.failures`)."""
+        configure_from_env()
         try:
             yield from self._stream(batches)
         except Exception as error:

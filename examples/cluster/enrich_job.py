@@ -8,19 +8,21 @@ result against a plain Spark join of the same customers. Exit status 0 only when
 
     spark-submit --master spark://HOST:7077 --py-files dist/asyncio_lookup.zip \\
         examples/cluster/enrich_job.py [--host DRIVER-HOST]
+
+The driver needs ``asyncio-lookup[spark]``; the service is the standard library's.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import sys
 import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from aiohttp import web
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import HttpConnector
@@ -28,6 +30,13 @@ from asyncio_lookup.spark import LookupTable, lookup_join
 
 CUSTOMERS = 300
 ORDERS = 10_000
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # 100 connections open at once (the default backlog is 5)
+
+
 COUNTRIES = ["NL", "DE", "FR", "BE", "PL"]
 
 
@@ -35,31 +44,33 @@ def customer(cid: int) -> dict[str, Any]:
     return {"id": cid, "name": f"Customer {cid}", "country": COUNTRIES[cid % len(COUNTRIES)]}
 
 
-async def handle(request: web.Request) -> web.Response:
+class CustomerService(BaseHTTPRequestHandler):
     """``GET /customers/{id}`` -> JSON customer, 404 when unknown."""
-    cid = request.match_info["id"]
-    if cid.isdigit() and 1 <= int(cid) <= CUSTOMERS:
-        return web.json_response(customer(int(cid)))
-    return web.json_response({"error": "no such customer"}, status=404)
+
+    def do_GET(self) -> None:
+        cid = self.path.rsplit("/", 1)[-1]
+        known = cid.isdigit() and 1 <= int(cid) <= CUSTOMERS
+        body = json.dumps(customer(int(cid)) if known else {"error": "no such customer"})
+        self.send_response(200 if known else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 def start_service(host: str) -> tuple[str, Callable[[], None]]:
     """Serve on ``host`` (a free port) in a daemon thread; return the base URL and a stop."""
-    loop = asyncio.new_event_loop()
-    app = web.Application()
-    app.router.add_get("/customers/{id}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, host, 0)
-    loop.run_until_complete(site.start())
-    port = runner.addresses[0][1]
-    threading.Thread(target=loop.run_forever, name="customer-service", daemon=True).start()
+    server = _Server((host, 0), CustomerService)
+    threading.Thread(target=server.serve_forever, name="customer-service", daemon=True).start()
 
     def stop() -> None:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
+        server.shutdown()
+        server.server_close()
 
-    return f"http://{host}:{port}", stop
+    return f"http://{host}:{server.server_port}", stop
 
 
 def executor_import_origin(spark: SparkSession) -> str:

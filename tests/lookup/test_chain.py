@@ -110,7 +110,9 @@ async def test_no_cache_calls_every_time() -> None:
     chain = await sync_chain(table, LookupOptions(), clock)
     assert chain.lookup((1,)) == chain.lookup((1,)) == [ALICE]
     assert len(table.calls) == 2
-    assert chain.metrics.snapshot()["hitCount"] == 0
+    snap = chain.metrics.snapshot()  # no cache, no cache metrics (docs/semantics.md §2.6)
+    assert (snap["hitCount"], snap["missCount"], snap["loadCount"]) == (0, 0, 0)
+    assert snap["numLookups"] == 2
 
 
 async def test_miss_retry_below_the_cache_sync() -> None:

@@ -15,6 +15,7 @@ from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.partitioning import HashPartitioner, key_hash
 from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.spark.shuffle import exchange_size
 from tests.spark.conftest import no_spark_job
 from tests.spark.helpers import PartitionRecorder, ReversedModPartitioner, physical_plan
 
@@ -232,20 +233,84 @@ def test_literal_bound_key_parts_are_kept_out_of_the_hash_and_filter_the_snapsho
     assert table.metrics()["numCachedRecords"] <= 100 / 2 * 1.5  # EU rows only, half of them
 
 
-def test_shuffle_partitions_default_to_the_shuffle_partitions_conf_and_can_be_overridden(
+def test_shuffle_partitions_default_to_the_task_slots_and_can_be_overridden(
     spark: SparkSession,
 ) -> None:
-    df = probe(spark)
+    df = probe(spark)  # 4 input partitions
     table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM))
     hint = "SHUFFLE_HASH('Customers')"
-    default = lookup_join(df, table, on=[("customer_id", "id")], hints=hint, skew=False)
-    # spark.sql.shuffle.partitions (2 here), as Spark's repartition(column): the input's
-    # partition count (4) would need df.rdd, which Spark Connect does not have
-    assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(default))
+    spark.conf.set("spark.sql.shuffle.partitions", "5")  # not used: local[2,2] has 2 slots
+    try:
+        default = lookup_join(df, table, on=[("customer_id", "id")], hints=hint, skew=False)
+        assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(default))
+        rows = default.collect()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    assert {r["pid"] for r in rows} == {0, 1}
+    assert all(len(pids) == 1 for pids in key_partitions(rows).values())
     wider = lookup_join(
         df, table, on=[("customer_id", "id")], hints=hint, skew=False, shuffle_partitions=7
     )
     assert re.search(r"shufflepartitionidpassthrough\(.*, 7\)", physical_plan(wider))
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+class _Frame:
+    def __init__(self, values: dict[str, str], streaming: bool = False) -> None:
+        self.sparkSession = type("Session", (), {"conf": _Conf(values)})()
+        self.isStreaming = streaming
+
+
+DYNAMIC = {"spark.master": "yarn", "spark.dynamicAllocation.enabled": "true"}
+
+
+@pytest.mark.parametrize(
+    ("conf", "full", "expected"),
+    [
+        ({"spark.master": "local[3]"}, False, (3, True)),
+        ({"spark.master": "local[3]"}, True, (3, True)),
+        (
+            {"spark.master": "yarn", "spark.executor.instances": "4", "spark.executor.cores": "2"},
+            False,
+            (8, True),
+        ),
+        # slots unknown (dynamic allocation without a maximum): AQE coalesces 200 ids ...
+        (DYNAMIC, False, (200, False)),
+        # ... not for a FULL cache (a task loads its one partition's rows), nor without AQE
+        (DYNAMIC, True, (200, True)),
+        ({**DYNAMIC, "spark.sql.adaptive.enabled": "false"}, False, (200, True)),
+        ({**DYNAMIC, "spark.sql.shuffle.partitions": "64"}, False, (64, False)),
+    ],
+)
+def test_exchange_size_from_the_conf(
+    conf: dict[str, str], full: bool, expected: tuple[int, bool]
+) -> None:
+    size = exchange_size(_Frame(conf), None, full_cache=full)  # type: ignore[arg-type]
+    assert (size.partitions, size.exact) == expected
+    assert exchange_size(_Frame(conf), 9).partitions == 9  # type: ignore[arg-type]
+
+
+def test_a_full_cache_gets_one_exact_partition_per_task_slot(spark: SparkSession) -> None:
+    df = probe(spark)
+    spark.conf.set("spark.sql.shuffle.partitions", "5")  # not used: local[2,2] has 2 slots
+    try:
+        table = LookupTable("Customers", SCHEMA, PartitionRecorder(DIM), options=FULL)
+        out = lookup_join(
+            df, table, on=[("customer_id", "id")], hints="SHUFFLE_HASH(Customers)", skew=False
+        )
+        assert re.search(r"shufflepartitionidpassthrough\(.*, 2\)", physical_plan(out))
+        rows = out.collect()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    assert len(rows) == sum(1 for n in range(600) if (n * 7) % 250 < 200)
+    assert table.metrics()["numCachedRecords"] <= 200 / 2 * 1.5  # each task: about half
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.connectors.http_connector import HttpConnector
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import OutputMode, RetryPredicates, RetryStrategies
 from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
@@ -308,6 +309,27 @@ def test_full_cache_answers_from_its_snapshot(spark: SparkSession) -> None:
     assert metrics["loadCount"] >= 1
     assert metrics["numExternalCalls"] == 0
     assert metrics["numCompleted"] == len(ORDERS)  # the async run only; the sync one has none
+
+
+def test_on_a_name_both_sides_have_outputs_that_column_once(spark: SparkSession) -> None:
+    """``on='sku'`` as ``DataFrame.join(other, on='sku')``: one ``sku`` column (the left's);
+    the dim key column comes out too only when ``columns``, ``rename`` or ``prefix`` ask."""
+    df = spark.createDataFrame([(1, "a"), (2, "zz")], "order_id INT, sku STRING")
+    products = LookupTable(
+        "Products",
+        "sku STRING, title STRING",
+        InMemoryConnector([{"sku": "a", "title": "apple"}], "sku"),
+    )
+    for on in ("sku", ["sku"], [("sku", "sku")], {"sku": "sku"}):
+        out = lookup_join(df, products, on=on, how="left")
+        assert out.columns == ["order_id", "sku", "title"]
+        assert sorted(tuple(r) for r in out.collect()) == [(1, "a", "apple"), (2, "zz", None)]
+    prefixed = lookup_join(df, products, on="sku", prefix="p_")
+    assert prefixed.columns == ["order_id", "sku", "p_sku", "p_title"]
+    renamed = lookup_join(df, products, on="sku", rename={"sku": "dim_sku"})
+    assert renamed.columns == ["order_id", "sku", "dim_sku", "title"]
+    with pytest.raises(ConfigurationError, match="collides with column 'sku'"):
+        lookup_join(df, products, on="sku", columns=["sku", "title"])  # asked for by name
 
 
 def test_shuffle_hash_partitions_by_the_key_first(spark: SparkSession) -> None:

@@ -335,7 +335,6 @@ class Translator:
                 rename=dict(dim_flat),
                 alias=dim_alias,
                 skew=self.skew,
-                shuffle_partitions=self._shuffle_partitions(),
                 error_column=error_column,
             )
         except SqlError:
@@ -388,14 +387,6 @@ class Translator:
 
     # ------------------------------------------------------------------ pieces
 
-    def _shuffle_partitions(self) -> int:
-        """SHUFFLE_HASH's partitions: ``spark.sql.shuffle.partitions``, as Spark's own joins
-        (asking the input for its partitions would run its stages under adaptive execution)."""
-        value = self.spark.conf.get("spark.sql.shuffle.partitions", "200")
-        try:
-            return max(1, int(str(value)))
-        except ValueError:
-            return 200
 
 
 def _in_join(
