@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,7 +24,6 @@ from pyspark.sql import SparkSession
 from asyncio_lookup.connectors import InMemoryConnector, register_connector
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.spark import LookupSQL
-from tests.spark.conftest import is_connect
 
 LONG_MAX = 9223372036854775807
 
@@ -152,12 +152,18 @@ class FlinkTables:
         self.sql.sql(user_ddl(name, self.where(rows, **options), self.cache, columns))
 
 
-@pytest.fixture(autouse=True)
-def _classic_only(spark: SparkSession) -> None:
-    if is_connect(spark):
-        pytest.skip(
-            "the ported Flink cases run on the classic session (Connect: tests/spark/test_sql*)"
-        )
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ported Flink cases and this package's tests run on the classic session only
+    (LookupSQL on Connect: tests/spark/test_sql*.py): their Connect variants are deselected."""
+    here = Path(__file__).parent
+    chosen, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        connect = callspec is not None and callspec.params.get("spark") == "connect"
+        (dropped if connect and item.path.is_relative_to(here) else chosen).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = chosen
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +190,6 @@ def pg_tables(postgres_dsn: str) -> Iterator[Callable[..., str]]:
 def flink(spark: SparkSession, pg_tables: Callable[..., str]) -> Callable[[str, str], FlinkTables]:
     """``flink(kind, cache)``: that variant's tables (made once per module), and the probe views
     ``src`` and ``nullable_src`` (LookupJoinITCase.createScanTable: ``proctime AS PROCTIME()``)."""
-    if is_connect(spark):
-        pytest.skip("classic session only")
     for view, rows in (("src", DATA), ("nullable_src", DATA_WITH_NULL)):
         spark.createDataFrame(list(rows), "id BIGINT, len INT, content STRING").selectExpr(
             "*", "current_timestamp() AS proctime"
