@@ -29,8 +29,9 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime.keyed import KeyedHandler, KeyOrder
 
 from .support import HANG, Call, Scripted, WithTimeoutHook, collect, const, keys
-from .test_properties import ATTEMPT, Fatal, Retryable, outcome_of
-from .virtual_time import VirtualTimeLoop, run_virtual
+from .test_properties import ATTEMPT, Fatal, Retryable, observe, outcome_of, retry_strategy
+from .test_properties import Observed as PlainObserved
+from .virtual_time import run_virtual
 
 
 @dataclass(frozen=True)
@@ -142,17 +143,8 @@ class TrackedWithHook(_Tracking, WithTimeoutHook):
 
 
 @dataclass
-class Observed:
-    emitted: list[Any]  # record ids and watermarks, in emission order
-    outputs: dict[int, list[Any]]
-    emit_counts: dict[int, int]
-    max_occupied: int
-    most_per_key: int
-    error: BaseException | None
-    calls: dict[int, int]
-    leftover_tasks: int
-    leftover_timers: int
-    closed: int
+class Observed(PlainObserved):
+    most_per_key: int = 0  # records of one key in flight at once, at most
 
 
 def run_case(case: Case) -> Observed:
@@ -166,75 +158,17 @@ def run_case(case: Case) -> Observed:
     )
     per_key = fn.per_key = PerKey(case.key_of)
     fn.now = case.now
-    strategy = (
-        RetryStrategies.fixed_delay(
-            case.max_attempts,
-            case.retry_delay,
-            result_predicate=RetryPredicates.EMPTY_RESULT,
-            exception_predicate=RetryPredicates.exception_type(Retryable),
-        )
-        if case.max_attempts
-        else RetryStrategies.NO_RETRY
-    )
     op = AsyncWaitOperator(
         fn,
         timeout=case.timeout,
         capacity=case.capacity,
         output_mode=OutputMode.KEY_ORDERED,
-        retry_strategy=strategy,
+        retry_strategy=retry_strategy(case.max_attempts, case.retry_delay),
         key_selector=case.key_of.__getitem__,
         on_error=(lambda element, error, attempts: ["E"]) if case.error_output else None,
     )
-    state = {"read": 0, "emitted": 0, "max": 0}
-
-    def source() -> Any:
-        for item in case.items:
-            state["read"] += 1
-            # this item is about to be admitted: admitted-but-not-emitted after admission
-            state["max"] = max(state["max"], state["read"] - state["emitted"])
-            yield item
-
-    emitted: list[Any] = []
-    outputs: dict[int, list[Any]] = {}
-    counts: dict[int, int] = {}
-
-    async def consume() -> tuple[BaseException | None, int]:
-        error: BaseException | None = None
-        try:
-            async for item in op.process(source()):
-                state["emitted"] += 1
-                if isinstance(item, Watermark):
-                    emitted.append(item)
-                else:
-                    record, out = item
-                    emitted.append(record)
-                    outputs[record] = list(out)
-                    counts[record] = counts.get(record, 0) + 1
-        except Exception as raised:
-            error = raised
-        return error, len(asyncio.all_tasks()) - 1
-
-    loop = VirtualTimeLoop()
-    try:
-        error, leftover = loop.run_until_complete(consume())
-        timers = len(loop.pending_timers())
-    finally:
-        loop.close()
-    calls: dict[int, int] = {}
-    for call in fn.calls:
-        calls[call.element] = calls.get(call.element, 0) + 1
-    return Observed(
-        emitted,
-        outputs,
-        counts,
-        state["max"],
-        per_key.most,
-        error,
-        calls,
-        leftover,
-        timers,
-        fn.closed,
-    )
+    seen = observe(op, fn, case.items)
+    return Observed(**vars(seen), most_per_key=per_key.most)
 
 
 def check_invariants(case: Case, seen: Observed) -> None:

@@ -7,6 +7,7 @@ hang), capacities, timeouts, retry settings, watermarks, and both output modes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime import (
+    AsyncRetryStrategy,
     AsyncWaitOperator,
     OutputMode,
     RetryPredicates,
@@ -138,27 +140,34 @@ def run_case(case: Case) -> Observed:
         return delay, outcome_of(record, kind)
 
     fn: Scripted = WithTimeoutHook(script, timeout_result=["T"]) if case.hook else Scripted(script)
-    strategy = (
-        RetryStrategies.fixed_delay(
-            case.max_attempts,
-            case.retry_delay,
-            result_predicate=RetryPredicates.EMPTY_RESULT,
-            exception_predicate=RetryPredicates.exception_type(Retryable),
-        )
-        if case.max_attempts
-        else RetryStrategies.NO_RETRY
-    )
     op = AsyncWaitOperator(
         fn,
         timeout=case.timeout,
         capacity=case.capacity,
         output_mode=OutputMode.ORDERED if case.ordered else OutputMode.UNORDERED,
-        retry_strategy=strategy,
+        retry_strategy=retry_strategy(case.max_attempts, case.retry_delay),
     )
+    return observe(op, fn, case.items)
+
+
+def retry_strategy(max_attempts: int, retry_delay: float) -> AsyncRetryStrategy:
+    """Retry an empty result or a :class:`Retryable` error up to ``max_attempts`` (0: none)."""
+    if not max_attempts:
+        return RetryStrategies.NO_RETRY
+    return RetryStrategies.fixed_delay(
+        max_attempts,
+        retry_delay,
+        result_predicate=RetryPredicates.EMPTY_RESULT,
+        exception_predicate=RetryPredicates.exception_type(Retryable),
+    )
+
+
+def observe(op: AsyncWaitOperator[Any, Any], fn: Scripted, items: Sequence[Any]) -> Observed:
+    """Run ``op`` over ``items`` on virtual time and record what a property checks."""
     state = {"read": 0, "emitted": 0, "max": 0}
 
     def source() -> Any:
-        for item in case.items:
+        for item in items:
             state["read"] += 1
             # this item is about to be admitted: admitted-but-not-emitted after admission
             state["max"] = max(state["max"], state["read"] - state["emitted"])
