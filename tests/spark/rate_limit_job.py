@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -18,43 +17,17 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.spark import LookupTable, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
+from tests.spark.job_session import job_session
 
 MASTER = "local[4]"
 
 
 def session(mode: str) -> tuple[SparkSession, SparkSession]:
-    """A classic ``local[4]`` session; for ``connect``, a Spark Connect client of a server
-    this process starts on a free loopback port (``remote("local[4]")`` would take the fixed
-    port 15002, which the test process's own Connect session may hold)."""
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.pyspark.python": sys.executable,
-        "spark.python.worker.reuse": "true",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-    }
-    if mode == "connect":
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
-        conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
-        conf["spark.connect.grpc.binding.port"] = str(port)
-    builder = SparkSession.builder.appName(f"rate-limit-{mode}").master(MASTER)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    classic = builder.getOrCreate()
-    classic.sparkContext.setLogLevel("ERROR")
-    if mode == "classic":
-        return classic, classic
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # as remote() sets it: Connect's classes
-    return RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate(), classic
+    return job_session(mode, "rate-limit", MASTER, reuse_workers=True)
 
 
 def run(spark: SparkSession, url: str, rows: int, options: dict[str, str]) -> dict[str, object]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 
@@ -21,42 +20,16 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.spark import LookupTable, lookup_join
+from tests.spark.job_session import job_session
 
 MASTER = "local[4]"
 
 
 def session(mode: str) -> tuple[SparkSession, SparkSession]:
-    """A classic ``local[4]`` session; for ``connect``, a Spark Connect client of a server
-    this process starts on a free loopback port."""
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.pyspark.python": sys.executable,
-        "spark.python.worker.reuse": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-    }
-    if mode == "connect":
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
-        conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
-        conf["spark.connect.grpc.binding.port"] = str(port)
-    builder = SparkSession.builder.appName(f"shared-cache-{mode}").master(MASTER)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    classic = builder.getOrCreate()
-    classic.sparkContext.setLogLevel("ERROR")
-    if mode == "connect":
-        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-        remote = RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
-        return remote, classic
-    return classic, classic
+    return job_session(mode, "shared-cache", MASTER, reuse_workers=False)
 
 
 def run(

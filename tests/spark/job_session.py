@@ -1,0 +1,44 @@
+"""The Spark session of a test job run in its own process (``python -m tests.spark.<job>``):
+classic ``local[N]``, or a Spark Connect client of a server the job starts on a free loopback
+port (``remote("local[N]")`` would take the fixed port 15002, which the test process's own
+Connect session may hold)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+
+def job_session(
+    mode: str, app_name: str, master: str, *, reuse_workers: bool
+) -> tuple[SparkSession, SparkSession]:
+    """``(session, classic)``: the session to run the job on (classic or Connect) and the
+    classic one under it (its SparkContext: the test hooks')."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.python.worker.reuse": "true" if reuse_workers else "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+    if mode == "connect":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
+        conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
+        conf["spark.connect.grpc.binding.port"] = str(port)
+    builder = SparkSession.builder.appName(f"{app_name}-{mode}").master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    classic = builder.getOrCreate()
+    classic.sparkContext.setLogLevel("ERROR")
+    if mode != "connect":
+        return classic, classic
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # as remote() sets it: Connect's classes
+    return RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate(), classic
