@@ -19,6 +19,7 @@ from asyncio_lookup.connectors.http_client import (
     UnreadableResponse,
     failure,
     json_answer,
+    refused_url,
 )
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime.deadlines import Deadlines
@@ -102,7 +103,7 @@ class AiohttpClient:
             try:
                 target = request_target(rest[slash:].partition("#")[0])
             except ValueError as error:
-                raise ConfigurationError("url", url, "a URL without control characters") from error
+                raise refused_url(url, error) from error
             url = f"{scheme}{sep}{rest[:slash]}{target}"
         return self._url(url, encoded=True)
 

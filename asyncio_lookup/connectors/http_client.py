@@ -89,6 +89,16 @@ class ProxyRefused(ConnectionError):
         self.status = status
 
 
+def refused_url(url: str, error: ValueError) -> ConfigurationError:
+    """The error for a URL a client will not send (a control character could end the request
+    line and start a header)."""
+    from asyncio_lookup.connectors._secrets import mask_url
+
+    refused = ConfigurationError("url", mask_url(url), "a URL without control characters")
+    refused.__cause__ = error
+    return refused
+
+
 def failure(owner: ClientOwner, error: BaseException, method: str, url: str) -> AsyncLookupError:
     """The library's error for an exchange that failed with ``error``: permanent (no retry) for
     a rejected certificate or TLS handshake, an unknown host, a proxy wanting credentials, an
@@ -185,4 +195,5 @@ __all__ = [
     "decode_json",
     "failure",
     "json_answer",
+    "refused_url",
 ]

@@ -20,9 +20,7 @@ from asyncio_lookup.connectors.http_client import UnreadableResponse
 def _zlib(wbits: int) -> Callable[[bytes, int], bytes]:
     def decode(data: bytes, limit: int) -> bytes:
         inflater = zlib.decompressobj(wbits)
-        out = inflater.decompress(data, limit + 1)
-        if len(out) > limit:
-            raise UnreadableResponse(f"the decoded body is over max_body_size={limit:,} bytes")
+        out = _bounded(inflater.decompress(data, limit + 1), limit)
         if not inflater.eof:
             raise zlib.error("incomplete or truncated stream")
         return out
@@ -42,31 +40,24 @@ def _deflate(data: bytes, limit: int) -> bytes:
         return _raw_deflate(data, limit)
 
 
+def _first_module(*names: str) -> Any:
+    """The first of ``names`` that imports, else None."""
+    for name in names:
+        with contextlib.suppress(ImportError):
+            return importlib.import_module(name)
+    return None
+
+
 def _optional_decoders() -> dict[str, Callable[[bytes, int], bytes]]:
     found: dict[str, Callable[[bytes, int], bytes]] = {}
-    brotli: Any = None
-    for name in ("brotli", "brotlicffi"):
-        with contextlib.suppress(ImportError):
-            brotli = importlib.import_module(name)
-            break
+    brotli = _first_module("brotli", "brotlicffi")
     if brotli is not None:
-
-        def _br(data: bytes, limit: int) -> bytes:
-            out: bytes = brotli.decompress(data)
-            return _bounded(out, limit)
-
-        found["br"] = _br
-    try:
-        import zstandard
-    except ImportError:
-        pass
-    else:
-
-        def _zstd(data: bytes, limit: int) -> bytes:
-            reader = zstandard.ZstdDecompressor().decompressobj()
-            return _bounded(reader.decompress(data), limit)
-
-        found["zstd"] = _zstd
+        found["br"] = lambda data, limit: _bounded(brotli.decompress(data), limit)
+    zstandard = _first_module("zstandard")
+    if zstandard is not None:
+        found["zstd"] = lambda data, limit: _bounded(
+            zstandard.ZstdDecompressor().decompressobj().decompress(data), limit
+        )
     return found
 
 
