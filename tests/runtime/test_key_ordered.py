@@ -29,7 +29,15 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime.keyed import KeyedHandler, KeyOrder
 
 from .support import HANG, Call, Scripted, WithTimeoutHook, collect, const, keys
-from .test_properties import ATTEMPT, Fatal, Retryable, observe, outcome_of, retry_strategy
+from .test_properties import (
+    ATTEMPT,
+    Fatal,
+    Retryable,
+    check_calls_and_cleanup,
+    observe,
+    outcome_of,
+    retry_strategy,
+)
 from .test_properties import Observed as PlainObserved
 from .virtual_time import run_virtual
 
@@ -207,11 +215,8 @@ def check_invariants(case: Case, seen: Observed) -> None:
             assert input_marks == marks_before
     # capacity counts the records waiting for their key
     assert seen.max_occupied <= case.capacity
-    # calls per record
-    assert all(n <= case.max_attempts + 1 for n in seen.calls.values())
-    # and always: nothing left running, close() ran
-    assert seen.leftover_tasks == 0 and seen.leftover_timers == 0
-    assert seen.closed == 1
+    # calls per record, and always: nothing left running, close() ran
+    check_calls_and_cleanup(seen, case.max_attempts)
 
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -238,9 +238,13 @@ def check_invariants(case: Case, seen: Observed) -> None:
         ]
     else:
         assert isinstance(seen.error, (Retryable, Fatal, TimeoutError, ResultTypeError))
-    # 5. calls per record
-    assert all(n <= case.max_attempts + 1 for n in seen.calls.values())
-    # and always: nothing left running, close() ran
+    # 5. calls per record, and always: nothing left running, close() ran
+    check_calls_and_cleanup(seen, case.max_attempts)
+
+
+def check_calls_and_cleanup(seen: Observed, max_attempts: int) -> None:
+    """At most the first call and its retries per record; no task or timer left; closed once."""
+    assert all(n <= max_attempts + 1 for n in seen.calls.values())
     assert seen.leftover_tasks == 0 and seen.leftover_timers == 0
     assert seen.closed == 1
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 
@@ -42,3 +44,14 @@ def job_session(
         return classic, classic
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # as remote() sets it: Connect's classes
     return RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate(), classic
+
+
+def exact_rows(joined: Any) -> tuple[int, int]:
+    """(rows, rows whose ``v`` is the one the counting service gives their ``id``) of a join."""
+    got = joined.agg(
+        F.count("*").alias("rows"),
+        F.sum((F.col("v") == F.concat(F.lit("v"), F.col("id").cast("string"))).cast("int")).alias(
+            "exact"
+        ),
+    ).collect()[0]
+    return got["rows"], got["exact"]

@@ -16,12 +16,11 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.spark import LookupTable, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
-from tests.spark.job_session import job_session
+from tests.spark.job_session import exact_rows, job_session
 
 MASTER = "local[4]"
 
@@ -37,15 +36,10 @@ def run(spark: SparkSession, url: str, rows: int, options: dict[str, str]) -> di
     keys = spark.range(0, rows, 1, numPartitions=4)
     task, _ = plan_lookup_join(keys, table, LookupJoinArgs("id", columns=["v"]))
     joined = lookup_join(keys, table, "id", how="left", columns=["v"])
-    got = joined.agg(
-        F.count("*").alias("rows"),
-        F.sum((F.col("v") == F.concat(F.lit("v"), F.col("id").cast("string"))).cast("int")).alias(
-            "exact"
-        ),
-    ).collect()[0]
+    joined_rows, exact = exact_rows(joined)
     return {
-        "rows": got["rows"],
-        "exact": got["exact"],
+        "rows": joined_rows,
+        "exact": exact,
         "task_rate": None if task.rate is None else task.rate.rate,
         "metrics": table.metrics(),
     }

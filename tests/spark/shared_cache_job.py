@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.spark import LookupTable, lookup_join
-from tests.spark.job_session import job_session
+from tests.spark.job_session import exact_rows, job_session
 
 MASTER = "local[4]"
 
@@ -43,15 +43,10 @@ def run(
     )
     joined = lookup_join(rows, table, "id", how="left", columns=["v"])
     started = time.monotonic()
-    got = joined.agg(
-        F.count("*").alias("rows"),
-        F.sum((F.col("v") == F.concat(F.lit("v"), F.col("id").cast("string"))).cast("int")).alias(
-            "exact"
-        ),
-    ).collect()[0]
+    joined_rows, exact = exact_rows(joined)
     return {
-        "rows": got["rows"],
-        "exact": got["exact"],
+        "rows": joined_rows,
+        "exact": exact,
         "seconds": time.monotonic() - started,
         "metrics": table.metrics(),
     }

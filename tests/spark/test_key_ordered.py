@@ -202,9 +202,14 @@ def test_a_change_stream_upserted_in_key_order_ends_as_the_sequential_reference(
     enriched = lookup_join(
         stream, names, on="k", hints=STREAM_HINT.format(mode="key_ordered"), prefix="dim_"
     )
+    assert _upserted(enriched, tmp_path) == reference
+
+
+def _upserted(stream: Any, tmp_path: Path) -> Any:
+    """Run ``stream`` to its end, upserting each micro-batch; the final state."""
     state_file = tmp_path / "state.json"
     query = (
-        enriched.writeStream.foreachBatch(_upsert_into(str(state_file)))
+        stream.writeStream.foreachBatch(_upsert_into(str(state_file)))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()
@@ -214,7 +219,7 @@ def test_a_change_stream_upserted_in_key_order_ends_as_the_sequential_reference(
         assert query.exception() is None
     finally:
         query.stop()
-    assert json.loads(state_file.read_text()) == reference
+    return json.loads(state_file.read_text())
 
 
 async def _change_row(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -244,16 +249,4 @@ def test_async_map_key_ordered_on_a_stream_ends_as_the_sequential_reference(
         output_mode="key_ordered",
         key=["k"],
     )
-    state_file = tmp_path / "state.json"
-    query = (
-        mapped.writeStream.foreachBatch(_upsert_into(str(state_file)))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-        assert query.exception() is None
-    finally:
-        query.stop()
-    assert json.loads(state_file.read_text()) == reference
+    assert _upserted(mapped, tmp_path) == reference
