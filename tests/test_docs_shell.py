@@ -41,6 +41,8 @@ from typing import Any
 
 import pytest
 
+from tests.docs_blocks import PAGES, ROOT, Block, fenced_blocks
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
 # A CI step of its own (`make test-docs`, .ci/run), not part of `make test`: 4.5 to 9 min.
@@ -49,27 +51,8 @@ own_step = pytest.mark.skipif(
     reason="runs in its own step: make test-docs (ASYNCIO_LOOKUP_DOCS_SHELL=1)",
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKERS = ("install", "cluster", "continue", "skip")
 TIMEOUT = 900
-
-_FENCE = re.compile(r"^( *)```(bash|sh|console)\s*$")
-_MARKER = re.compile(r"^<!--\s*shell:\s*(\w+)\s*(?:\((.*)\))?\s*-->\s*$")
-
-
-@dataclass
-class Block:
-    page: Path
-    line: int  # the first code line, 1-based
-    code: str
-    marker: str | None = None
-    reason: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
 
 @dataclass
 class Recipe:
@@ -89,27 +72,11 @@ class Recipe:
 
 
 def blocks(page: Path) -> list[Block]:
-    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        fence = _FENCE.match(lines[i].rstrip("\n"))
-        if not fence:
-            i += 1
-            continue
-        indent, language = len(fence.group(1)), fence.group(2)
-        end = i + 1
-        while end < len(lines) and not lines[end].strip().startswith("```"):
-            end += 1
-        body = [line[indent:] for line in lines[i + 1 : end]]
-        if language == "console":
-            body = [line[2:] for line in body if line.startswith("$ ")]
-        block = Block(page, i + 2, "".join(body))
-        marker = _MARKER.match(lines[i - 1].strip()) if i > 0 else None
-        if marker:
-            block.marker, block.reason = marker.group(1), marker.group(2)
-        found.append(block)
-        i = end + 1
+    found = fenced_blocks(page, ("bash", "sh", "console"), "shell")
+    for block in found:
+        if block.language == "console":  # the commands only: lines after a "$ " prompt
+            lines = block.code.splitlines(keepends=True)
+            block.code = "".join(line[2:] for line in lines if line.startswith("$ "))
     return found
 
 

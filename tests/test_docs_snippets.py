@@ -18,21 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+from tests.docs_blocks import PAGES, ROOT, Block, fenced_blocks
+
 TIMEOUT = 180
-
-_FENCE = re.compile(r"^( *)```python\s*$")
-_MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(?:\((.*)\))?\s*-->\s*$")
-
-
-@dataclass
-class Block:
-    page: Path
-    line: int  # line of the first code line, 1-based
-    code: str
-    marker: str | None = None
-    reason: str | None = None
 
 
 @dataclass
@@ -64,41 +52,7 @@ class Program:
 
 
 def blocks(page: Path) -> list[Block]:
-    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        fence = _FENCE.match(lines[i].rstrip("\n"))
-        if fence:
-            indent = len(fence.group(1))
-            start = i + 1
-            end = start
-            while end < len(lines) and not _closes(lines[end], indent):
-                end += 1
-            code = "".join(_dedent(line, indent) for line in lines[start:end])
-            block = Block(page, start + 1, code)
-            previous = lines[i - 1].strip() if i > 0 else ""
-            marker = _MARKER.match(previous)
-            if marker:
-                block.marker, block.reason = marker.group(1), marker.group(2)
-            found.append(block)
-            i = end + 1
-        else:
-            i += 1
-    return found
-
-
-def _closes(line: str, indent: int) -> bool:
-    """A closing fence of a block opened at ``indent`` (CommonMark: up to 3 spaces more)."""
-    stripped = line.lstrip(" ")
-    return stripped.startswith("```") and len(line) - len(stripped) <= indent + 3
-
-
-def _dedent(line: str, indent: int) -> str:
-    """``line`` without the fence's indentation (a blank line may have less)."""
-    head = line[:indent]
-    assert not head.strip(), f"a code line indented less than its fence: {line!r}"
-    return line[indent:]
+    return fenced_blocks(page, ("python",), "snippet")
 
 
 def test_indented_fences_are_found() -> None:
