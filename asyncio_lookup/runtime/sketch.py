@@ -1,8 +1,8 @@
 """Latency distributions that merge across tasks: counts in fixed log-scale buckets.
 
 The bucket mapping is DDSketch's (Masson et al., VLDB 2019): bucket ``i`` holds the values in
-``[γ^k, γ^(k+1))`` with ``k = i - SHIFT`` and ``γ = (1 + α) / (1 - α)``, and a quantile is
-reported as the bucket's midpoint ``2·γ^(k+1) / (γ + 1)``, which is within ``α`` (1 %) of every
+``[g^k, g^(k+1))`` with ``k = i - SHIFT`` and ``g = (1 + a) / (1 - a)``, and a quantile is
+reported as the bucket's midpoint ``2*g^(k+1) / (g + 1)``, which is within ``a`` (1 %) of every
 value in the bucket. The buckets are fixed, so two sketches merge by adding counts: the
 quantiles of a merged sketch are the quantiles of all the values, with the same error bound,
 however the values were split between tasks.
@@ -25,7 +25,7 @@ INV_LOG_GAMMA = 1 / math.log(GAMMA)
 MIN_MS = 1e-3
 #: Values above this (ms, ~28 h) count in the last bucket (the exact maximum is kept apart).
 MAX_MS = 1e8
-#: Added to ``log_γ(ms)`` so that every value in range maps to a non-negative bucket.
+#: Added to ``log_g(ms)`` so that every value in range maps to a non-negative bucket.
 SHIFT = -math.floor(math.log(MIN_MS) * INV_LOG_GAMMA)
 BUCKETS = math.floor(math.log(MAX_MS) * INV_LOG_GAMMA) + SHIFT + 1
 _FORMAT = 1  # the version of :meth:`LatencySketch.to_json`'s layout
@@ -43,7 +43,7 @@ def bucket_bounds(index: int) -> tuple[float, float]:
 
 
 def bucket_value(index: int) -> float:
-    """The value a quantile in bucket ``index`` is reported as (within α of the bucket)."""
+    """The value a quantile in bucket ``index`` is reported as (within a of the bucket)."""
     return 2 * GAMMA ** (index - SHIFT + 1) / (GAMMA + 1)
 
 
