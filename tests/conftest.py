@@ -52,8 +52,8 @@ def postgres_dsn() -> str:
 
 
 def spark_session_kind(nodeid: str) -> str | None:
-    """Which Spark session a test holds in the test process: ``'connect'`` (the local Connect
-    server: one per machine, it binds port 15002), ``'classic'`` (the Spark tests' classic
+    """Which Spark session a test holds in the test process: ``'connect'`` (a local Connect
+    server in the test process), ``'classic'`` (the Spark tests' classic
     session, and the fault tests, which stop and start classic sessions of their own), or None
     (no session in this process; Spark in a subprocess at most)."""
     if nodeid.startswith("tests/spark/") and ("[connect-" in nodeid or "[connect]" in nodeid):

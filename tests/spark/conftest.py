@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from pyspark import SparkContext, cloudpickle
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 from tests import services
 from tests.spark import helpers
@@ -33,19 +35,32 @@ MASTER = "local[2,2]"
 MODES = ("classic", "connect")
 
 
-def _builder(mode: str) -> SparkSession.Builder:
-    builder = SparkSession.builder.appName(f"asyncio-lookup-tests-{mode}")
-    return builder.remote(MASTER) if mode == "connect" else builder.master(MASTER)
+def _connect_server_conf() -> dict[str, str]:
+    """What ``remote("local[...]")`` sets to start a Connect server in this process, but on a
+    free loopback port instead of the fixed 15002 (so test runs on one machine do not collide)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.sql.artifact.isolation.enabled": "true",
+        "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+    }
 
 
 @pytest.fixture(scope="session", params=MODES)
 def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     """A classic ``local`` session, then a Spark Connect session on a local server (the
-    server runs in this process: ``remote("local[...]")``). Every test that uses it runs in
-    both modes."""
+    server runs in this process, as ``remote("local[...]")`` starts it, on a free port).
+    Every test that uses it runs in both modes."""
+    builder = SparkSession.builder.appName(f"asyncio-lookup-tests-{request.param}").master(MASTER)
+    server = _connect_server_conf() if request.param == "connect" else {}
+    for key, value in server.items():
+        builder = builder.config(key, value)
     session = (
-        _builder(request.param)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
@@ -58,6 +73,10 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
         .getOrCreate()
     )
     local_context().setLogLevel("ERROR")
+    if server:
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # as remote() sets it
+        port = server["spark.connect.grpc.binding.port"]
+        session = RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
     yield session
     session.stop()
     if request.param == "connect":

@@ -1,7 +1,6 @@
 """The Spark session of a test job run in its own process (``python -m tests.spark.<job>``):
 classic ``local[N]``, or a Spark Connect client of a server the job starts on a free loopback
-port (``remote("local[N]")`` would take the fixed port 15002, which the test process's own
-Connect session may hold)."""
+port (``remote("local[N]")`` would take the fixed port 15002, which another process may hold)."""
 
 from __future__ import annotations
 
