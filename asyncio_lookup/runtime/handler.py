@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from math import log
 from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
-from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
+from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT
 
-_SAMPLE_MASK = SAMPLES - 1
+_LAST_BUCKET = BUCKETS - 1
 
 
 class State(enum.Enum):
@@ -138,6 +140,8 @@ class ResultHandler:
     async def attempt(self, receiver: Receiver) -> None:
         """One call of the function; its outcome counts only while the record is pending."""
         run = self.run
+        calls = run.metrics.calls  # None unless the caller times the function's calls
+        started = run.time() if calls is not None else 0.0
         try:
             result = await run.invoke(self.element)
         except asyncio.CancelledError:
@@ -147,9 +151,13 @@ class ResultHandler:
                 )
             raise
         except Exception as error:
+            if calls is not None:
+                calls.add((run.time() - started) * 1000.0)
             if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(error)
             return
+        if calls is not None:
+            calls.add((run.time() - started) * 1000.0)
         if self.state is _PENDING and not run.closed:
             receiver.complete(result)
 
@@ -168,14 +176,20 @@ class ResultHandler:
         metrics = run.metrics
         metrics.in_flight -= 1
         metrics.completed += 1
-        # metrics.record_latency(), inlined: this runs once per record
+        # metrics.latency.add(), inlined: this runs once per record
         ms = (run.time() - self.admitted) * 1000.0
-        count = metrics.latency_count
-        metrics.samples[count & _SAMPLE_MASK] = ms
-        metrics.latency_count = count + 1
-        metrics.latency_sum_ms += ms
-        if ms > metrics.latency_max_ms:
-            metrics.latency_max_ms = ms
+        sketch = metrics.latency
+        if ms >= MIN_MS:
+            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
+            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
+        else:
+            sketch.zero += 1
+        sketch.count += 1
+        sketch.sum_ms += ms
+        if ms > sketch.max_ms:
+            sketch.max_ms = ms
+        if ms < sketch.min_ms:
+            sketch.min_ms = ms
         if self.slot.completed(self):
             # run.wake_consumer(), inlined: this runs once per record
             waiter = run.consumer_waiter

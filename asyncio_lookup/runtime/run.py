@@ -97,9 +97,7 @@ class OperatorRun:
         self.loop = asyncio.get_running_loop()
         # loop.time() of the default loop is time.monotonic(); calling that directly is cheaper.
         self.time: Callable[[], float] = (
-            time.monotonic
-            if type(self.loop).time is asyncio.BaseEventLoop.time
-            else self.loop.time
+            time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
         )
         self.new_task = attempt_task_factory(self.loop)
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
