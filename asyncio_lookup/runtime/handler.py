@@ -55,6 +55,7 @@ class RunContext(Protocol):
     metrics: OperatorMetrics
     loop: asyncio.AbstractEventLoop
     time: Callable[[], float]  # the loop's clock
+    clock: Callable[[], float]  # the clock of latencies (precise; may be the loop's)
     new_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     closed: bool  # stop() began: outcomes no longer count
     timing_out: int  # records whose timeout hook runs
@@ -124,7 +125,7 @@ class ResultHandler:
     def __init__(self, run: RunContext, element: Any, admitted: float, at: float) -> None:
         self.run = run
         self.element = element
-        self.admitted = admitted  # loop time of admission
+        self.admitted = admitted  # run.clock() at admission
         self.at = at  # the deadline (math.inf without a timeout)
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
@@ -141,7 +142,7 @@ class ResultHandler:
         """One call of the function; its outcome counts only while the record is pending."""
         run = self.run
         calls = run.metrics.calls  # None unless the caller times the function's calls
-        started = run.time() if calls is not None else 0.0
+        started = run.clock() if calls is not None else 0.0
         try:
             result = await run.invoke(self.element)
         except asyncio.CancelledError:
@@ -152,12 +153,12 @@ class ResultHandler:
             raise
         except Exception as error:
             if calls is not None:
-                calls.add((run.time() - started) * 1000.0)
+                calls.add((run.clock() - started) * 1000.0)
             if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(error)
             return
         if calls is not None:
-            calls.add((run.time() - started) * 1000.0)
+            calls.add((run.clock() - started) * 1000.0)
         if self.state is _PENDING and not run.closed:
             receiver.complete(result)
 
@@ -177,7 +178,7 @@ class ResultHandler:
         metrics.in_flight -= 1
         metrics.completed += 1
         # metrics.latency.add(), inlined: this runs once per record
-        ms = (run.time() - self.admitted) * 1000.0
+        ms = (run.clock() - self.admitted) * 1000.0
         sketch = metrics.latency
         if ms >= MIN_MS:
             index = int(log(ms) * INV_LOG_GAMMA + SHIFT)

@@ -80,10 +80,39 @@ def test_metrics_of_the_first_action_and_no_trailer_leaks(spark: SparkSession) -
     assert out.where(F.col("name").isNull()).count() == 0
 
 
-def test_a_partially_read_task_reports_nothing(spark: SparkSession) -> None:
+def test_a_partially_read_task_reports_the_batches_spark_read(spark: SparkSession) -> None:
     table = LookupTable(
         "Customers", SCHEMA, InMemoryConnector([r for rows in DIM.values() for r in rows], ["id"])
     )
     out = lookup_join(_probe(spark).coalesce(1), table, on=[("k", "id")])
     assert len(out.limit(5).collect()) == 5
-    assert table.metrics().get("numLookups", 0) == 0  # the one task stopped before its end
+    metrics = table.metrics()
+    # the one task stopped before its end; the batch Spark read was reported before it
+    assert metrics["numLookups"] > 0 and metrics["numCompleted"] > 0
+    assert metrics.tasks == 1
+    assert metrics.partial is not None and "stopped before the end" in metrics.partial
+
+
+def test_show_then_metrics_has_real_numbers(spark: SparkSession) -> None:
+    """The README's example: ``show()``, then ``metrics()``."""
+    orders = spark.createDataFrame([(1, 10), (2, 11), (3, None)], "order_id INT, customer_id INT")
+    rows = [{"id": 10, "name": "Ann"}, {"id": 11, "name": "Bob"}]
+    customers = LookupTable("Customers", SCHEMA, InMemoryConnector(rows, ["id"]))
+    enriched = lookup_join(orders, customers, on=[("customer_id", "id")], how="left")
+    assert customers.metrics() == {}
+    assert customers.metrics().partial is not None  # says why it is empty
+    enriched.show()
+    metrics = customers.metrics()
+    assert metrics["numLookups"] == 2  # the NULL key is no lookup
+    assert metrics["numExternalCalls"] == 2
+    assert metrics["callLatencyCount"] == 2 and metrics["latencyCount"] == 3
+    assert metrics.tasks >= 1
+    assert type(metrics["numLookups"]) is int
+
+
+def test_no_action_yet_says_so(spark: SparkSession) -> None:
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector([], ["id"]))
+    lookup_join(_probe(spark), table, on=[("k", "id")])
+    metrics = table.metrics()
+    assert metrics == {} and metrics.tasks == 0
+    assert metrics.partial is not None and "no action" in metrics.partial
