@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import Collection
@@ -211,3 +212,36 @@ def test_streaming_query_percentiles_are_those_of_the_service(
     assert metrics.tasks == 8 and metrics.partial is None
     assert again == metrics and again.tasks == 8
     _assert_true_percentiles(metrics, 400)
+
+
+def documented_metrics() -> set[str]:
+    """The names in the first column of docs/reference.md's "Metrics" table."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
+    section = text[text.index("\n## Metrics\n") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+
+
+def test_the_documented_metrics_are_exactly_those_returned(
+    spark: SparkSession, redis_url: str
+) -> None:
+    """A join with every kind of metric (a PARTIAL cache, a shared cache, the async operator,
+    calls): its ``metrics()`` keys and the documented names, both ways."""
+    options = {
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.max-rows": "1000",
+        "lookup.shared-cache.url": redis_url,
+        "lookup.shared-cache.namespace": f"metrics-doc-{uuid.uuid4().hex}",
+    }
+    rows = [r for found in DIM.values() for r in found]
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector(rows, ["id"]), options)
+    try:
+        assert lookup_join(_probe(spark), table, on=[("k", "id")]).count() == 60
+    finally:
+        table.invalidate_shared_cache()
+    returned = set(table.metrics())
+    documented = documented_metrics()
+    assert len(documented) >= 40
+    assert returned - documented == set(), "returned but not documented"
+    assert documented - returned == set(), "documented but not returned"
