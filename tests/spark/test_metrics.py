@@ -121,6 +121,8 @@ def test_show_then_metrics_has_real_numbers(spark: SparkSession) -> None:
     assert metrics.tasks >= 1 and metrics.latency["record"].count == metrics["latencyCount"]
     assert metrics.partial is not None and "stopped before the end" in metrics.partial
     assert type(metrics["numLookups"]) is int
+    # no cache (the default): nothing hits or misses, as docs/reference.md says
+    assert (metrics["hitCount"], metrics["missCount"], metrics["loadCount"]) == (0, 0, 0)
 
 
 def test_no_action_yet_says_so(spark: SparkSession) -> None:
