@@ -43,6 +43,7 @@ from asyncio_lookup.spark.job_metrics import JobMetrics, encode
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
+    reports_before,
     table_metrics,
     trailer,
     with_metrics_column,
@@ -175,8 +176,8 @@ class AsyncMapTask:
             raise self._lossy(e) from None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The output batches; with ``metrics_id`` each after a trailer row of the metrics
-        since the previous one, then a final trailer (spark/metrics.py)."""
+        """The output batches; with ``metrics_id`` some after a trailer row of the metrics
+        since the previous one (``reports_before``), then a final trailer (spark/metrics.py)."""
         configure_from_env()
         operator = self.operator()
         metrics = operator.metrics
@@ -200,24 +201,28 @@ class AsyncMapTask:
             outputs = bridge.drive(
                 rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
             )
+            number = failed_rows = 0
             try:
                 for out in outputs:
-                    failed = 0
                     if self.error_field is None:
                         batch = self.build(out.outputs)
                     else:
                         batch, failed = self.build_keeping_failures(out)
+                        failed_rows += failed
                     if self.metrics_id is None:
                         yield batch
                         continue
-                    row = report(failed, final=False)
-                    if row is not None:
-                        yield row  # before the batch: a reader that stops early counts it
+                    number += 1
+                    if reports_before(number):
+                        row = report(failed_rows, final=False)
+                        if row is not None:
+                            failed_rows = 0
+                            yield row  # before the batch: a reader that stops early counts it
                     yield with_metrics_column(batch)
             finally:
                 outputs.close()
         if self.metrics_id is not None:
-            last = report(0, final=True)
+            last = report(failed_rows, final=True)
             if last is not None:
                 yield last
 

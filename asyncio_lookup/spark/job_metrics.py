@@ -7,11 +7,11 @@ A trailer is a JSON object (:func:`encode`)::
      "latency": {"record": <sketch>, "call": <sketch>},  # LatencySketch.to_json()
      "<section>": <any JSON>, ...}
 
-A task writes one trailer before each output batch (the deltas since its previous trailer)
-and a ``final`` one at its end. Every other key is a *section*: the driver merges each section
-with the functions registered for it (:func:`register_section`), so a new kind of report adds
-a section and a merger without touching the fold. ``values`` and ``latency`` are registered
-here.
+A task writes a trailer before its 1st, 2nd, 4th... output batch (the deltas since its
+previous one) and a ``final`` one at its end. Every other key is a *section*: the driver
+merges each section with the functions registered for it (:func:`register_section`), so a
+new kind of report adds a section and a merger without touching the fold. ``values`` and
+``latency`` are registered here.
 """
 
 from __future__ import annotations
@@ -209,7 +209,8 @@ class Fold:
         if unfinished:
             notes.append(
                 f"{unfinished} of {len(self._started)} tasks stopped before the end of their "
-                "partition (limit, show, take...): their figures cover the batches Spark read"
+                "partition (limit, show, take...): their figures cover what they had done by "
+                "the last trailer Spark read, at least half the batches it read"
             )
         result.partial = "; ".join(notes) or None
         return result

@@ -1,10 +1,11 @@
 """Metrics from executors to the driver without accumulators (the same on Spark Connect).
 
 Each task puts *trailer rows* in its output: nulls in every column but the hidden
-:data:`METRICS_COLUMN`, which holds metric deltas as JSON (data rows leave it null). One
-trailer row goes before each output batch (what the task did since its previous trailer), and
-a final one at the task's end, so a task whose output Spark stops reading early (``limit``,
-``show``, ``take``) still reports the batches that were read. The DataFrame a join returns
+:data:`METRICS_COLUMN`, which holds metric deltas as JSON (data rows leave it null). A
+trailer row goes before the 1st, 2nd, 4th, 8th... output batch (what the task did since its
+previous trailer, :func:`reports_before`), and a final one at the task's end, so a task whose
+output Spark stops reading early (``limit``, ``show``, ``take``) still reports most of what was
+read. The DataFrame a join returns
 observes that column (``DataFrame.observe``: ``collect_list`` of the trailers, gathered like
 any Spark SQL metric, so a failed or retried task attempt does not count, only the one that
 succeeds), then drops the trailer rows and the column. The driver folds the trailers into a
@@ -41,6 +42,14 @@ logger = logging.getLogger(__name__)
 METRICS_COLUMN = "__asyncio_lookup_metrics"
 #: The observed metric holding the list of trailers (one JSON object per successful task).
 OBSERVED_TASKS = "tasks"
+
+
+def reports_before(number: int) -> bool:
+    """Whether a task writes a trailer before its ``number``-th output batch (from 1): the 1st,
+    2nd, 4th, 8th... So a reader that stops early has read the trailers of at least half the
+    batches it read, and a long task writes about log2(batches) trailers, not one per batch
+    (the driver gathers every trailer of a job)."""
+    return number & (number - 1) == 0
 
 
 def with_metrics_column(batch: pa.RecordBatch) -> pa.RecordBatch:

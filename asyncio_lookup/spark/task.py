@@ -29,7 +29,7 @@ from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
-from asyncio_lookup.spark.metrics import trailer, with_metrics_column
+from asyncio_lookup.spark.metrics import reports_before, trailer, with_metrics_column
 from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
@@ -234,7 +234,7 @@ class LookupJoinTask:
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The joined batches (with the null metrics column), each after a trailer row of the
+        """The joined batches (with the null metrics column), some after a trailer row of the
         metrics since the previous one, then the task's final trailer (spark/metrics.py).
         The library's errors reach Spark without its frames (:mod:`.failures`)."""
         configure_from_env()
@@ -270,7 +270,8 @@ class LookupJoinTask:
                     schema = batch.schema
                     if batch.num_rows:
                         sample = batch
-                    pending.append(text)
+                    if text is not None:
+                        pending.append(text)
                     yield from trailers()  # before the batch: a reader that stops counts it
                     yield with_metrics_column(batch)
             finally:
@@ -278,9 +279,9 @@ class LookupJoinTask:
 
     def _join(
         self, batches: Iterator[pa.RecordBatch]
-    ) -> Generator[tuple[pa.RecordBatch, str] | str, None, None]:
-        """Output batches with the trailer of the work done for them (and since the previous
-        one), then the final trailer."""
+    ) -> Generator[tuple[pa.RecordBatch, str | None] | str, None, None]:
+        """Output batches, some with the trailer of the work done since the previous one
+        (:func:`reports_before`), then the final trailer."""
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
@@ -310,24 +311,29 @@ class LookupJoinTask:
                 joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, self.probe)))
             else:
                 joined = runner.run_sync(map(self.probe, batches))
+            number = failed_rows = 0
             try:
-                if self.error_column is None:
-                    for item in joined:
+                for item in joined:
+                    number += 1
+                    if self.error_column is None:
                         columns.observe(item.dim_rows)
                         out = self.output(item)
-                        yield out, report(0, final=False)
-                else:
-                    for item in joined:
+                    else:
                         columns.observe(item.dim_rows, item.failures)
                         out, failed = self.output_keeping_failures(item)
-                        yield out, report(failed, final=False)
+                        failed_rows += failed
+                    if reports_before(number):
+                        yield out, report(failed_rows, final=False)
+                        failed_rows = 0
+                    else:
+                        yield out, None
             finally:
                 joined.close()
             if chain.shared is not None:
                 bridge.run(chain.flush())  # the loop may not run again in this process
             fail = self.options.fail_on_missing_column
             missing = columns.report(self.table_name, chain.target, fail=fail)
-            final = report(0, final=True, **{NUM_MISSING_COLUMNS: missing})
+            final = report(failed_rows, final=True, **{NUM_MISSING_COLUMNS: missing})
         except GeneratorExit:
             # The reader stopped (limit): what ran since the last trailer stays in the chain's
             # counters for the next task of this process to report.

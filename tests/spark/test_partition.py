@@ -36,7 +36,7 @@ COLUMNS = (DimColumn("id", "dim_id", pa.int32()), DimColumn("name", "name", pa.s
 
 def split(outputs: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[str]]:
     """A task's output: its data batches (without the metrics column), and its trailers (one
-    before each data batch, a final one at the end of a successful task; fold them)."""
+    before its 1st, 2nd, 4th... data batch, a final one at the end of a successful task)."""
     data: list[pa.RecordBatch] = []
     reports: list[str] = []
     for batch in outputs:
@@ -108,7 +108,7 @@ def test_a_partition_gathers_left_columns_and_builds_dim_columns(hint: str) -> N
         assert rows == expected
     metrics = fold(reports)
     assert metrics.tasks == 1 and metrics.partial is None
-    assert len(reports) == len(data) + 1  # one before each output batch, the final one
+    assert len(reports) == len(data) + 1  # before the 1st and 2nd output batch, the final one
     assert metrics["numLookups"] == 3
     assert ("numCompleted" in metrics) == ("async'='false" not in hint)
     assert loop_tasks() == set()
