@@ -323,9 +323,15 @@ def _batch_id(progress: Any) -> int:
 
 
 def _recent_limit(query: Any) -> int:
-    """``spark.sql.streaming.numRecentProgressUpdates`` of the query's session."""
+    """``spark.sql.streaming.numRecentProgressUpdates`` of the query's session (Connect:
+    ``query._session``; classic: the JVM query's session), else Spark's default."""
+    name = "spark.sql.streaming.numRecentProgressUpdates"
     try:
-        value = query.sparkSession.conf.get("spark.sql.streaming.numRecentProgressUpdates")
-    except Exception:  # an older client without StreamingQuery.sparkSession
+        session = getattr(query, "_session", None)
+        if session is not None:
+            value = session.conf.get(name, None)
+        else:
+            value = query._jsq.sparkSession().conf().get(name, str(RECENT_PROGRESS_DEFAULT))
+    except Exception:  # a query object of another shape: Spark's default
         return RECENT_PROGRESS_DEFAULT
     return int(value) if value else RECENT_PROGRESS_DEFAULT

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import job_metrics
 from asyncio_lookup.spark.job_metrics import JobMetrics, encode, fold, register_section
+from asyncio_lookup.spark.metrics import observation_name, query_metrics
 
 
 def _sketch(*values: float) -> LatencySketch:
@@ -104,3 +106,54 @@ def test_job_metrics_is_a_dict_with_attributes() -> None:
     assert metrics == {"numLookups": 1} and isinstance(metrics, dict)
     assert set(metrics.latency) == {"record", "call"} and metrics.latency["call"].count == 0
     assert "partial='why'" in repr(metrics)
+
+
+class _Conf:
+    def get(self, name: str, default: Any = None) -> str:
+        assert name == "spark.sql.streaming.numRecentProgressUpdates"
+        return "3"
+
+
+class _Session:
+    conf = _Conf()
+
+
+class FakeQuery:
+    """What query_metrics reads of a streaming query: ``id``, ``recentProgress`` (Spark keeps
+    the last 3 here) and the session's conf."""
+
+    def __init__(self) -> None:
+        self.id = uuid.uuid4().hex
+        self._session = _Session()
+        self.progress: list[dict[str, Any]] = []
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        return self.progress[-3:]
+
+    def run_batch(self, batch_id: int, lookups: int) -> None:
+        trailer = encode(f"task-{batch_id}", {"numLookups": lookups}, {}, final=True)
+        observed = {observation_name("T"): {"tasks": [trailer]}}
+        self.progress.append({"batchId": batch_id, "observedMetrics": observed})
+
+
+def test_query_metrics_fold_each_micro_batch_once_across_calls() -> None:
+    query = FakeQuery()
+    query.run_batch(0, 1)
+    query.run_batch(1, 2)
+    assert query_metrics(query, "T")["numLookups"] == 3
+    query.run_batch(2, 4)
+    query.run_batch(3, 8)  # batch 0 falls out of recentProgress, but was read before
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 15 and metrics.tasks == 4 and metrics.partial is None
+
+
+def test_query_metrics_say_when_progress_reports_fell_out_unread() -> None:
+    query = FakeQuery()
+    for batch_id in range(5):
+        query.run_batch(batch_id, 1)
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 3  # batches 2, 3, 4: what recentProgress still holds
+    assert metrics.partial is not None and "fell out of recentProgress (it keeps 3)" in (
+        metrics.partial
+    )
