@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from math import log
 from threading import get_ident
 from typing import ClassVar
 
 from asyncio_lookup.runtime.metrics import ms as round_ms
-from asyncio_lookup.runtime.sketch import LatencySketch
+from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT, LatencySketch
 
 HIT_COUNT = "hitCount"
 MISS_COUNT = "missCount"
@@ -39,6 +40,7 @@ L2_SKIPPED = "l2SkippedCount"
 L2_LEASE_WAITS = "l2LeaseWaitCount"
 L2_BYTES_READ = "l2BytesRead"
 L2_BYTES_WRITTEN = "l2BytesWritten"
+_LAST_BUCKET = BUCKETS - 1
 LEVEL_COUNTERS = (
     L2_HIT_COUNT,
     L2_MISS_COUNT,
@@ -129,12 +131,23 @@ class CacheMetricGroup:
         counters[second] += 1
 
     def record_call(self, ms: float) -> None:
-        """Add one connector call's latency in ms."""
+        """Add one connector call's latency in ms (``LatencySketch.add`` inlined: once per
+        call on the hot path)."""
         sketch = self._calls.get(get_ident())
         if sketch is None:
             with self._lock:
                 sketch = self._calls.setdefault(get_ident(), LatencySketch())
-        sketch.add(ms)
+        if ms >= MIN_MS:
+            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
+            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
+        else:
+            sketch.zero += 1
+        sketch.count += 1
+        sketch.sum_ms += ms
+        if ms > sketch.max_ms:
+            sketch.max_ms = ms
+        if ms < sketch.min_ms:
+            sketch.min_ms = ms
 
     def drain_calls(self) -> LatencySketch:
         """The call latencies recorded since the previous drain, merged over threads. Exact
