@@ -52,6 +52,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "benchmarks.shared_cache:run"),
     Scenario("shuffle-size", "SHUFFLE_HASH's default exchange size",
              "benchmarks.shuffle_size:run"),
+    Scenario("metrics-cost", "Metrics recording: join-path cost per row",
+             "benchmarks.metrics_cost:run", uses_spark=False),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from time import perf_counter
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
@@ -74,8 +75,15 @@ class KeyBatcher:
         if caller is not None:
             self._inline.add(caller)
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
+        started = perf_counter()
         try:
-            rows = as_rows(await self.function.async_lookup(key), key, self.function)
+            try:
+                answer = await self.function.async_lookup(key)
+            except Exception:
+                self.metrics.record_call((perf_counter() - started) * 1000.0)
+                raise
+            self.metrics.record_call((perf_counter() - started) * 1000.0)
+            rows = as_rows(answer, key, self.function)
         except asyncio.CancelledError:
             if self._in_flight.get(key) is waiters:
                 if self._closing:
@@ -151,16 +159,22 @@ class KeyBatcher:
         self.metrics.inc(NUM_EXTERNAL_CALLS)
         self.metrics.inc(NUM_EXTERNAL_KEYS, len(keys))
         outcomes: Sequence[Collection[Row] | BaseException]
+        started = perf_counter()
         try:
-            if len(keys) == 1:
-                outcomes = [await self.function.async_lookup(keys[0])]
-            else:
-                outcomes = await self.function.async_lookup_batch(keys)
-                if len(outcomes) != len(keys):
-                    raise ResultTypeError(
-                        f"{type(self.function).__name__}.async_lookup_batch returned "
-                        f"{len(outcomes)} results for {len(keys)} keys"
-                    )
+            try:
+                if len(keys) == 1:
+                    outcomes = [await self.function.async_lookup(keys[0])]
+                else:
+                    outcomes = await self.function.async_lookup_batch(keys)
+            except Exception:
+                self.metrics.record_call((perf_counter() - started) * 1000.0)
+                raise
+            self.metrics.record_call((perf_counter() - started) * 1000.0)
+            if len(keys) > 1 and len(outcomes) != len(keys):
+                raise ResultTypeError(
+                    f"{type(self.function).__name__}.async_lookup_batch returned "
+                    f"{len(outcomes)} results for {len(keys)} keys"
+                )
         except asyncio.CancelledError:
             for key in keys:
                 self._settle(key, None, asyncio.CancelledError())

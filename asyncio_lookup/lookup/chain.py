@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from time import perf_counter
 
 from asyncio_lookup.errors import in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
@@ -316,7 +317,12 @@ class LookupChain:
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
-        return as_rows(function.lookup(key), key, function)
+        started = perf_counter()
+        try:
+            answer = function.lookup(key)
+        finally:
+            self.metrics.record_call((perf_counter() - started) * 1000.0)
+        return as_rows(answer, key, function)
 
     # -- async mode ------------------------------------------------------------------------
 

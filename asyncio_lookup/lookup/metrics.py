@@ -1,15 +1,21 @@
-"""Cache metrics with Flink's names (FLIP-221), plus logical lookups vs external calls.
+"""Cache metrics with Flink's names (FLIP-221), plus logical lookups vs external calls and
+the latency of those calls.
 
-Counters only grow; gauges hold a current value. Per-task reporting takes a :func:`metrics_delta`
-of two snapshots; the driver sums task deltas with :func:`merge_metrics` (gauges by max).
+Counters only grow (ints); gauges hold a current value. Per-task reporting takes deltas
+(:meth:`CacheMetricGroup.take_delta`); the driver sums them with :func:`merge_metrics`
+(gauges by max).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from math import log
 from threading import get_ident
 from typing import ClassVar
+
+from asyncio_lookup.runtime.metrics import ms as round_ms
+from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT, LatencySketch
 
 HIT_COUNT = "hitCount"
 MISS_COUNT = "missCount"
@@ -34,6 +40,7 @@ L2_SKIPPED = "l2SkippedCount"
 L2_LEASE_WAITS = "l2LeaseWaitCount"
 L2_BYTES_READ = "l2BytesRead"
 L2_BYTES_WRITTEN = "l2BytesWritten"
+_LAST_BUCKET = BUCKETS - 1
 LEVEL_COUNTERS = (
     L2_HIT_COUNT,
     L2_MISS_COUNT,
@@ -63,6 +70,8 @@ class CacheMetricGroup:
       sent on to the service), ``l2ErrorCount`` (failed or timed-out store calls),
       ``l2SkippedCount`` (lookups that bypassed a failed store), ``l2LeaseWaitCount`` (lookups
       that waited for another process's fetch), ``l2BytesRead`` / ``l2BytesWritten``.
+    - :meth:`record_call`: the latency of every connector call (each attempt, failed ones
+      included), drained by :meth:`take_delta`.
     """
 
     COUNTERS: ClassVar[tuple[str, ...]] = (
@@ -81,6 +90,7 @@ class CacheMetricGroup:
     GAUGES: ClassVar[frozenset[str]] = frozenset(
         {LATEST_LOAD_TIME, NUM_CACHED_RECORDS, NUM_CACHED_BYTES}
     )
+    INT_GAUGES: ClassVar[frozenset[str]] = frozenset({NUM_CACHED_RECORDS, NUM_CACHED_BYTES})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -88,6 +98,8 @@ class CacheMetricGroup:
         # the event loop) takes no lock, and a table has one writer. A snapshot sums the tables;
         # each value it reads is one the counter really had, so deltas still sum to the totals.
         self._by_thread: dict[int, dict[str, int]] = {}
+        # the connector calls' latencies, one sketch per thread that calls (as the counters)
+        self._calls: dict[int, LatencySketch] = {}
         self._gauges: dict[str, float] = dict.fromkeys(self.GAUGES, 0.0)
         self._gauge_fns: dict[str, Callable[[], float]] = {}
         self._reported: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
@@ -118,6 +130,36 @@ class CacheMetricGroup:
         counters[first] += 1
         counters[second] += 1
 
+    def record_call(self, ms: float) -> None:
+        """Add one connector call's latency in ms (``LatencySketch.add`` inlined: once per
+        call on the hot path)."""
+        sketch = self._calls.get(get_ident())
+        if sketch is None:
+            with self._lock:
+                sketch = self._calls.setdefault(get_ident(), LatencySketch())
+        if ms >= MIN_MS:
+            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
+            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
+        else:
+            sketch.zero += 1
+        sketch.count += 1
+        sketch.sum_ms += ms
+        if ms > sketch.max_ms:
+            sketch.max_ms = ms
+        if ms < sketch.min_ms:
+            sketch.min_ms = ms
+
+    def drain_calls(self) -> LatencySketch:
+        """The call latencies recorded since the previous drain, merged over threads. Exact
+        when the threads that call are not calling meanwhile (a Spark task drains between
+        batches, its loop paused)."""
+        with self._lock:
+            sketches = list(self._calls.values())
+        merged = LatencySketch()
+        for sketch in sketches:
+            merged.merge(sketch.drain())
+        return merged
+
     def set_gauge(self, name: str, value: float) -> None:
         """Set gauge ``name`` to ``value``."""
         self._gauges[name] = float(value)  # one store: atomic, no lock (snapshot copies)
@@ -127,29 +169,30 @@ class CacheMetricGroup:
         with self._lock:
             self._gauge_fns[name] = read
 
-    def __getitem__(self, name: str) -> float:
+    def __getitem__(self, name: str) -> int | float:
         return self.snapshot()[name]
 
-    def snapshot(self) -> dict[str, float]:
-        """Every metric's current value."""
+    def snapshot(self) -> dict[str, int | float]:
+        """Every metric's current value: counters as ints, durations in ms rounded to µs."""
         with self._lock:
             tables = list(self._by_thread.values())
             gauges = dict(self._gauges)
             fns = dict(self._gauge_fns)
-        values: dict[str, float] = dict.fromkeys(self.COUNTERS, 0.0)
+        values: dict[str, int | float] = dict.fromkeys(self.COUNTERS, 0)
         for table in tables:
             for name, count in list(table.items()):  # list(): a copy taken under the GIL
-                values[name] = values.get(name, 0.0) + count
+                values[name] = values.get(name, 0) + count
         if self._levels:
             for name in LEVEL_COUNTERS:
-                values.setdefault(name, 0.0)
+                values.setdefault(name, 0)
             values[L1_HIT_COUNT] = values[HIT_COUNT]
-        values.update(gauges)
         for name, read in fns.items():
-            values[name] = float(read())
+            gauges[name] = float(read())
+        for name, value in gauges.items():
+            values[name] = int(value) if name in self.INT_GAUGES else round_ms(value)
         return values
 
-    def take_delta(self) -> dict[str, float]:
+    def take_delta(self) -> dict[str, int | float]:
         """Counters since the previous ``take_delta`` (or creation), gauges' current values.
 
         For per-task reporting of a chain shared by successive tasks: work done outside any
@@ -158,7 +201,7 @@ class CacheMetricGroup:
         """
         with self._delta_lock:
             snapshot = self.snapshot()
-            delta: dict[str, float] = {}
+            delta: dict[str, int | float] = {}
             for name, value in snapshot.items():
                 if name in self.GAUGES:
                     delta[name] = value
@@ -169,18 +212,18 @@ class CacheMetricGroup:
 
 
 def metrics_delta(
-    before: Mapping[str, float], after: Mapping[str, float], gauges: frozenset[str]
-) -> dict[str, float]:
+    before: Mapping[str, int | float], after: Mapping[str, int | float], gauges: frozenset[str]
+) -> dict[str, int | float]:
     """What happened between two snapshots: counters ``after - before``, gauges ``after``."""
-    delta: dict[str, float] = {}
+    delta: dict[str, int | float] = {}
     for name, value in after.items():
         delta[name] = value if name in gauges else value - before.get(name, 0.0)
     return delta
 
 
 def merge_metrics(
-    a: Mapping[str, float], b: Mapping[str, float], gauges: frozenset[str]
-) -> dict[str, float]:
+    a: Mapping[str, int | float], b: Mapping[str, int | float], gauges: frozenset[str]
+) -> dict[str, int | float]:
     """Combine two tasks' metrics: counters summed, gauges by max."""
     merged = dict(a)
     for name, value in b.items():

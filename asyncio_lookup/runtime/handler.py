@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from math import log
 from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
-from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
+from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT
 
-_SAMPLE_MASK = SAMPLES - 1
+_LAST_BUCKET = BUCKETS - 1
 
 
 class State(enum.Enum):
@@ -53,6 +55,7 @@ class RunContext(Protocol):
     metrics: OperatorMetrics
     loop: asyncio.AbstractEventLoop
     time: Callable[[], float]  # the loop's clock
+    clock: Callable[[], float]  # the clock of latencies (precise; may be the loop's)
     new_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     closed: bool  # stop() began: outcomes no longer count
     timing_out: int  # records whose timeout hook runs
@@ -122,7 +125,7 @@ class ResultHandler:
     def __init__(self, run: RunContext, element: Any, admitted: float, at: float) -> None:
         self.run = run
         self.element = element
-        self.admitted = admitted  # loop time of admission
+        self.admitted = admitted  # run.clock() at admission
         self.at = at  # the deadline (math.inf without a timeout)
         self.state = _PENDING
         self.armed = True  # state is PENDING: for the deadline queue, without an enum lookup
@@ -138,6 +141,8 @@ class ResultHandler:
     async def attempt(self, receiver: Receiver) -> None:
         """One call of the function; its outcome counts only while the record is pending."""
         run = self.run
+        calls = run.metrics.calls  # None unless the caller times the function's calls
+        started = run.clock() if calls is not None else 0.0
         try:
             result = await run.invoke(self.element)
         except asyncio.CancelledError:
@@ -147,9 +152,13 @@ class ResultHandler:
                 )
             raise
         except Exception as error:
+            if calls is not None:
+                calls.add((run.clock() - started) * 1000.0)
             if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(error)
             return
+        if calls is not None:
+            calls.add((run.clock() - started) * 1000.0)
         if self.state is _PENDING and not run.closed:
             receiver.complete(result)
 
@@ -168,14 +177,20 @@ class ResultHandler:
         metrics = run.metrics
         metrics.in_flight -= 1
         metrics.completed += 1
-        # metrics.record_latency(), inlined: this runs once per record
-        ms = (run.time() - self.admitted) * 1000.0
-        count = metrics.latency_count
-        metrics.samples[count & _SAMPLE_MASK] = ms
-        metrics.latency_count = count + 1
-        metrics.latency_sum_ms += ms
-        if ms > metrics.latency_max_ms:
-            metrics.latency_max_ms = ms
+        # metrics.latency.add(), inlined: this runs once per record
+        ms = (run.clock() - self.admitted) * 1000.0
+        sketch = metrics.latency
+        if ms >= MIN_MS:
+            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
+            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
+        else:
+            sketch.zero += 1
+        sketch.count += 1
+        sketch.sum_ms += ms
+        if ms > sketch.max_ms:
+            sketch.max_ms = ms
+        if ms < sketch.min_ms:
+            sketch.min_ms = ms
         if self.slot.completed(self):
             # run.wake_consumer(), inlined: this runs once per record
             waiter = run.consumer_waiter

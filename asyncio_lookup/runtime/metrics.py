@@ -1,37 +1,76 @@
-"""Operator metrics as plain counters, exported with Flink-style names by :meth:`snapshot`."""
+"""Operator metrics as plain counters and latency sketches, exported with Flink-style names."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-SAMPLES = 1024  # latency samples kept for the percentiles (the most recent ones); a power of 2
+from asyncio_lookup.runtime.sketch import LatencySketch
+
+#: The quantiles a snapshot reports, by name suffix (``latencyP50Ms`` ... ``latencyP999Ms``).
+QUANTILES: tuple[tuple[str, float], ...] = (
+    ("P50", 0.50),
+    ("P90", 0.90),
+    ("P99", 0.99),
+    ("P999", 0.999),
+)
+
+
+def ms(value: float) -> float:
+    """A duration in ms rounded to the µs (no float noise such as 17.000000000280124)."""
+    return round(value, 3)
+
+
+def latency_names(prefix: str, sketch: LatencySketch) -> dict[str, int | float]:
+    """``{prefix}Count`` / ``{prefix}SumMs`` always; quantiles and ``{prefix}MaxMs`` of a
+    non-empty sketch (an empty one has no quantile to report)."""
+    values: dict[str, int | float] = {
+        f"{prefix}Count": sketch.count,
+        f"{prefix}SumMs": ms(sketch.sum_ms),
+    }
+    if sketch.count:
+        for suffix, q in QUANTILES:
+            values[f"{prefix}{suffix}Ms"] = ms(sketch.quantile(q))
+        values[f"{prefix}MaxMs"] = ms(sketch.max_ms)
+    return values
 
 
 class OperatorMetrics:
-    """Counters of one or more operator runs; not thread-safe (one event loop updates them).
+    """Counters and latency sketches of one or more operator runs; not thread-safe (one event
+    loop updates them).
 
-    ``in_flight`` is a gauge (records admitted and not yet final); the rest only grow.
+    ``in_flight`` is a gauge (records admitted and not yet final); the other counters only grow.
     ``completed`` counts records whose final outcome is a result (including a timeout hook's),
     ``errors`` records that failed, ``failed`` those of them emitted through the error output
     (``on_error``) instead of failing the stream, ``timeouts`` records whose deadline expired,
-    ``retries`` retry attempts started. Latency is admission-to-result of completed records.
+    ``retries`` retry attempts started. ``latency`` holds every completed record's latency
+    (admission to result); ``calls``, when set (None by default), every attempt's call of the
+    function that returned or raised (a call cancelled by a timeout has no latency).
     """
 
     GAUGES: ClassVar[frozenset[str]] = frozenset(
-        {"numInFlight", "latencyMaxMs", "latencyP50Ms", "latencyP99Ms"}
+        {"numInFlight", "latencyMaxMs", "callLatencyMaxMs"}
     )
-    """Snapshot names to merge by max across tasks; every other name is summed."""
+    """Snapshot names to merge by max across tasks; every other name is summed (quantiles are
+    not merged: they are computed from merged sketches)."""
+
+    COUNTERS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("numCompleted", "completed"),
+        ("numRetries", "retries"),
+        ("numTimeouts", "timeouts"),
+        ("numErrors", "errors"),
+        ("numFailedRows", "failed"),
+    )
+    """Counter names and the attributes they read."""
 
     __slots__ = (
+        "_reported",
+        "calls",
         "completed",
         "errors",
         "failed",
         "in_flight",
-        "latency_count",
-        "latency_max_ms",
-        "latency_sum_ms",
+        "latency",
         "retries",
-        "samples",
         "timeouts",
     )
 
@@ -42,41 +81,43 @@ class OperatorMetrics:
         self.timeouts = 0
         self.errors = 0
         self.failed = 0
-        self.latency_count = 0
-        self.latency_sum_ms = 0.0
-        self.latency_max_ms = 0.0
-        self.samples: list[float] = [0.0] * SAMPLES  # a ring: sample n at n % SAMPLES
+        self.latency = LatencySketch()
+        self.calls: LatencySketch | None = None
+        self._reported: dict[str, int] = {}
 
     def record_latency(self, ms: float) -> None:
-        """Add one completed record's latency in milliseconds."""
-        self.samples[self.latency_count % SAMPLES] = ms
-        self.latency_count += 1
-        self.latency_sum_ms += ms
-        if ms > self.latency_max_ms:
-            self.latency_max_ms = ms
+        """Add one completed record's latency in milliseconds (the handler inlines this)."""
+        self.latency.add(ms)
 
-    def percentile(self, q: float) -> float:
-        """The ``q``-quantile (0..1) of the most recent latencies (up to 1024), 0.0 if none."""
-        samples = sorted(self.samples[: min(self.latency_count, SAMPLES)])
-        if not samples:
-            return 0.0
-        return samples[min(len(samples) - 1, int(q * len(samples)))]
+    def counters(self) -> dict[str, int]:
+        """The counters and the ``numInFlight`` gauge under their Flink-style names."""
+        values = {name: getattr(self, attribute) for name, attribute in self.COUNTERS}
+        values["numInFlight"] = self.in_flight
+        return values
 
-    def snapshot(self) -> dict[str, float]:
-        """The counters under Flink-style camelCase names."""
-        return {
-            "numInFlight": float(self.in_flight),
-            "numCompleted": float(self.completed),
-            "numRetries": float(self.retries),
-            "numTimeouts": float(self.timeouts),
-            "numErrors": float(self.errors),
-            "numFailedRows": float(self.failed),
-            "latencyCount": float(self.latency_count),
-            "latencySumMs": self.latency_sum_ms,
-            "latencyMaxMs": self.latency_max_ms,
-            "latencyP50Ms": self.percentile(0.50),
-            "latencyP99Ms": self.percentile(0.99),
-        }
+    def snapshot(self) -> dict[str, int | float]:
+        """Counters, gauges and latency figures of everything recorded (names as documented
+        in docs/reference.md "Metrics")."""
+        values: dict[str, int | float] = dict(self.counters())
+        values.update(latency_names("latency", self.latency))
+        if self.calls is not None:
+            values.update(latency_names("callLatency", self.calls))
+        return values
+
+    def take_delta(self) -> tuple[dict[str, int], LatencySketch, LatencySketch | None]:
+        """Counters since the previous ``take_delta`` (``numInFlight``: its current value) and
+        the record and call sketches drained: for reports of successive parts of a run, whose
+        deltas sum to the totals. The sketches' figures then restart empty."""
+        current = self.counters()
+        delta: dict[str, int] = {}
+        for name, value in current.items():
+            if name == "numInFlight":
+                delta[name] = value
+            else:
+                delta[name] = value - self._reported.get(name, 0)
+                self._reported[name] = value
+        calls = self.calls.drain() if self.calls is not None else None
+        return delta, self.latency.drain(), calls
 
     def __repr__(self) -> str:
         return f"OperatorMetrics({self.snapshot()})"

@@ -101,6 +101,10 @@ class OperatorRun:
             if type(self.loop).time is asyncio.BaseEventLoop.time
             else self.loop.time
         )
+        # The clock of latencies: the loop's when it is time.monotonic; uvloop's loop.time() is
+        # the loop iteration's start in whole ms, too coarse to time a record or a call.
+        coarse = type(self.loop).__module__.startswith("uvloop")
+        self.clock: Callable[[], float] = time.perf_counter if coarse else self.time
         self.new_task = attempt_task_factory(self.loop)
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
         self._retry = RetryPolicy(retry_strategy) if retry_strategy is not None else None
@@ -339,7 +343,9 @@ class OperatorRun:
                 self.wake_consumer()
             return
         now = self.time()
-        handler = ResultHandler(self, element, now, now + self._timeout)
+        clock = self.clock
+        admitted = now if clock is self.time else clock()
+        handler = ResultHandler(self, element, admitted, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
         self._start(handler)

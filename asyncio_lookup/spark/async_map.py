@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +26,7 @@ from asyncio_lookup.runtime import (
 )
 from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
+from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import (
@@ -37,9 +39,11 @@ from asyncio_lookup.spark.failed_rows import (
     error_array,
     error_column_free,
 )
+from asyncio_lookup.spark.job_metrics import JobMetrics, encode
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
+    reports_before,
     table_metrics,
     trailer,
     with_metrics_column,
@@ -172,8 +176,24 @@ class AsyncMapTask:
             raise self._lossy(e) from None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The output batches; with ``metrics_id`` some after a trailer row of the metrics
+        since the previous one (``reports_before``), then a final trailer (spark/metrics.py)."""
         configure_from_env()
         operator = self.operator()
+        metrics = operator.metrics
+        if self.metrics_id is not None:
+            metrics.calls = LatencySketch()  # every call of the function, timed
+        task = uuid.uuid4().hex[:16]
+        schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
+
+        def report(failed_rows: int, final: bool) -> pa.RecordBatch | None:
+            # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
+            counters, record, calls = metrics.take_delta()
+            values: dict[str, int | float] = dict(counters)
+            values["numFailedRows"] = failed_rows  # the function's and conversion's
+            latency = {"record": record, "call": calls}
+            return trailer(schema, encode(task, values, latency, final=final))
+
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows
         )
@@ -181,7 +201,7 @@ class AsyncMapTask:
             outputs = bridge.drive(
                 rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
             )
-            failed_rows = 0
+            number = failed_rows = 0
             try:
                 for out in outputs:
                     if self.error_field is None:
@@ -189,16 +209,22 @@ class AsyncMapTask:
                     else:
                         batch, failed = self.build_keeping_failures(out)
                         failed_rows += failed
-                    yield batch if self.metrics_id is None else with_metrics_column(batch)
+                    if self.metrics_id is None:
+                        yield batch
+                        continue
+                    number += 1
+                    if reports_before(number):
+                        row = report(failed_rows, final=False)
+                        if row is not None:
+                            failed_rows = 0
+                            yield row  # before the batch: a reader that stops early counts it
+                    yield with_metrics_column(batch)
             finally:
                 outputs.close()
         if self.metrics_id is not None:
-            metrics = operator.metrics.snapshot()
-            metrics["numFailedRows"] = float(failed_rows)  # the function's and conversion's
-            schema = (
-                self.schema if self.error_field is None else self.schema.append(self.error_field)
-            )
-            yield trailer(schema, metrics)
+            last = report(failed_rows, final=True)
+            if last is not None:
+                yield last
 
 
 @dataclass(frozen=True)
@@ -367,7 +393,7 @@ def _task_rate(rate_limit: Any, df: DataFrame) -> TaskRate | None:
     )
 
 
-def async_map_metrics(metrics_id: str) -> dict[str, float]:
+def async_map_metrics(metrics_id: str) -> JobMetrics:
     """Operator metrics summed over the tasks of the finished actions on DataFrames returned
     by ``async_map(..., metrics_id=...)`` (see :meth:`LookupTable.metrics`)."""
     return table_metrics(metrics_id)

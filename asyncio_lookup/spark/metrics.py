@@ -1,20 +1,27 @@
 """Metrics from executors to the driver without accumulators (the same on Spark Connect).
 
-Each task appends one *trailer row* to its output: nulls in every column but the hidden
-:data:`METRICS_COLUMN`, which holds the task's metric deltas as JSON (data rows leave it null).
-The DataFrame a join returns observes that column (``DataFrame.observe``: ``collect_list`` of
-the trailers, gathered like any Spark SQL metric, so a failed or retried task attempt does not
-count, only the one that succeeds), then drops the trailer rows and the column. The driver
-folds the trailers with :func:`merge_metrics`: counters summed, gauges by max.
+Each task puts *trailer rows* in its output: nulls in every column but the hidden
+:data:`METRICS_COLUMN`, which holds metric deltas as JSON (data rows leave it null). A
+trailer row goes before the 1st, 2nd, 4th, 8th... output batch (what the task did since its
+previous trailer, :func:`reports_before`), and a final one at the task's end, so a task whose
+output Spark stops reading early (``limit``, ``show``, ``take``) still reports most of what was
+read. The DataFrame a join returns
+observes that column (``DataFrame.observe``: ``collect_list`` of the trailers, gathered like
+any Spark SQL metric, so a failed or retried task attempt does not count, only the one that
+succeeds), then drops the trailer rows and the column. The driver folds the trailers into a
+:class:`~asyncio_lookup.spark.job_metrics.JobMetrics` (format and sections:
+:mod:`asyncio_lookup.spark.job_metrics`).
 
 A batch DataFrame observes through an :class:`Observation` registered here under the table's
 id; a streaming one through a named observation, :func:`observation_name`, that each
-micro-batch's progress carries (``observedMetrics``), folded by :func:`progress_metrics`.
+micro-batch's progress carries (``observedMetrics``), folded by :func:`progress_metrics`
+(one micro-batch) and :func:`query_metrics` (the whole query).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -22,21 +29,27 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
-from asyncio_lookup.runtime.metrics import OperatorMetrics
+from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, Fold, JobMetrics, fold
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-#: Dim columns no row a task looked up contained (spark/missing.py); the maximum over tasks.
-NUM_MISSING_COLUMNS = "numMissingColumns"
+__all__ = ["GAUGES", "NUM_MISSING_COLUMNS", "JobMetrics", "fold"]
 
-GAUGES: frozenset[str] = CacheMetricGroup.GAUGES | OperatorMetrics.GAUGES | {NUM_MISSING_COLUMNS}
+logger = logging.getLogger(__name__)
 
 #: The hidden column of the trailer rows (a reserved name: an input may not have it).
 METRICS_COLUMN = "__asyncio_lookup_metrics"
 #: The observed metric holding the list of trailers (one JSON object per successful task).
 OBSERVED_TASKS = "tasks"
+
+
+def reports_before(number: int) -> bool:
+    """Whether a task writes a trailer before its ``number``-th output batch (from 1): the 1st,
+    2nd, 4th, 8th... So a reader that stops early has read the trailers of at least half the
+    batches it read, and a long task writes about log2(batches) trailers, not one per batch
+    (the driver gathers every trailer of a job)."""
+    return number & (number - 1) == 0
 
 
 def with_metrics_column(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -46,11 +59,12 @@ def with_metrics_column(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def trailer(
     schema: pa.Schema,
-    metrics: Mapping[str, float],
+    text: str,
     not_null: Iterable[int] = (),
     sample: pa.RecordBatch | None = None,
 ) -> pa.RecordBatch | None:
-    """The one-row batch that carries a task's metrics (``schema`` has no metrics column).
+    """The one-row batch that carries a trailer, ``text`` (:func:`.job_metrics.encode`;
+    ``schema`` has no metrics column).
 
     Its columns are null, except those at ``not_null`` positions (NOT NULL in Spark: Spark
     reads every column of the row before the trailer filter and fails on a null there), which
@@ -67,7 +81,7 @@ def trailer(
         except (pa.ArrowException, TypeError, ValueError):
             return None
     names = [*schema.names, METRICS_COLUMN]
-    return pa.RecordBatch.from_arrays([*columns, pa.array([encode(metrics)])], names=names)
+    return pa.RecordBatch.from_arrays([*columns, pa.array([text], pa.string())], names=names)
 
 
 def _zero(data_type: pa.DataType) -> Any:
@@ -86,20 +100,6 @@ def _zero(data_type: pa.DataType) -> Any:
     ):
         return []
     return 0
-
-
-def encode(metrics: Mapping[str, float]) -> str:
-    """One task's metrics as JSON; counters as ints."""
-    return json.dumps({k: v if k in GAUGES else int(v) for k, v in metrics.items()})
-
-
-def fold(trailers: Iterable[str | None]) -> dict[str, float]:
-    """Merge tasks' JSON metrics: counters summed (ints), gauges by max."""
-    merged: dict[str, float] = {}
-    for text in trailers:
-        if text:
-            merged = merge_metrics(merged, json.loads(text), GAUGES)
-    return merged
 
 
 def observation_name(metrics_id: str) -> str:
@@ -212,32 +212,126 @@ def _result_observed(df: Any, name: str) -> list[str] | None:
     return list(json.loads(found.get().json()).get(OBSERVED_TASKS) or [])
 
 
-def table_metrics(metrics_id: str) -> dict[str, float]:
-    """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped."""
+def table_metrics(metrics_id: str) -> JobMetrics:
+    """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped;
+    ``partial`` says so when no action has reported yet, or tasks stopped early."""
     with _lock:
         observations = _live(_observations, metrics_id)
+        results = _live(_results, metrics_id)
     trailers: list[str] = []
+    reported = 0
     deadline = time.monotonic() + LISTENER_GRACE_S
     for observation in observations:
-        trailers.extend(_observed(observation, deadline) or ())
-    with _lock:
-        results = _live(_results, metrics_id)
+        got = _observed(observation, deadline)
+        if got is not None:
+            reported += 1
+            trailers.extend(got)
     for df, name in results:
-        trailers.extend(_result_observed(df, name) or ())
-    return fold(trailers)
+        got = _result_observed(df, name)
+        if got is not None:
+            reported += 1
+            trailers.extend(got)
+    partial = None
+    if not reported:
+        partial = (
+            "no action on a DataFrame this table was joined into (or mapped by) has finished "
+            "and reported its metrics yet"
+        )
+    metrics = fold(trailers, partial=partial)
+    if metrics.partial is not None and reported:
+        logger.info("metrics of %s cover part of the job: %s", metrics_id, metrics.partial)
+    return metrics
 
 
-def progress_metrics(progress: Any, metrics_id: str) -> dict[str, float]:
-    """The metrics of one micro-batch: ``progress`` is ``query.lastProgress`` (a dict) or a
-    listener event's ``progress`` (``StreamingQueryProgress``); {} when it has none."""
+def _progress_trailers(progress: Any, metrics_id: str) -> list[str] | None:
+    """The trailers a micro-batch's progress observed for ``metrics_id``, None without any."""
     if isinstance(progress, Mapping):
         observed = progress.get("observedMetrics") or {}
     else:
         observed = getattr(progress, "observedMetrics", None) or {}
     row = observed.get(observation_name(metrics_id))
     if row is None:
-        return {}
+        return None
     values = row if isinstance(row, Mapping) else row.asDict()
     if OBSERVED_TASKS not in values and "values" in values:  # Connect: {"values": [...], ...}
-        return fold((values["values"] or [[]])[0] or [])
-    return fold(values.get(OBSERVED_TASKS) or [])
+        return list((values["values"] or [[]])[0] or [])
+    return list(values.get(OBSERVED_TASKS) or [])
+
+
+def progress_metrics(progress: Any, metrics_id: str) -> JobMetrics:
+    """The metrics of one micro-batch: ``progress`` is ``query.lastProgress`` (a dict) or a
+    listener event's ``progress`` (``StreamingQueryProgress``); empty, with ``partial`` saying
+    why, when it has none."""
+    trailers = _progress_trailers(progress, metrics_id)
+    if trailers is None:
+        return JobMetrics(partial="this progress report has no metrics of this table")
+    return fold(trailers)
+
+
+#: Spark's default of ``spark.sql.streaming.numRecentProgressUpdates``.
+RECENT_PROGRESS_DEFAULT = 100
+
+
+class _QueryFold:
+    """A streaming query's trailers folded so far, and which micro-batches they came from."""
+
+    def __init__(self) -> None:
+        self.fold = Fold()
+        self.batches: set[int] = set()
+        self.missed = False  # progress reports fell out of recentProgress unread
+
+
+_queries: dict[tuple[str, str], _QueryFold] = {}
+
+
+def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
+    """Metrics of a streaming query from its start: every micro-batch in ``query.recentProgress``
+    is folded once and remembered, so successive calls cover the whole query. Spark keeps the
+    last ``spark.sql.streaming.numRecentProgressUpdates`` (100) reports only: when reports
+    may have been dropped unread (the first call came late, or calls are further apart than
+    that), ``partial`` says so."""
+    progresses = list(query.recentProgress)
+    key = (str(query.id), metrics_id)
+    with _lock:
+        state = _queries.setdefault(key, _QueryFold())
+        keep = _recent_limit(query)
+        ids = [_batch_id(p) for p in progresses]
+        if len(progresses) >= keep and ids and ids[0] not in state.batches:
+            state.missed = True  # the oldest kept report is new: older ones may be gone
+        for progress, batch_id in zip(progresses, ids, strict=True):
+            if batch_id in state.batches:
+                continue
+            trailers = _progress_trailers(progress, metrics_id)
+            if trailers is None:
+                continue  # no micro-batch ran (an idle report) or not this table's query
+            state.batches.add(batch_id)
+            for text in trailers:
+                state.fold.add(text)
+        partial = None
+        if state.missed:
+            partial = (
+                f"progress reports of the query fell out of recentProgress (it keeps {keep}) "
+                "before they were read: call query_metrics at least that often"
+            )
+        return state.fold.result(partial)
+
+
+def _batch_id(progress: Any) -> int:
+    if isinstance(progress, Mapping):
+        return int(progress["batchId"])
+    return int(progress.batchId)
+
+
+def _recent_limit(query: Any) -> int:
+    """``spark.sql.streaming.numRecentProgressUpdates`` of the query's session (Connect:
+    ``query._session``; classic: the JVM query's session), else Spark's default."""
+    name = "spark.sql.streaming.numRecentProgressUpdates"
+    try:
+        session = getattr(query, "_session", None)
+        if session is not None:
+            value = session.conf.get(name, None)
+        else:
+            value = query._jsq.sparkSession().conf().get(name, str(RECENT_PROGRESS_DEFAULT))
+    except Exception:  # a query object of another shape: Spark's default
+        return RECENT_PROGRESS_DEFAULT
+    return int(value) if value else RECENT_PROGRESS_DEFAULT

@@ -18,7 +18,13 @@ from asyncio_lookup.lookup.l2.stores import open_admin
 from asyncio_lookup.lookup.option_names import SHARED_URL
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.retry import FailureRetry
-from asyncio_lookup.spark.metrics import observation_name, progress_metrics, table_metrics
+from asyncio_lookup.spark.job_metrics import JobMetrics
+from asyncio_lookup.spark.metrics import (
+    observation_name,
+    progress_metrics,
+    query_metrics,
+    table_metrics,
+)
 from asyncio_lookup.spark.schema import SCHEMA_ALLOWED, parse_schema
 from asyncio_lookup.validation import parse_bool
 
@@ -146,16 +152,19 @@ class LookupTable:
         finally:
             admin.close()
 
-    def metrics(self) -> dict[str, float]:
-        """Cache and operator metrics of the tasks that joined through this table, summed over
-        the finished actions on the DataFrames ``lookup_join`` returned (batch queries).
+    def metrics(self) -> JobMetrics:
+        """Cache, operator and latency metrics of the tasks that joined through this table,
+        over the finished actions on the DataFrames ``lookup_join`` returned (batch queries):
+        a dict of name -> int | float (docs/reference.md "Metrics") with ``latency`` (merged
+        sketches), ``tasks`` and ``partial``.
 
-        Counters are summed (ints), gauges (``numCachedRecords``, latencies...) are the maximum
-        over tasks. Each successful task counts once: an attempt that failed and was run again
-        does not count. A task whose output was not read to its end (``limit``, ``show``,
-        ``take``) reports nothing. Each returned DataFrame reports one action: on a classic
-        session its first, on Spark Connect its latest. For a streaming query read the metrics
-        of each micro-batch with :meth:`progress_metrics`.
+        Counters are summed, gauges merged as documented, latency quantiles computed from the
+        merged sketches of every task. Each successful task counts once: an attempt that failed
+        and was run again does not count. A task whose output was not read to its end
+        (``limit``, ``show``, ``take``) reports the batches Spark read from it, and ``partial``
+        says so; before any action it is empty, and ``partial`` says why. Each returned
+        DataFrame reports one action: on a classic session its first, on Spark Connect its
+        latest. For a streaming query see :meth:`progress_metrics` and :meth:`query_metrics`.
         """
         return table_metrics(self.table_id)
 
@@ -165,10 +174,17 @@ class LookupTable:
         (``query.lastProgress['observedMetrics'][name]``)."""
         return observation_name(self.table_id)
 
-    def progress_metrics(self, progress: Any) -> dict[str, float]:
+    def progress_metrics(self, progress: Any) -> JobMetrics:
         """This table's metrics in one micro-batch of a streaming query: ``progress`` is
         ``query.lastProgress`` or a ``StreamingQueryListener`` event's ``progress``."""
         return progress_metrics(progress, self.table_id)
+
+    def query_metrics(self, query: Any) -> JobMetrics:
+        """This table's metrics over a whole streaming query (classic or Connect), from the
+        micro-batches of ``query.recentProgress``, each folded once and remembered across
+        calls. Spark keeps the last ``spark.sql.streaming.numRecentProgressUpdates`` (100)
+        reports: call this at least that often, or ``partial`` says reports were missed."""
+        return query_metrics(query, self.table_id)
 
     def __repr__(self) -> str:
         schema = self._schema.simpleString() if self._schema is not None else self._schema_source

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,8 @@ from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
-from asyncio_lookup.spark.metrics import GAUGES, NUM_MISSING_COLUMNS, trailer, with_metrics_column
+from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
+from asyncio_lookup.spark.metrics import reports_before, trailer, with_metrics_column
 from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
@@ -232,7 +234,8 @@ class LookupJoinTask:
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The joined batches (with the null metrics column), then the task's metrics trailer.
+        """The joined batches (with the null metrics column), some after a trailer row of the
+        metrics since the previous one, then the task's final trailer (spark/metrics.py).
         The library's errors reach Spark without its frames (:mod:`.failures`)."""
         configure_from_env()
         try:
@@ -245,25 +248,40 @@ class LookupJoinTask:
     def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = self.output_schema
         sample: pa.RecordBatch | None = None
+        pending: list[str] = []  # trailers no row could carry yet (see trailer())
+
+        def trailers() -> Iterator[pa.RecordBatch]:
+            while pending and schema is not None:
+                row = trailer(schema, pending[0], self.not_null, sample)
+                if row is None:
+                    return
+                pending.pop(0)
+                yield row
+
         joined = self._join(batches)
         with young_generation_threshold(self.gc_threshold):
             try:
                 for item in joined:
-                    if isinstance(item, pa.RecordBatch):
-                        schema = item.schema
-                        if item.num_rows:
-                            sample = item
-                        yield with_metrics_column(item)
-                    elif schema is not None:
-                        last = trailer(schema, item, self.not_null, sample)
-                        if last is not None:
-                            yield last
+                    if isinstance(item, str):  # the final trailer
+                        pending.append(item)
+                        yield from trailers()
+                        continue
+                    batch, text = item
+                    schema = batch.schema
+                    if batch.num_rows:
+                        sample = batch
+                    if text is not None:
+                        pending.append(text)
+                    yield from trailers()  # before the batch: a reader that stops counts it
+                    yield with_metrics_column(batch)
             finally:
                 joined.close()  # a consumer that stops early (limit) releases the chain now
 
     def _join(
         self, batches: Iterator[pa.RecordBatch]
-    ) -> Generator[pa.RecordBatch | dict[str, float], None, None]:
+    ) -> Generator[tuple[pa.RecordBatch, str | None] | str, None, None]:
+        """Output batches, some with the trailer of the work done since the previous one
+        (:func:`reports_before`), then the final trailer."""
         batches, partition = self._partition_of(batches)
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
@@ -271,39 +289,60 @@ class LookupJoinTask:
             chain.shared.new_task()  # a failing shared store warns once per task
         keys = self.spec.key_columns
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
-        succeeded = False
-        failed_rows = 0
+        task = uuid.uuid4().hex[:16]
+        runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
+
+        def report(failed_rows: int, final: bool, **gauges: int) -> str:
+            # Counters since the previous report (of this task, or of the previous task of
+            # this process: work between tasks, the FULL load at open, reloads). The process
+            # loop is paused while this runs (bridge.drive), so nothing counts meanwhile.
+            values = chain.metrics.take_delta()
+            record = None
+            if runner.operator is not None:
+                counters, record, _ = runner.operator.metrics.take_delta()
+                values = merge_metrics(values, counters, GAUGES)
+            values["numFailedRows"] = failed_rows  # lookup and conversion failures
+            values.update(gauges)
+            latency = {"record": record, "call": chain.metrics.drain_calls()}
+            return encode(task, values, latency, final=final)
+
         try:
-            runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
             if runner.is_async:
                 joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, self.probe)))
             else:
                 joined = runner.run_sync(map(self.probe, batches))
+            number = failed_rows = 0
             try:
-                if self.error_column is None:
-                    for item in joined:
+                for item in joined:
+                    number += 1
+                    if self.error_column is None:
                         columns.observe(item.dim_rows)
-                        yield self.output(item)
-                else:
-                    for item in joined:
+                        out = self.output(item)
+                    else:
                         columns.observe(item.dim_rows, item.failures)
                         out, failed = self.output_keeping_failures(item)
                         failed_rows += failed
-                        yield out
+                    if reports_before(number):
+                        yield out, report(failed_rows, final=False)
+                        failed_rows = 0
+                    else:
+                        yield out, None
             finally:
                 joined.close()
             if chain.shared is not None:
                 bridge.run(chain.flush())  # the loop may not run again in this process
-            succeeded = True
-        finally:
-            # Counters since the previous task of this process, including work between tasks
-            # (the FULL load at open, reloads); a failed task emits no trailer row, so its
-            # share is dropped.
-            cache = chain.metrics.take_delta()
-            release_chain(chain_id, chain)
-        if succeeded:
             fail = self.options.fail_on_missing_column
             missing = columns.report(self.table_name, chain.target, fail=fail)
-            operator = runner.operator_metrics()
-            operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
-            yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}
+            final = report(failed_rows, final=True, **{NUM_MISSING_COLUMNS: missing})
+        except GeneratorExit:
+            # The reader stopped (limit): what ran since the last trailer stays in the chain's
+            # counters for the next task of this process to report.
+            raise
+        except BaseException:
+            # A failed attempt's trailers are dropped with it; so is its unreported share.
+            chain.metrics.take_delta()
+            chain.metrics.drain_calls()
+            raise
+        finally:
+            release_chain(chain_id, chain)
+        yield final

@@ -143,3 +143,25 @@ def test_deltas_taken_while_threads_count_sum_to_the_total() -> None:
     for name in ("hitCount", "numExternalCalls", "numExternalKeys"):
         assert all(d[name] >= 0 for d in deltas)
         assert sum(d[name] for d in deltas) == 60000
+
+
+def test_call_latencies_drain_once_and_match_the_sketch() -> None:
+    from asyncio_lookup.runtime.sketch import LatencySketch
+
+    group, expected = CacheMetricGroup(), LatencySketch()
+    for ms in (0.0001, 1.0, 12.5, 250.0, 1e9):  # the zero bucket, in range, past the last
+        group.record_call(ms)  # LatencySketch.add inlined
+        expected.add(ms)
+    drained = group.drain_calls()
+    assert drained.to_json() == expected.to_json()
+    assert group.drain_calls().count == 0  # each call is reported once
+
+
+def test_counters_are_ints_and_durations_rounded_to_the_microsecond() -> None:
+    group = CacheMetricGroup()
+    group.inc("numLookups")
+    group.set_gauge("latestLoadTime", 17.000000000280124)
+    group.set_gauge("numCachedRecords", 54.0)
+    snap = group.snapshot()
+    assert type(snap["numLookups"]) is int and type(snap["numCachedRecords"]) is int
+    assert snap["latestLoadTime"] == 17.0

@@ -11,6 +11,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import OperatorMetrics, new_event_loop, process_loop
 from asyncio_lookup.runtime import loop as loop_module
 from asyncio_lookup.runtime.loop import uvloop_available
+from asyncio_lookup.runtime.sketch import LatencySketch
 
 needs_uvloop = pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
 
@@ -88,26 +89,49 @@ def test_metrics_snapshot_names_and_latency_summary() -> None:
     m.failed = 1
     snap = m.snapshot()
     assert snap == {
-        "numInFlight": 3.0,
-        "numCompleted": 4.0,
-        "numRetries": 2.0,
-        "numTimeouts": 1.0,
-        "numErrors": 1.0,
-        "numFailedRows": 1.0,
-        "latencyCount": 4.0,
+        "numInFlight": 3,
+        "numCompleted": 4,
+        "numRetries": 2,
+        "numTimeouts": 1,
+        "numErrors": 1,
+        "numFailedRows": 1,
+        "latencyCount": 4,
         "latencySumMs": 16.0,
         "latencyMaxMs": 10.0,
-        "latencyP50Ms": 3.0,
-        "latencyP99Ms": 10.0,
+        # quantiles of the sketch: within 1 % of the true ones (rank q * (n - 1), rounded down)
+        "latencyP50Ms": pytest.approx(2.0, rel=0.01),
+        "latencyP90Ms": pytest.approx(3.0, rel=0.01),
+        "latencyP99Ms": pytest.approx(3.0, rel=0.01),
+        "latencyP999Ms": pytest.approx(3.0, rel=0.01),
     }
-    assert set(snap) >= OperatorMetrics.GAUGES
+    assert all(type(snap[name]) is int for name in ("numCompleted", "latencyCount"))
     assert "numInFlight" in OperatorMetrics.GAUGES and "numCompleted" not in OperatorMetrics.GAUGES
+    assert "callLatencyCount" not in snap  # calls are timed only when asked (m.calls)
 
 
-def test_percentiles_use_the_most_recent_samples_only() -> None:
+def test_percentiles_cover_every_sample_not_the_most_recent_ones() -> None:
     m = OperatorMetrics()
     for _ in range(5000):
         m.record_latency(100.0)
     for _ in range(1024):
         m.record_latency(1.0)
-    assert m.percentile(0.99) == 1.0 and m.latency_max_ms == 100.0 and m.latency_count == 6024
+    snap = m.snapshot()
+    assert snap["latencyP99Ms"] == pytest.approx(100.0, rel=0.01)
+    assert snap["latencyP50Ms"] == pytest.approx(100.0, rel=0.01)
+    assert snap["latencyCount"] == 6024 and snap["latencyMaxMs"] == 100.0
+
+
+def test_take_delta_reports_each_count_and_latency_once() -> None:
+    m = OperatorMetrics()
+    m.calls = LatencySketch()
+    m.completed, m.in_flight = 3, 2
+    m.record_latency(5.0)
+    m.calls.add(4.0)
+    counters, record, calls = m.take_delta()
+    assert counters["numCompleted"] == 3 and counters["numInFlight"] == 2
+    assert record.count == 1 and calls is not None and calls.count == 1
+    m.completed = 5
+    m.record_latency(7.0)
+    counters, record, calls = m.take_delta()
+    assert counters["numCompleted"] == 2 and counters["numInFlight"] == 2  # a gauge: current
+    assert (record.count, record.max_ms) == (1, 7.0) and calls is not None and calls.count == 0

@@ -3,14 +3,23 @@ successful task counted once (a failed attempt that Spark runs again is not)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.spark.job_metrics import JobMetrics
 from asyncio_lookup.spark.metrics import GAUGES
 from tests.spark.conftest import is_connect
 from tests.spark.helpers import FailOnceConnector, physical_plan
@@ -80,10 +89,165 @@ def test_metrics_of_the_first_action_and_no_trailer_leaks(spark: SparkSession) -
     assert out.where(F.col("name").isNull()).count() == 0
 
 
-def test_a_partially_read_task_reports_nothing(spark: SparkSession) -> None:
+def test_a_partially_read_task_reports_the_batches_spark_read(spark: SparkSession) -> None:
     table = LookupTable(
         "Customers", SCHEMA, InMemoryConnector([r for rows in DIM.values() for r in rows], ["id"])
     )
     out = lookup_join(_probe(spark).coalesce(1), table, on=[("k", "id")])
     assert len(out.limit(5).collect()) == 5
-    assert table.metrics().get("numLookups", 0) == 0  # the one task stopped before its end
+    metrics = table.metrics()
+    # the one task stopped before its end; the batch Spark read was reported before it
+    assert metrics["numLookups"] > 0 and metrics["numCompleted"] > 0
+    assert metrics.tasks == 1
+    assert metrics.partial is not None and "stopped before the end" in metrics.partial
+
+
+def test_show_then_metrics_has_real_numbers(spark: SparkSession) -> None:
+    """The README's example, ``show()`` then ``metrics()``, on partitions with more rows than
+    ``show()`` reads (main reported ``{}`` here: each task's one trailer came after its rows)."""
+    orders = (
+        spark.range(20_000)
+        .select((F.col("id") % 7).cast("int").alias("customer_id"))
+        .repartition(3)
+    )
+    rows = [{"id": 1, "name": "Ann"}, {"id": 2, "name": "Bob"}]
+    customers = LookupTable("Customers", SCHEMA, InMemoryConnector(rows, ["id"]))
+    enriched = lookup_join(orders, customers, on=[("customer_id", "id")], how="left")
+    enriched.show()
+    metrics = customers.metrics()
+    assert 0 < metrics["numLookups"] < 20_000  # what the tasks Spark read from looked up
+    assert metrics["numCompleted"] == metrics["latencyCount"] > 0
+    assert 0 < metrics["callLatencyCount"] <= metrics["numExternalCalls"]  # finished calls
+    assert metrics.tasks >= 1 and metrics.latency["record"].count == metrics["latencyCount"]
+    assert metrics.partial is not None and "stopped before the end" in metrics.partial
+    assert type(metrics["numLookups"]) is int
+    # no cache (the default): nothing hits or misses, as docs/reference.md says
+    assert (metrics["hitCount"], metrics["missCount"], metrics["loadCount"]) == (0, 0, 0)
+
+
+def test_no_action_yet_says_so(spark: SparkSession) -> None:
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector([], ["id"]))
+    lookup_join(_probe(spark), table, on=[("k", "id")])
+    metrics = table.metrics()
+    assert metrics == {} and metrics.tasks == 0
+    assert metrics.partial is not None and "no action" in metrics.partial
+
+
+#: The known service: key k answers after SLOW_MS when k % 20 == 0 (5 % of keys), else FAST_MS.
+#: Long enough that the client's overhead stays well inside 2 % on a loaded machine (with 10
+#: runnable processes per core the median call ended 14 ms late: 0.7 % of 2 s).
+FAST_MS, SLOW_MS = 2000.0, 4000.0
+ROWS = 200  # 4 tasks of 50 rows: all in flight at once (capacity 100), few wakeups at once
+
+
+def _service_ms(key: int) -> float:
+    return SLOW_MS if key % 20 == 0 else FAST_MS
+
+
+class KnownLatency:
+    """A dim service whose answer for key k takes :func:`_service_ms` (row: id, name)."""
+
+    def lookup_function(self) -> LookupFunction:
+        return _KnownLatencySync()
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _KnownLatencyAsync()
+
+    def scan(self) -> None:
+        return None
+
+
+class _KnownLatencySync(LookupFunction):
+    def lookup(self, key: Key) -> Collection[Row]:
+        time.sleep(_service_ms(key[0]) / 1000)
+        return [{"id": key[0], "name": f"c{key[0]}"}]
+
+
+class _KnownLatencyAsync(AsyncLookupFunction):
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        await asyncio.sleep(_service_ms(key[0]) / 1000)
+        return [{"id": key[0], "name": f"c{key[0]}"}]
+
+
+def _assert_true_percentiles(metrics: JobMetrics, rows: int) -> None:
+    """p50 / p99 within 2 % of the service's (190 of 200 keys fast, 10 slow: p50 is FAST_MS,
+    p99 SLOW_MS), for records and for calls."""
+    assert metrics["latencyCount"] == metrics["callLatencyCount"] == rows, metrics
+    for prefix in ("latency", "callLatency"):
+        assert metrics[f"{prefix}P50Ms"] == pytest.approx(FAST_MS, rel=0.02), metrics
+        assert metrics[f"{prefix}P99Ms"] == pytest.approx(SLOW_MS, rel=0.02), metrics
+        assert metrics[f"{prefix}MaxMs"] >= SLOW_MS
+    assert metrics.latency["record"].count == rows and metrics.latency["call"].count == rows
+
+
+def test_job_percentiles_are_those_of_the_service(spark: SparkSession) -> None:
+    table = LookupTable("Known", SCHEMA, KnownLatency())
+    probe = spark.range(ROWS).select(F.col("id").cast("int").alias("k")).repartition(4)
+    assert lookup_join(probe, table, on=[("k", "id")]).count() == ROWS
+    metrics = table.metrics()
+    assert metrics.tasks == 4 and metrics.partial is None
+    _assert_true_percentiles(metrics, ROWS)
+
+
+def test_streaming_query_percentiles_are_those_of_the_service(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source = tmp_path / "keys"
+    source.mkdir()
+    half = ROWS // 2
+    for part in range(2):  # two micro-batches of ROWS / 2 keys, 4 tasks each
+        lines = (json.dumps({"k": k}) for k in range(part * half, (part + 1) * half))
+        (source / f"part-{part}.json").write_text("\n".join(lines))
+    stream = spark.readStream.schema("k INT").option("maxFilesPerTrigger", 1).json(str(source))
+    table = LookupTable("Known", SCHEMA, KnownLatency())
+    joined = lookup_join(stream.repartition(4), table, on=[("k", "id")])
+    query = (
+        joined.writeStream.format("memory")
+        .queryName(f"known_{uuid.uuid4().hex[:8]}")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None
+        metrics = table.query_metrics(query)
+        again = table.query_metrics(query)  # each micro-batch is folded once
+    finally:
+        query.stop()
+    assert metrics.tasks == 8 and metrics.partial is None
+    assert again == metrics and again.tasks == 8
+    _assert_true_percentiles(metrics, ROWS)
+
+
+def documented_metrics() -> set[str]:
+    """The names in the first column of docs/reference.md's "Metrics" table."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
+    section = text[text.index("\n## Metrics\n") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+
+
+def test_the_documented_metrics_are_exactly_those_returned(
+    spark: SparkSession, redis_url: str
+) -> None:
+    """A join with every kind of metric (a PARTIAL cache, a shared cache, the async operator,
+    calls): its ``metrics()`` keys and the documented names, both ways."""
+    options = {
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.max-rows": "1000",
+        "lookup.shared-cache.url": redis_url,
+        "lookup.shared-cache.namespace": f"metrics-doc-{uuid.uuid4().hex}",
+    }
+    rows = [r for found in DIM.values() for r in found]
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector(rows, ["id"]), options)
+    try:
+        assert lookup_join(_probe(spark), table, on=[("k", "id")]).count() == 60
+    finally:
+        table.invalidate_shared_cache()
+    returned = set(table.metrics())
+    documented = documented_metrics()
+    assert len(documented) >= 40
+    assert returned - documented == set(), "returned but not documented"
+    assert documented - returned == set(), "documented but not returned"

@@ -5,7 +5,6 @@ runs")."""
 from __future__ import annotations
 
 import asyncio
-import json
 import pickle
 import threading
 import uuid
@@ -25,6 +24,7 @@ from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, JoinType, KeyBindi
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.registry import chain_ids
 from asyncio_lookup.runtime.loop import process_loop
+from asyncio_lookup.spark.job_metrics import fold
 from asyncio_lookup.spark.metrics import METRICS_COLUMN
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
@@ -34,18 +34,18 @@ DIM = [{"id": i, "name": f"n{i}"} for i in range(10)] + [{"id": 4, "name": "n4-b
 COLUMNS = (DimColumn("id", "dim_id", pa.int32()), DimColumn("name", "name", pa.string()))
 
 
-def split(outputs: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[dict[str, Any]]]:
-    """A task's output: its data batches (without the metrics column), and the metrics of its
-    trailer rows (one per successful task)."""
+def split(outputs: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[str]]:
+    """A task's output: its data batches (without the metrics column), and its trailers (one
+    before its 1st, 2nd, 4th... data batch, a final one at the end of a successful task)."""
     data: list[pa.RecordBatch] = []
-    reports: list[dict[str, Any]] = []
+    reports: list[str] = []
     for batch in outputs:
         metrics = batch.column(METRICS_COLUMN)
         if metrics.null_count == len(metrics):
             data.append(batch.drop_columns([METRICS_COLUMN]))
         else:
             assert batch.num_rows == 1, "a trailer is one row"
-            reports.append(json.loads(metrics[0].as_py()))
+            reports.append(metrics[0].as_py())
     return data, reports
 
 
@@ -106,7 +106,9 @@ def test_a_partition_gathers_left_columns_and_builds_dim_columns(hint: str) -> N
         assert sorted(map(str, rows)) == sorted(map(str, expected))
     else:
         assert rows == expected
-    (metrics,) = reports
+    metrics = fold(reports)
+    assert metrics.tasks == 1 and metrics.partial is None
+    assert len(reports) == len(data) + 1  # before the 1st and 2nd output batch, the final one
     assert metrics["numLookups"] == 3
     assert ("numCompleted" in metrics) == ("async'='false" not in hint)
     assert loop_tasks() == set()
@@ -119,7 +121,7 @@ def test_a_source_without_async_runs_sync_whatever_the_hint() -> None:
     data, reports = split(task(iter(batches([1, 2]))))
     rows = [r for b in data for r in b.to_pylist()]
     assert [r["name"] for r in rows] == ["n1", "n2"]
-    assert "numCompleted" not in reports[0]
+    assert "numCompleted" not in fold(reports)
 
 
 class CountingOpens(AsyncLookupFunction):
@@ -150,7 +152,7 @@ def test_successive_tasks_of_a_process_share_one_opened_chain() -> None:
     for _ in range(3):
         data, reports = split(task(iter(batches([1, 2, 3]))))
         assert sum(b.num_rows for b in data) == 3
-        reported += len(reports)
+        reported += fold(reports).tasks
     assert CountingOpens.opens == before + 1
     assert sum(1 for c in chain_ids() if c.startswith(task.table_id)) == 1
     assert reported == 3

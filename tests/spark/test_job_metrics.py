@@ -1,0 +1,159 @@
+"""The fold of trailers into JobMetrics, without Spark: sections, kinds, partial jobs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from asyncio_lookup.runtime.sketch import LatencySketch
+from asyncio_lookup.spark import job_metrics
+from asyncio_lookup.spark.job_metrics import JobMetrics, encode, fold, register_section
+from asyncio_lookup.spark.metrics import observation_name, query_metrics
+
+
+def _sketch(*values: float) -> LatencySketch:
+    sketch = LatencySketch()
+    for value in values:
+        sketch.add(value)
+    return sketch
+
+
+@pytest.fixture
+def causes_section() -> Iterator[None]:
+    """A section registered as another module would (counts by cause, summed)."""
+
+    def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        for cause, n in b.items():
+            a[cause] = a.get(cause, 0) + n
+        return a
+
+    register_section("causes", merge, dict)
+    yield
+    job_metrics._sections.pop("causes")
+
+
+def test_counters_sum_as_ints_gauges_take_the_max_and_sketches_merge() -> None:
+    a = encode(
+        "t1",
+        {"numLookups": 3, "numCachedRecords": 5, "latestLoadTime": 1.25},
+        {"record": _sketch(1.0, 2.0), "call": _sketch(10.0)},
+        final=True,
+    )
+    b = encode(
+        "t2",
+        {"numLookups": 4.0, "numCachedRecords": 2, "latestLoadTime": 7.5, "numExternalCalls": 1},
+        {"record": _sketch(100.0), "call": None},
+        final=True,
+    )
+    metrics = fold([a, None, b])
+    assert metrics["numLookups"] == 7 and type(metrics["numLookups"]) is int
+    assert metrics["numCachedRecords"] == 5 and metrics["latestLoadTime"] == 7.5
+    assert metrics.latency["record"].count == 3 and metrics.latency["call"].count == 1
+    assert metrics["latencyCount"] == 3 and metrics["latencyMaxMs"] == 100.0
+    assert metrics["latencyP50Ms"] == pytest.approx(2.0, rel=0.01)
+    assert metrics["callLatencyCount"] == 1 and metrics["callLatencyP99Ms"] == 10.0
+    assert metrics.tasks == 2 and metrics.partial is None
+
+
+def test_latencies_are_rounded_to_the_microsecond() -> None:
+    text = encode("t", {"numCompleted": 1}, {"record": _sketch(17.000000000280124)}, final=True)
+    metrics = fold([text])
+    assert metrics["latencyMaxMs"] == 17.0 and metrics["latencySumMs"] == 17.0
+
+
+def test_a_task_without_its_final_trailer_makes_the_figures_partial() -> None:
+    first = encode("t1", {"numLookups": 2}, {}, final=False)
+    done = [encode("t2", {"numLookups": 1}, {}, final=False), encode("t2", {}, {}, final=True)]
+    metrics = fold([first, *done])
+    assert metrics["numLookups"] == 3 and metrics.tasks == 2
+    assert metrics.partial is not None and metrics.partial.startswith("1 of 2 tasks stopped")
+
+
+def test_a_registered_section_is_merged_and_an_unknown_one_left_out(
+    causes_section: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    trailers = [
+        encode("t1", {}, {}, final=True, sections={"causes": {"TimeoutError": 2}}),
+        encode("t2", {}, {}, final=True, sections={"causes": {"TimeoutError": 1, "429": 4}}),
+        encode("t3", {}, {}, final=True, sections={"future": [1]}),
+    ]
+    with caplog.at_level(logging.WARNING):
+        metrics = fold(trailers)
+    assert metrics.sections == {"causes": {"TimeoutError": 3, "429": 4}}
+    assert "no merger for trailer section 'future'" in caplog.text
+
+
+def test_a_section_may_not_reuse_the_task_s_own_keys() -> None:
+    with pytest.raises(ValueError, match="'final'"):
+        register_section("final", lambda a, b: a)
+    with pytest.raises(ValueError, match="written by the task itself"):
+        encode("t", {}, {}, final=True, sections={"values": {}})
+
+
+def test_a_trailer_of_another_format_names_both_formats() -> None:
+    old: dict[str, Any] = {"numLookups": 3}  # the flat trailer of versions before format 2
+    with pytest.raises(ValueError, match="format None; this version reads format 2"):
+        fold([json.dumps(old)])
+
+
+def test_job_metrics_is_a_dict_with_attributes() -> None:
+    metrics = JobMetrics({"numLookups": 1}, tasks=1, partial="why")
+    assert metrics == {"numLookups": 1} and isinstance(metrics, dict)
+    assert set(metrics.latency) == {"record", "call"} and metrics.latency["call"].count == 0
+    assert "partial='why'" in repr(metrics)
+
+
+class _Conf:
+    def get(self, name: str, default: Any = None) -> str:
+        assert name == "spark.sql.streaming.numRecentProgressUpdates"
+        return "3"
+
+
+class _Session:
+    conf = _Conf()
+
+
+class FakeQuery:
+    """What query_metrics reads of a streaming query: ``id``, ``recentProgress`` (Spark keeps
+    the last 3 here) and the session's conf."""
+
+    def __init__(self) -> None:
+        self.id = uuid.uuid4().hex
+        self._session = _Session()
+        self.progress: list[dict[str, Any]] = []
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        return self.progress[-3:]
+
+    def run_batch(self, batch_id: int, lookups: int) -> None:
+        trailer = encode(f"task-{batch_id}", {"numLookups": lookups}, {}, final=True)
+        observed = {observation_name("T"): {"tasks": [trailer]}}
+        self.progress.append({"batchId": batch_id, "observedMetrics": observed})
+
+
+def test_query_metrics_fold_each_micro_batch_once_across_calls() -> None:
+    query = FakeQuery()
+    query.run_batch(0, 1)
+    query.run_batch(1, 2)
+    assert query_metrics(query, "T")["numLookups"] == 3
+    query.run_batch(2, 4)
+    query.run_batch(3, 8)  # batch 0 falls out of recentProgress, but was read before
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 15 and metrics.tasks == 4 and metrics.partial is None
+
+
+def test_query_metrics_say_when_progress_reports_fell_out_unread() -> None:
+    query = FakeQuery()
+    for batch_id in range(5):
+        query.run_batch(batch_id, 1)
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 3  # batches 2, 3, 4: what recentProgress still holds
+    assert metrics.partial is not None and "fell out of recentProgress (it keeps 3)" in (
+        metrics.partial
+    )
