@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.runtime.causes import FAILURES, TIMEOUT_CAUSE, TIMEOUTS
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
 from asyncio_lookup.runtime.metrics import SAMPLES, OperatorMetrics
 
 _SAMPLE_MASK = SAMPLES - 1
+_TIMED_OUT = {TIMEOUTS: 1}  # one deadline that expired, for Causes.add
 
 
 class State(enum.Enum):
@@ -193,6 +195,7 @@ class ResultHandler:
         metrics = run.metrics
         metrics.in_flight -= 1
         metrics.errors += 1
+        metrics.causes.record(FAILURES, error)
         on_error = run.on_error
         if on_error is None:
             run.fail(error)
@@ -224,6 +227,7 @@ class ResultHandler:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""
         run = self.run
         run.metrics.timeouts += 1
+        run.metrics.causes.add(TIMEOUT_CAUSE, _TIMED_OUT, TIMEOUT_MESSAGE)
         self.cancel()
         if not run.timeout_hook:
             self.complete_exceptionally(TimeoutError(TIMEOUT_MESSAGE))

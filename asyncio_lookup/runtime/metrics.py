@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from asyncio_lookup.runtime.causes import Causes
+
 SAMPLES = 1024  # latency samples kept for the percentiles (the most recent ones); a power of 2
 
 
@@ -23,6 +25,7 @@ class OperatorMetrics:
     """Snapshot names to merge by max across tasks; every other name is summed."""
 
     __slots__ = (
+        "causes",
         "completed",
         "errors",
         "failed",
@@ -46,6 +49,7 @@ class OperatorMetrics:
         self.latency_sum_ms = 0.0
         self.latency_max_ms = 0.0
         self.samples: list[float] = [0.0] * SAMPLES  # a ring: sample n at n % SAMPLES
+        self.causes = Causes()  # failures, retries and timeouts by cause (runtime/causes.py)
 
     def record_latency(self, ms: float) -> None:
         """Add one completed record's latency in milliseconds."""

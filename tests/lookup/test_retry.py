@@ -157,7 +157,7 @@ def test_miss_retry_is_the_same_kind_of_policy() -> None:
     retry = MissRetry(delay=2.0, max_attempts=5)
     counted: list[None] = []
     rows = retry.call(
-        (1,), lambda: answers.pop(0), sleep=clock.sleep, on_retry=lambda: counted.append(None)
+        (1,), lambda: answers.pop(0), sleep=clock.sleep, on_retry=lambda _error, _attempt: counted.append(None)
     )
     assert rows == [ROW] and clock.sleeps == [2.0, 2.0] and len(counted) == 2
     assert MissRetry(delay=1.0, max_attempts=1).call((1,), list, sleep=clock.sleep) == []
