@@ -33,8 +33,8 @@ _CHAIN_DEPTH = 8  # errors followed through __cause__ / __context__ (connectors 
 
 
 def cause_of(error: BaseException) -> str:
-    """The cause of ``error``: ``HTTP <status>``, else the innermost non-library exception
-    class of its chain, else its own class name."""
+    """The cause of ``error``: ``HTTP <status>``, else the innermost exception class of its
+    chain that is neither the library's nor a ``BaseException`` only, else its own class."""
     from asyncio_lookup.errors import AsyncLookupError
 
     chain = _chain(error)
@@ -43,7 +43,8 @@ def cause_of(error: BaseException) -> str:
         if isinstance(status, int) and not isinstance(status, bool):
             return f"HTTP {status}"
     for link in reversed(chain):
-        if not isinstance(link, AsyncLookupError):
+        # a CancelledError is how a timeout stops a call (its context), not what went wrong
+        if isinstance(link, Exception) and not isinstance(link, AsyncLookupError):
             return type(link).__name__
     return type(error).__name__
 

@@ -88,17 +88,21 @@ def _zero(data_type: pa.DataType) -> Any:
     return 0
 
 
-def encode(metrics: Mapping[str, float]) -> str:
-    """One task's metrics as JSON; counters as ints."""
-    return json.dumps({k: v if k in GAUGES else int(v) for k, v in metrics.items()})
+def encode(metrics: Mapping[str, Any]) -> str:
+    """One task's metrics as JSON; counters as ints (a section, a JSON object, as it is)."""
+    return json.dumps(
+        {k: v if k in GAUGES or isinstance(v, Mapping) else int(v) for k, v in metrics.items()}
+    )
 
 
 def fold(trailers: Iterable[str | None]) -> dict[str, float]:
-    """Merge tasks' JSON metrics: counters summed (ints), gauges by max."""
+    """Merge tasks' JSON metrics: counters summed (ints), gauges by max (sections skipped:
+    :func:`table_trailers` gives them to their readers)."""
     merged: dict[str, float] = {}
     for text in trailers:
         if text:
-            merged = merge_metrics(merged, json.loads(text), GAUGES)
+            values = {k: v for k, v in json.loads(text).items() if not isinstance(v, dict)}
+            merged = merge_metrics(merged, values, GAUGES)
     return merged
 
 
@@ -214,6 +218,11 @@ def _result_observed(df: Any, name: str) -> list[str] | None:
 
 def table_metrics(metrics_id: str) -> dict[str, float]:
     """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped."""
+    return fold(table_trailers(metrics_id))
+
+
+def table_trailers(metrics_id: str) -> list[str]:
+    """The trailers (one JSON object per task) behind :func:`table_metrics`."""
     with _lock:
         observations = _live(_observations, metrics_id)
     trailers: list[str] = []
@@ -224,7 +233,7 @@ def table_metrics(metrics_id: str) -> dict[str, float]:
         results = _live(_results, metrics_id)
     for df, name in results:
         trailers.extend(_result_observed(df, name) or ())
-    return fold(trailers)
+    return trailers
 
 
 def progress_metrics(progress: Any, metrics_id: str) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
+from asyncio_lookup.lookup.advice import SECTION
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.chain_build import target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
@@ -24,6 +26,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.advice import join_section
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
@@ -269,6 +272,7 @@ class LookupJoinTask:
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
         if chain.shared is not None:
             chain.shared.new_task()  # a failing shared store warns once per task
+        started = time.monotonic()  # for the task's warnings (spark/advice.py)
         keys = self.spec.key_columns
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         succeeded = False
@@ -300,10 +304,15 @@ class LookupJoinTask:
             # (the FULL load at open, reloads); a failed task emits no trailer row, so its
             # share is dropped.
             cache = chain.metrics.take_delta()
+            causes = chain.metrics.causes.take()
             release_chain(chain_id, chain)
         if succeeded:
             fail = self.options.fail_on_missing_column
             missing = columns.report(self.table_name, chain.target, fail=fail)
             operator = runner.operator_metrics()
             operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
-            yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}
+            metrics = {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}
+            # the task's warnings, logged once each, and its causes section (spark/advice.py)
+            seconds = time.monotonic() - started
+            report = join_section(self, chain, runner, metrics, causes, columns, seconds)
+            yield {**metrics, SECTION: report}
