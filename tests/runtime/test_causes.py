@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncio_lookup.errors import HttpStatusError, LookupFailedError, TransientError
-from asyncio_lookup.runtime import AsyncWaitOperator, RetryStrategies, OperatorMetrics
+from asyncio_lookup.runtime import AsyncWaitOperator, OperatorMetrics, RetryStrategies
 from asyncio_lookup.runtime.causes import (
     FAILURES,
     KINDS,
