@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.lookup.advice import SECTION
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
@@ -26,6 +28,7 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.advice import map_section
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
@@ -173,6 +176,7 @@ class AsyncMapTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         configure_from_env()
+        started = time.monotonic()  # for the task's warnings (spark/advice.py)
         operator = self.operator()
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows
@@ -192,13 +196,17 @@ class AsyncMapTask:
                     yield batch if self.metrics_id is None else with_metrics_column(batch)
             finally:
                 outputs.close()
+        # the task's warnings, logged once each, and its causes section (spark/advice.py)
+        seconds = time.monotonic() - started
+        report = map_section(self.name, operator.metrics, self.capacity, operator.timeout, seconds)
         if self.metrics_id is not None:
             metrics = operator.metrics.snapshot()
             metrics["numFailedRows"] = float(failed_rows)  # the function's and conversion's
             schema = (
                 self.schema if self.error_field is None else self.schema.append(self.error_field)
             )
-            yield trailer(schema, metrics)
+            with_section: dict[str, Any] = {**metrics, SECTION: report}
+            yield trailer(schema, with_section)
 
 
 @dataclass(frozen=True)

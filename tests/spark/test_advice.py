@@ -21,7 +21,8 @@ from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.lookup.functions import AsyncLookupFunction
-from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.runtime import AsyncFunction, RetryStrategies
+from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from asyncio_lookup.spark.advice import summary, warnings_of
 
 pytestmark = pytest.mark.spark
@@ -110,3 +111,33 @@ def test_a_full_listen_backlog_is_one_warning_per_task_and_cause(
     assert f"of {KEYS:,} lookups were retried" in text
     assert f"after {first.cause}" in text and "lower 'capacity'" in text
     assert f"cause {first.cause}:" in text
+
+
+class _ResetOnce(AsyncFunction[dict[str, Any], dict[str, Any]]):
+    """Each row's first call fails as a reset connection would; its retry succeeds."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        if row["id"] not in self.seen:
+            self.seen.add(row["id"])
+            raise ConnectionResetError(104, f"reset by http://user:s3cret@svc/{row['id']}")
+        return [{"id": row["id"]}]
+
+
+def test_async_map_retries_are_summarised_by_cause(spark: SparkSession) -> None:
+    metrics_id = f"reset-{uuid.uuid4().hex[:8]}"
+    retry = RetryStrategies.fixed_delay(2, 0.001, None, lambda e: isinstance(e, OSError))
+    rows = spark.range(0, 200, 1, 2).selectExpr("CAST(id AS INT) AS id")
+    out = async_map(rows, _ResetOnce(), "id INT", 30.0, retry_strategy=retry, metrics_id=metrics_id)
+    assert out.count() == 200
+    (warning,) = warnings_of(metrics_id)
+    assert (warning.code, warning.cause, warning.tasks) == (
+        "retry-storm",
+        "ConnectionResetError",
+        2,
+    )
+    text = summary(metrics_id)
+    assert "200 of 200 records were retried (200 retries) after ConnectionResetError" in text
+    assert "s3cret" not in text and "http://user:***@svc/" in text
