@@ -96,6 +96,13 @@ class Causes:
             _add(self._by_cause, cause, counts, message, first=True)
             _cap(self._by_cause)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return self.to_json()  # a lock does not pickle
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._by_cause = merge({}, state)
+        self._lock = threading.Lock()
+
     def __bool__(self) -> bool:
         return bool(self._by_cause)
 

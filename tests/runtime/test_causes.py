@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 from hypothesis import given, settings
@@ -83,11 +84,13 @@ def test_distinct_causes_are_capped_and_the_rest_counted_as_other() -> None:
     assert total(data, RETRIES) == MAX_CAUSES + 5
 
 
-def test_take_leaves_it_empty() -> None:
+def test_take_leaves_it_empty_and_causes_pickle() -> None:
     causes = Causes()
     causes.record(TIMEOUTS, TimeoutError())
     taken = causes.take()
     assert taken.count("TimeoutError", TIMEOUTS) == 1 and not causes
+    assert pickle.loads(pickle.dumps(taken)).to_json() == taken.to_json()
+    assert pickle.loads(pickle.dumps(OperatorMetrics())).causes.to_json() == {}
 
 
 names = st.sampled_from([f"E{n}" for n in range(MAX_CAUSES + 6)] + [OTHER, "HTTP 503"])
