@@ -26,41 +26,42 @@ from asyncio_lookup.spark.missing import MissingColumns, describe
 if TYPE_CHECKING:
     from asyncio_lookup.lookup.chain import LookupChain
     from asyncio_lookup.lookup.join import LookupJoinRunner
+    from asyncio_lookup.lookup.rate import TaskRate
     from asyncio_lookup.runtime.metrics import OperatorMetrics
-    from asyncio_lookup.spark.task import LookupJoinTask
 
 log = logging.getLogger(__name__)
 
 
 def join_section(
-    task: LookupJoinTask,
     chain: LookupChain,
     runner: LookupJoinRunner[Any],
+    rate: TaskRate | None,
     metrics: Mapping[str, float],
     chain_causes: causes_.Causes,
     columns: MissingColumns,
     seconds: float,
 ) -> dict[str, Any]:
-    """A lookup-join task's warnings, logged once each at WARN, and its section."""
+    """A lookup-join task's warnings, logged once each at WARN, and its section (``rate``:
+    the task's share of ``lookup.rate-limit``)."""
     operator = runner.operator
     found = causes_.merge(
         chain_causes.to_json(), operator.metrics.causes.to_json() if operator is not None else {}
     )
-    hint, options = task.hint, task.options
+    hint, options = runner.hint, chain.options
     facts = Facts(
-        table=task.table_name,
+        table=chain.name,
         target=chain.target,
         capacity=hint.capacity if runner.is_async else None,
         timeout=hint.timeout if runner.is_async else None,
         max_retries=options.max_retries,
         max_rows=options.partial_max_rows,
-        rate=task.rate.rate if task.rate is not None else None,
+        rate=rate.rate if rate is not None else None,
     )
     advice = task_advice(metrics, found, facts, seconds)
     log_advice(advice)  # the missing columns are logged by MissingColumns.report
     missing = columns.missing
     if missing:
-        text = describe(task.table_name, chain.target, missing, columns.sample)
+        text = describe(chain.name, chain.target, missing, columns.sample)
         advice.append(missing_columns_advice(facts, len(missing), text))
     return section(found, advice)
 

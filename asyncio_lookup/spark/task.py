@@ -314,5 +314,5 @@ class LookupJoinTask:
             metrics = {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}
             # the task's warnings, logged once each, and its causes section (spark/advice.py)
             seconds = time.monotonic() - started
-            report = join_section(self, chain, runner, metrics, causes, columns, seconds)
+            report = join_section(chain, runner, self.rate, metrics, causes, columns, seconds)
             yield {**metrics, SECTION: report}
