@@ -19,6 +19,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.metrics import (
+    EVICTION_COUNT,
     HIT_COUNT,
     MISS_COUNT,
     NUM_CACHED_BYTES,
@@ -199,6 +200,8 @@ class DefaultLookupCache:
                 self._bytes += nbytes
                 while self.maximum_size is not None and len(self._by_use) > self.maximum_size:
                     self._remove(next(iter(self._by_use)))
+                    if self._metrics is not None:
+                        self._metrics.inc(EVICTION_COUNT)
         return None if previous is None else list(previous.rows)
 
     def invalidate(self, key: Key) -> None:

@@ -48,6 +48,7 @@ from asyncio_lookup.lookup.scope import (
     release_cache,
     scope_key,
 )
+from asyncio_lookup.runtime.causes import FAILURES, RETRIED, RETRIES
 
 
 class LookupChain:
@@ -290,6 +291,8 @@ class LookupChain:
                 self.metrics.inc(NUM_LOAD_FAILURES)
                 raise
         except Exception as error:
+            # the sync join's final errors (the async ones are the operator's, runtime/handler.py)
+            self.metrics.causes.record(FAILURES, error)
             named = self._named(error, key)
             raise named from named.__cause__
         self._loaded(key, rows, started)
@@ -445,10 +448,14 @@ class LookupChain:
         self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
         self.cache.put(key, rows)
 
-    def _count_failure_retry(self) -> None:
+    def _count_failure_retry(self, error: BaseException | None, attempt: int) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
+        causes = self.metrics.causes
+        causes.record(RETRIES, error)
+        if attempt == 1:
+            causes.record(RETRIED, error)
 
-    def _count_miss_retry(self) -> None:
+    def _count_miss_retry(self, _error: BaseException | None, _attempt: int) -> None:
         self.metrics.inc(NUM_MISS_RETRIES)
 
 

@@ -15,7 +15,7 @@ from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, LookupFunction, LookupTableSource
 from asyncio_lookup.lookup.l2.settings import default_namespace
 from asyncio_lookup.lookup.l2.tier import SharedTier
-from asyncio_lookup.lookup.metrics import NUM_THROTTLED, CacheMetricGroup
+from asyncio_lookup.lookup.metrics import NUM_THROTTLED, THROTTLED_TIME_MS, CacheMetricGroup
 from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
@@ -174,13 +174,23 @@ def build_parts(
         def throttled() -> None:
             metrics.inc(NUM_THROTTLED)
 
+        def waited(seconds: float) -> None:
+            metrics.inc(THROTTLED_TIME_MS, round(seconds * 1000.0))
+
         if sync_function is not None:
             chosen = clock or MONOTONIC
             sync_function = RateLimitedSyncLookup(
-                sync_function, rate, sleep=chosen.sleep, clock=chosen.now, on_throttle=throttled
+                sync_function,
+                rate,
+                sleep=chosen.sleep,
+                clock=chosen.now,
+                on_throttle=throttled,
+                on_wait=waited,
             )
         if async_function is not None:
-            async_function = RateLimitedLookup(async_function, rate, on_throttle=throttled)
+            async_function = RateLimitedLookup(
+                async_function, rate, on_throttle=throttled, on_wait=waited
+            )
     return ChainParts(
         is_async=plan.is_async,
         sync_function=sync_function,

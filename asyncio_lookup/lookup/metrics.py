@@ -14,6 +14,7 @@ from math import log
 from threading import get_ident
 from typing import ClassVar
 
+from asyncio_lookup.runtime.causes import Causes
 from asyncio_lookup.runtime.metrics import ms as round_ms
 from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT, LatencySketch
 
@@ -31,6 +32,8 @@ NUM_COALESCED = "numCoalescedLookups"
 NUM_MISS_RETRIES = "numLookupMissRetries"
 NUM_FAILURE_RETRIES = "numFailureRetries"
 NUM_THROTTLED = "numThrottledCalls"
+EVICTION_COUNT = "evictionCount"
+THROTTLED_TIME_MS = "throttledTimeMs"
 # per cache level, with a shared cache (lookup.shared-cache.*): L1 is the process's cache
 L1_HIT_COUNT = "l1HitCount"
 L2_HIT_COUNT = "l2HitCount"
@@ -64,7 +67,10 @@ class CacheMetricGroup:
       connector (a batch is one call); ``numExternalKeys``: keys sent in those calls;
       ``numCoalescedLookups``: connector loads saved by sharing an in-flight call for the same key;
       ``numLookupMissRetries`` / ``numFailureRetries``: retries on empty result / on error;
-      ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.12).
+      ``numThrottledCalls``: calls of a rate-limited table answered 429 / 503 (semantics §2.12);
+      ``throttledTimeMs``: time in ms during which calls waited for a token of the rate limit.
+    - ``evictionCount``: entries the PARTIAL cache dropped to stay within its ``max-rows``.
+    - ``causes``: failures, retries and timeouts by cause (:mod:`asyncio_lookup.runtime.causes`).
     - With a shared cache (:meth:`enable_levels`): ``l1HitCount`` (= ``hitCount``, the
       process's cache), ``l2HitCount`` / ``l2MissCount`` (lookups answered by the shared store /
       sent on to the service), ``l2ErrorCount`` (failed or timed-out store calls),
@@ -86,6 +92,8 @@ class CacheMetricGroup:
         NUM_MISS_RETRIES,
         NUM_FAILURE_RETRIES,
         NUM_THROTTLED,
+        THROTTLED_TIME_MS,
+        EVICTION_COUNT,
     )
     GAUGES: ClassVar[frozenset[str]] = frozenset(
         {LATEST_LOAD_TIME, NUM_CACHED_RECORDS, NUM_CACHED_BYTES}
@@ -106,6 +114,7 @@ class CacheMetricGroup:
         # one take_delta at a time: its snapshot and its update of _reported go together
         self._delta_lock = threading.Lock()
         self._levels = False
+        self.causes = Causes()
 
     def enable_levels(self) -> None:
         """Report the per-level metrics (a chain with a shared cache), zeros included."""

@@ -27,17 +27,19 @@ from asyncio_lookup.runtime.function import (
 
 class RateLimitedLookup(AsyncLookupFunction):
     """``function`` behind a :class:`RateLimiter`: each point or batch call takes one token.
-    ``on_throttle`` is called for each throttling answer (the chain's metric)."""
+    ``on_throttle`` is called for each throttling answer, ``on_wait`` with the seconds calls
+    waited for a token (the chain's metrics)."""
 
     def __init__(
         self,
         function: AsyncLookupFunction,
         limit: TaskRate,
         on_throttle: Callable[[], None] = lambda: None,
+        on_wait: Callable[[float], None] | None = None,
     ) -> None:
         self.function = function
         self.limit = limit
-        self.limiter = RateLimiter(limit)
+        self.limiter = RateLimiter(limit, on_wait=on_wait)
         self._on_throttle = on_throttle
 
     async def open(self) -> None:
@@ -92,9 +94,10 @@ class RateLimitedSyncLookup(LookupFunction):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] | None = None,
         on_throttle: Callable[[], None] = lambda: None,
+        on_wait: Callable[[float], None] | None = None,
     ) -> None:
         self.function = function
-        self.limiter = RateLimiter(limit, clock=clock or time.monotonic)
+        self.limiter = RateLimiter(limit, clock=clock or time.monotonic, on_wait=on_wait)
         self._sleep = sleep
         self._on_throttle = on_throttle
 

@@ -23,9 +23,17 @@ class RateLimiter:
     arrival order; a cancelled waiter takes nothing.
     """
 
-    def __init__(self, limit: TaskRate, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        limit: TaskRate,
+        clock: Callable[[], float] | None = None,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> None:
         self.limit = limit
         self._clock = clock
+        # told the seconds of each span during which calls waited for a token (throttled time)
+        self._on_wait = on_wait
+        self._waiting_since: float | None = None
         self._bucket: TokenBucket | None = None
         self.aimd = Aimd(limit.rate) if limit.adaptive else None
         self.in_flight = 0
@@ -64,6 +72,8 @@ class RateLimiter:
             self.in_flight += 1
             return now
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        if self._waiting_since is None:
+            self._waiting_since = now
         self._waiters.append(future)
         self._pump()
         try:
@@ -122,6 +132,13 @@ class RateLimiter:
             waiters.popleft()
             self.in_flight += 1
             head.set_result(now)
+        self._waited()
+
+    def _waited(self) -> None:
+        """No call waits any more: report the span since the first one began to."""
+        since, self._waiting_since = self._waiting_since, None
+        if since is not None and self._on_wait is not None:
+            self._on_wait(max(0.0, self._now() - since))
 
     def close(self) -> None:
         if self._timer is not None:
@@ -140,6 +157,8 @@ class RateLimiter:
                     self.in_flight += 1
                     return now
             sleep(delay)
+            if self._on_wait is not None:
+                self._on_wait(delay)
 
     def release_blocking(
         self, sent_at: float, error: BaseException | None, *, answered: bool = True

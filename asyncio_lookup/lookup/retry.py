@@ -34,6 +34,19 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientError, ConnectionE
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_BACKOFF = 10.0
 
+OnRetry = Callable[[BaseException | None, int], None]
+"""Called before each retry with the error retried (None: a result was) and the number of the
+attempt that gave it (1: the lookup's first retry follows)."""
+
+
+def _ignore(_error: BaseException | None, _attempt: int) -> None:
+    pass
+
+
+def _error_of(state: tenacity.RetryCallState) -> BaseException | None:
+    outcome = state.outcome
+    return outcome.exception() if outcome is not None and outcome.failed else None
+
 
 def is_transient(error: BaseException) -> bool:
     """True for errors a retry may fix."""
@@ -79,7 +92,7 @@ class RetryPolicy(ABC):
             raise first
         return None
 
-    def _settings(self, key: Key, on_retry: Callable[[], None]) -> dict[str, Any]:
+    def _settings(self, key: Key, on_retry: OnRetry) -> dict[str, Any]:
         def retry(state: tenacity.RetryCallState) -> bool:
             outcome = state.outcome
             assert outcome is not None
@@ -90,7 +103,7 @@ class RetryPolicy(ABC):
         return {
             **self._tenacity(),
             "retry": retry,
-            "before_sleep": lambda _state: on_retry(),
+            "before_sleep": lambda state: on_retry(_error_of(state), state.attempt_number),
             "retry_error_callback": lambda state: self._give_up(key, state),
         }
 
@@ -100,7 +113,7 @@ class RetryPolicy(ABC):
         attempt: Callable[[], T],
         *,
         sleep: Callable[[float], None],
-        on_retry: Callable[[], None] = lambda: None,
+        on_retry: OnRetry = _ignore,
     ) -> T:
         """Run ``attempt()`` until this policy is satisfied, sleeping with ``sleep`` (blocks)."""
         try:
@@ -117,7 +130,7 @@ class RetryPolicy(ABC):
         *,
         failed: bool,
         sleep: Callable[[float], None],
-        on_retry: Callable[[], None] = lambda: None,
+        on_retry: OnRetry = _ignore,
     ) -> T:
         """:meth:`call` after its first attempt, made by the caller, gave ``first`` (its error
         when ``failed``): a hot path makes that attempt inline and calls this only when it
@@ -134,7 +147,7 @@ class RetryPolicy(ABC):
         attempt: Callable[[], Awaitable[T]],
         *,
         sleep: Callable[[float], Awaitable[None]],
-        on_retry: Callable[[], None] = lambda: None,
+        on_retry: OnRetry = _ignore,
     ) -> T:
         """:meth:`call` for async attempts, waiting with ``sleep`` (loop timers)."""
         try:
@@ -155,7 +168,7 @@ class RetryPolicy(ABC):
         *,
         failed: bool,
         sleep: Callable[[float], Awaitable[None]],
-        on_retry: Callable[[], None] = lambda: None,
+        on_retry: OnRetry = _ignore,
     ) -> T:
         """:meth:`resume` for async attempts."""
         replay = self._take_over(first, failed)

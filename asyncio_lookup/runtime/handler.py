@@ -15,11 +15,13 @@ from math import log
 from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.runtime.causes import FAILURES, TIMEOUT_CAUSE, TIMEOUTS
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT
 
 _LAST_BUCKET = BUCKETS - 1
+_TIMED_OUT = {TIMEOUTS: 1}  # one deadline that expired, for Causes.add
 
 
 class State(enum.Enum):
@@ -208,6 +210,7 @@ class ResultHandler:
         metrics = run.metrics
         metrics.in_flight -= 1
         metrics.errors += 1
+        metrics.causes.record(FAILURES, error)
         on_error = run.on_error
         if on_error is None:
             run.fail(error)
@@ -239,6 +242,7 @@ class ResultHandler:
         """The deadline passed: cancel the running attempt; the timeout hook decides."""
         run = self.run
         run.metrics.timeouts += 1
+        run.metrics.causes.add(TIMEOUT_CAUSE, _TIMED_OUT, TIMEOUT_MESSAGE)
         self.cancel()
         if not run.timeout_hook:
             self.complete_exceptionally(TimeoutError(TIMEOUT_MESSAGE))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from asyncio_lookup.runtime.causes import Causes
 from asyncio_lookup.runtime.sketch import LatencySketch
 
 #: The quantiles a snapshot reports, by name suffix (``latencyP50Ms`` ... ``latencyP999Ms``).
@@ -65,6 +66,7 @@ class OperatorMetrics:
     __slots__ = (
         "_reported",
         "calls",
+        "causes",
         "completed",
         "errors",
         "failed",
@@ -84,6 +86,7 @@ class OperatorMetrics:
         self.latency = LatencySketch()
         self.calls: LatencySketch | None = None
         self._reported: dict[str, int] = {}
+        self.causes = Causes()  # failures, retries and timeouts by cause (runtime/causes.py)
 
     def record_latency(self, ms: float) -> None:
         """Add one completed record's latency in milliseconds (the handler inlines this)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from asyncio_lookup.runtime.causes import RETRIED, RETRIES
 from asyncio_lookup.runtime.handler import ResultHandler, State, result_type_error
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy
 
@@ -38,14 +39,19 @@ class RetryPolicy:
         return max(0.0, float(delay))
 
 
+#: The cause of a retry the result predicate asked for (no error).
+RESULT_CAUSE = "result predicate"
+
+
 class RetryingHandler:
     """One record's attempts under a retry policy, delegating final outcomes to its handler."""
 
-    __slots__ = ("handler", "policy")
+    __slots__ = ("error", "handler", "policy")
 
     def __init__(self, handler: ResultHandler, policy: RetryPolicy) -> None:
         self.handler = handler
         self.policy = policy
+        self.error: BaseException | None = None  # what the scheduled retry follows
 
     @property
     def attempts(self) -> int:
@@ -71,6 +77,7 @@ class RetryingHandler:
         except Exception as predicate_error:
             handler.complete_exceptionally(predicate_error)
             return
+        self.error = None
         if not (retryable and self._retry()):
             handler.complete(result)
 
@@ -88,6 +95,7 @@ class RetryingHandler:
             predicate_error.__cause__ = error
             handler.complete_exceptionally(predicate_error)
             return
+        self.error = error
         if not (retryable and self._retry()):
             handler.complete_exceptionally(error)
 
@@ -111,5 +119,11 @@ class RetryingHandler:
         if run.closed or handler.state is not State.PENDING:
             return
         run.metrics.retries += 1
-        handler.attempts = handler.attempts_made() + 1
+        attempts = handler.attempts_made()
+        error, cause = self.error, None if self.error is not None else RESULT_CAUSE
+        causes = run.metrics.causes
+        causes.record(RETRIES, error, cause)
+        if attempts == 1:
+            causes.record(RETRIED, error, cause)
+        handler.attempts = attempts + 1
         handler.start(self)

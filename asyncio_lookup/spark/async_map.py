@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
+from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
@@ -24,10 +26,12 @@ from asyncio_lookup.runtime import (
     OutputMode,
     RetryStrategies,
 )
+from asyncio_lookup.runtime import causes as causes_
 from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.advice import map_advice
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
@@ -179,20 +183,34 @@ class AsyncMapTask:
         """The output batches; with ``metrics_id`` some after a trailer row of the metrics
         since the previous one (``reports_before``), then a final trailer (spark/metrics.py)."""
         configure_from_env()
+        started = time.monotonic()  # for the task's warnings (spark/advice.py)
         operator = self.operator()
         metrics = operator.metrics
         if self.metrics_id is not None:
             metrics.calls = LatencySketch()  # every call of the function, timed
         task = uuid.uuid4().hex[:16]
         schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
+        total_causes: dict[str, Any] = {}  # the task's, for its warnings
+
+        def warnings() -> list[Advice]:
+            # the task's warnings, logged once each; its counters are the operator's totals
+            seconds = time.monotonic() - started
+            found = causes_.merge(total_causes, metrics.causes.to_json())
+            capacity, timeout = self.capacity, operator.timeout
+            return map_advice(self.name, metrics.counters(), found, capacity, timeout, seconds)
 
         def report(failed_rows: int, final: bool) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
+            nonlocal total_causes
+            advice = warnings() if final else []
             counters, record, calls = metrics.take_delta()
+            found = metrics.causes.take().to_json()
+            total_causes = causes_.merge(total_causes, found)
             values: dict[str, int | float] = dict(counters)
             values["numFailedRows"] = failed_rows  # the function's and conversion's
             latency = {"record": record, "call": calls}
-            return trailer(schema, encode(task, values, latency, final=final))
+            sections = {SECTION: section(found, advice)}
+            return trailer(schema, encode(task, values, latency, final=final, sections=sections))
 
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows
@@ -221,10 +239,12 @@ class AsyncMapTask:
                     yield with_metrics_column(batch)
             finally:
                 outputs.close()
-        if self.metrics_id is not None:
-            last = report(failed_rows, final=True)
-            if last is not None:
-                yield last
+        if self.metrics_id is None:
+            warnings()
+            return
+        last = report(failed_rows, final=True)
+        if last is not None:
+            yield last
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from asyncio_lookup.lookup.advice import SECTION as CAUSES
+from asyncio_lookup.lookup.advice import Advice, driver_summary, merge_sections
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
 from asyncio_lookup.runtime.metrics import OperatorMetrics, latency_names
 from asyncio_lookup.runtime.sketch import LatencySketch
@@ -91,6 +93,7 @@ def _merge_latency(
 
 register_section("values", _merge_values, dict)
 register_section("latency", _merge_latency, _load_latency)
+register_section(CAUSES, merge_sections)  # failures by cause and warnings (lookup/advice.py)
 
 
 def encode(
@@ -148,6 +151,24 @@ class JobMetrics(dict[str, int | float]):
         self.tasks = tasks
         self.partial = partial
         self.sections = dict(sections or {})
+
+    @property
+    def warnings(self) -> list[str]:
+        """The job's warnings (each rule and cause once, counts summed over the tasks that
+        logged it), as the executors' WARN lines say them; [] when none."""
+        found = self.sections.get(CAUSES) or {}
+        return [Advice.from_json(w).text() for _, w in sorted(found.get("warnings", {}).items())]
+
+    @property
+    def causes(self) -> dict[str, dict[str, Any]]:
+        """Failures, retries and timeouts by cause (``HTTP 503``, ``ConnectionRefusedError``...),
+        each with its first message (secrets masked); {} when nothing failed."""
+        return dict((self.sections.get(CAUSES) or {}).get("causes", {}))
+
+    def summary(self, name: str = "table") -> str:
+        """The warnings and causes as the driver logs them after an action; '' when none."""
+        found = self.sections.get(CAUSES)
+        return driver_summary({name: found}) if found else ""
 
     def __repr__(self) -> str:
         note = "" if self.partial is None else f", partial={self.partial!r}"

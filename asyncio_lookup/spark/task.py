@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import time
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from asyncio_lookup.errors import AsyncLookupError, ResultTypeError, lookup_context
+from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.chain_build import target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
@@ -24,7 +26,9 @@ from asyncio_lookup.lookup.partitioning import PartitionRouting, partitioned_sou
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
+from asyncio_lookup.runtime import causes as causes_
 from asyncio_lookup.spark import bridge
+from asyncio_lookup.spark.advice import join_advice
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
@@ -291,20 +295,36 @@ class LookupJoinTask:
         columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
         task = uuid.uuid4().hex[:16]
         runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
+        started = time.monotonic()
+        totals: dict[str, int | float] = {}  # the task's counters and causes, for its warnings
+        total_causes: dict[str, Any] = {}
 
         def report(failed_rows: int, final: bool, **gauges: int) -> str:
             # Counters since the previous report (of this task, or of the previous task of
             # this process: work between tasks, the FULL load at open, reloads). The process
             # loop is paused while this runs (bridge.drive), so nothing counts meanwhile.
+            nonlocal totals, total_causes
             values = chain.metrics.take_delta()
+            found = chain.metrics.causes.take().to_json()
             record = None
             if runner.operator is not None:
                 counters, record, _ = runner.operator.metrics.take_delta()
                 values = merge_metrics(values, counters, GAUGES)
+                found = causes_.merge(found, runner.operator.metrics.causes.take().to_json())
             values["numFailedRows"] = failed_rows  # lookup and conversion failures
             values.update(gauges)
+            totals = merge_metrics(totals, values, GAUGES)
+            total_causes = causes_.merge(total_causes, found)
+            advice: list[Advice] = []
+            if final:  # the task's warnings, logged once each (spark/advice.py)
+                seconds = time.monotonic() - started
+                advice = join_advice(
+                    chain, runner, self.rate, totals, total_causes, columns, seconds
+                )
             latency = {"record": record, "call": chain.metrics.drain_calls()}
-            return encode(task, values, latency, final=final)
+            return encode(
+                task, values, latency, final=final, sections={SECTION: section(found, advice)}
+            )
 
         try:
             if runner.is_async:
@@ -342,6 +362,7 @@ class LookupJoinTask:
             # A failed attempt's trailers are dropped with it; so is its unreported share.
             chain.metrics.take_delta()
             chain.metrics.drain_calls()
+            chain.metrics.causes.take()
             raise
         finally:
             release_chain(chain_id, chain)

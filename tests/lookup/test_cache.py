@@ -10,7 +10,7 @@ import pytest
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
-from asyncio_lookup.lookup.metrics import CacheMetricGroup
+from asyncio_lookup.lookup.metrics import EVICTION_COUNT, CacheMetricGroup
 from tests.lookup.support import ManualClock
 
 ROW = {"id": 1, "name": "a"}
@@ -210,3 +210,13 @@ def test_write_order_matches_write_times_when_threads_race() -> None:
     clock.advance(5 - 0.5)  # now 14.5: (1,), written at 0, has expired; (2,) has not
     assert cache.size() == 1
     assert cache.keys() == [(2,)]
+
+
+def test_evictions_to_stay_within_max_rows_are_counted() -> None:
+    metrics = CacheMetricGroup()
+    cache = DefaultLookupCache.new_builder().maximum_size(2).build()
+    cache.open(metrics)
+    for key in range(5):
+        cache.put((key,), [{"id": key}])
+    cache.put((4,), [{"id": 4}])  # a replaced entry is no eviction
+    assert metrics.snapshot()[EVICTION_COUNT] == 3

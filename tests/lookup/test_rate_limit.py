@@ -428,3 +428,28 @@ def test_a_cancelled_call_neither_raises_nor_lowers_the_adaptive_rate() -> None:
 
     rate, in_flight = run_virtual(main())
     assert rate == 80.0 * SLOW_START_FRACTION and in_flight == 0
+
+
+def test_the_time_calls_wait_for_tokens_is_reported() -> None:
+    async def main() -> list[float]:
+        spans: list[float] = []
+        limiter = RateLimiter(TaskRate(20.0), on_wait=spans.append)  # a burst of 1 token
+
+        async def call() -> None:
+            limiter.release(await limiter.acquire(), None)
+
+        await asyncio.gather(*(call() for _ in range(41)))  # 40 wait: 2 s at 20/s
+        await asyncio.sleep(1.0)  # idle: no span
+        await call()  # a token at hand: no wait
+        return spans
+
+    assert run_virtual(main()) == [pytest.approx(2.0)]
+
+
+def test_a_blocking_caller_reports_its_sleeps() -> None:
+    clock = ManualClock()
+    spans: list[float] = []
+    limiter = RateLimiter(TaskRate(10.0), clock=clock.now, on_wait=spans.append)
+    for _ in range(3):
+        limiter.release_blocking(limiter.acquire_blocking(clock.sleep), None)
+    assert spans == [pytest.approx(0.1), pytest.approx(0.1)]

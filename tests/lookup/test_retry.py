@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from typing import Any
 
 import pytest
 
@@ -155,11 +156,15 @@ def test_miss_retry_is_the_same_kind_of_policy() -> None:
     clock = ManualClock()
     answers: list[list[Row]] = [[], [], [ROW]]
     retry = MissRetry(delay=2.0, max_attempts=5)
-    counted: list[None] = []
+    counted: list[tuple[BaseException | None, int]] = []
     rows = retry.call(
-        (1,), lambda: answers.pop(0), sleep=clock.sleep, on_retry=lambda: counted.append(None)
+        (1,),
+        lambda: answers.pop(0),
+        sleep=clock.sleep,
+        on_retry=lambda error, attempt: counted.append((error, attempt)),
     )
-    assert rows == [ROW] and clock.sleeps == [2.0, 2.0] and len(counted) == 2
+    # told before each retry: no error (an empty result was retried), the attempt that gave it
+    assert rows == [ROW] and clock.sleeps == [2.0, 2.0] and counted == [(None, 1), (None, 2)]
     assert MissRetry(delay=1.0, max_attempts=1).call((1,), list, sleep=clock.sleep) == []
 
 
@@ -174,3 +179,32 @@ def test_failure_retry_validates_its_settings(kwargs: dict[str, float], option: 
     with pytest.raises(ConfigurationError) as raised:
         FailureRetry(**kwargs)  # type: ignore[arg-type]
     assert raised.value.option == option
+
+
+def test_failure_retries_and_sync_failures_are_counted_by_cause() -> None:
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        clock = ManualClock()
+        recovers = await chain_for(Outage(clock, 0.1), is_async=True, options=LookupOptions())
+        assert await recovers.async_lookup((1,)) == [ROW]  # one retry, at 0.5-1 s
+        retried = recovers.metrics.causes.take().to_json()
+        await recovers.close()
+        options = LookupOptions(max_retries=1)
+        down = await chain_for(Outage(clock, 1000.0), is_async=False, options=options)
+        with pytest.raises(LookupFailedError):
+            down.lookup((1,))
+        failed = down.metrics.causes.take().to_json()
+        await down.close()
+        return retried, failed
+
+    retried, failed = asyncio.run(main())
+    assert retried == {
+        "ConnectionRefusedError": {
+            "failures": 0,
+            "retries": 1,
+            "retried": 1,
+            "timeouts": 0,
+            "message": "ConnectionRefusedError: connection refused",
+        }
+    }
+    entry = failed["ConnectionRefusedError"]
+    assert (entry["failures"], entry["retries"], entry["retried"]) == (1, 1, 1)

@@ -20,6 +20,7 @@ from asyncio_lookup.lookup.hint_resolve import resolve_lookup
 from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark import LookupSQL, LookupTable, lookup_join
+from asyncio_lookup.spark.advice import summary
 from asyncio_lookup.spark.job_metrics import fold
 from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
@@ -67,6 +68,8 @@ def test_a_typo_in_a_redis_dim_column_is_counted_and_null(
     metrics = table.metrics()
     assert metrics["numMissingColumns"] == 1  # 'nmae'; 'country' (null for customer 3) is not
     assert type(metrics["numMissingColumns"]) is int
+    # the driver's summary of the job's warnings names it too (spark/advice.py)
+    assert "the column 'nmae' (did you mean 'name'?)" in summary(table)
 
 
 def test_every_column_present_reports_none(

@@ -1,0 +1,144 @@
+"""The warnings' rules and texts, the section's merge and the driver summary
+(asyncio_lookup/lookup/advice.py)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from asyncio_lookup.lookup import advice
+from asyncio_lookup.lookup.advice import Advice, Facts, driver_summary, merge_sections, task_advice
+from asyncio_lookup.runtime.causes import Causes
+
+FACTS = Facts(
+    table="Customers",
+    target="HTTP http://127.0.0.1:8080/c/{id}",
+    capacity=100,
+    timeout=5.0,
+    max_retries=3,
+    max_rows=1000,
+)
+
+
+def causes(cause: str, **counts: int) -> dict[str, Any]:
+    found = Causes()
+    found.add(cause, counts, f"TransientError: first {cause}")
+    return found.to_json()
+
+
+def test_a_retry_storm_after_refused_connections_names_capacity_and_the_backlog() -> None:
+    found = task_advice(
+        {"numLookups": 1000},
+        causes("ConnectionRefusedError", retries=220, retried=203),
+        FACTS,
+        10.0,
+    )
+    assert [a.key for a in found] == ["retry-storm:ConnectionRefusedError"]
+    assert found[0].text() == (
+        "lookup table 'Customers' (HTTP http://127.0.0.1:8080/c/{id}): 203 of 1,000 lookups "
+        "were retried (220 retries) after ConnectionRefusedError — the service may accept fewer "
+        "connections than 'capacity' 100 per task times the tasks running at once; lower "
+        "'capacity' or raise its accept backlog (listen queue). "
+        "First error: TransientError: first ConnectionRefusedError"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cause", "names"),
+    [
+        ("TimeoutError", ["lower 'capacity'", "raise the connector's 'timeout'"]),
+        ("HTTP 429", ["set lookup.rate-limit", "lookup.rate-limit.adaptive=true"]),
+        ("HTTP 500", ["lower 'capacity' 100"]),
+        ("KeyError", ["lookup.max-retries=3"]),
+    ],
+)
+def test_each_cause_of_a_retry_storm_names_what_to_change(cause: str, names: list[str]) -> None:
+    (found,) = task_advice({"numLookups": 100}, causes(cause, retries=10, retried=10), FACTS, 1)
+    for name in names:
+        assert name in found.text()
+
+
+def test_a_few_retries_are_no_storm() -> None:
+    assert not task_advice(
+        {"numLookups": 10_000}, causes("ConnectionResetError", retries=9, retried=9), FACTS, 1
+    )
+    assert not task_advice(  # more than 10 retries, but in fewer than 1 % of the lookups
+        {"numLookups": 10_000}, causes("ConnectionResetError", retries=50, retried=50), FACTS, 1
+    )
+
+
+def test_timeouts_name_the_timeout() -> None:
+    (found,) = task_advice({"numLookups": 500}, causes("TimeoutError", timeouts=7), FACTS, 1)
+    assert found.text() == (
+        "lookup table 'Customers' (HTTP http://127.0.0.1:8080/c/{id}): 7 of 500 lookups timed "
+        "out ('timeout' = 5 s, retries included) — raise 'timeout', or lower 'capacity' 100 if "
+        "the service is saturated."
+    )
+
+
+def test_time_held_back_by_the_rate_limit() -> None:
+    facts = Facts(table="T", rate=50.0)
+    (found,) = task_advice({"throttledTimeMs": 3000}, {}, facts, 10.0)
+    assert found.text() == (
+        "lookup table 'T': calls waited for lookup.rate-limit tokens during 3.0 s of the task's "
+        "10.0 s (30%) (this task's share: 50/s) — the limit, not the service, sets the pace; "
+        "raise lookup.rate-limit if the service allows more."
+    )
+    assert not task_advice({"throttledTimeMs": 1999}, {}, facts, 10.0)
+
+
+def test_a_churning_cache() -> None:
+    metrics = {"hitCount": 100, "missCount": 900, "evictionCount": 800}
+    (found,) = task_advice(metrics, {}, FACTS, 1)
+    assert found.text() == (
+        "lookup table 'Customers' (HTTP http://127.0.0.1:8080/c/{id}): cache hit ratio 10% "
+        "(100 hits, 900 misses) while it evicted 800 entries to stay within "
+        "lookup.partial-cache.max-rows = 1,000 — if keys repeat, they are evicted before they "
+        "come back; raise lookup.partial-cache.max-rows, or hash-partition the rows by key "
+        "(SHUFFLE_HASH hint) so each task sees fewer keys."
+    )
+    assert not task_advice({**metrics, "evictionCount": 0}, {}, FACTS, 1)
+    assert not task_advice({**metrics, "hitCount": 1000}, {}, FACTS, 1)
+
+
+def test_async_map_counts_records() -> None:
+    facts = Facts(table="enrich", capacity=10, lookup=False)
+    metrics = {"numCompleted": 90, "numErrors": 10}
+    (found,) = task_advice(metrics, causes("HTTP 503", retries=30, retried=20), facts, 1)
+    assert found.text().startswith("async_map 'enrich': 20 of 100 records were retried")
+
+
+def test_warnings_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
+    found = task_advice(
+        {"numLookups": 100},
+        {
+            **causes("ConnectionRefusedError", retries=20, retried=20),
+            **causes("HTTP 503", retries=30, retried=30),
+        },
+        FACTS,
+        1,
+    )
+    with caplog.at_level(logging.WARNING, logger="asyncio_lookup"):
+        advice.log_advice(found)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
+    assert "ConnectionRefusedError" in caplog.records[0].getMessage()
+    assert "HTTP 503" in caplog.records[1].getMessage()
+
+
+def _section(retried: int) -> dict[str, Any]:
+    found = causes("ConnectionRefusedError", retries=retried, retried=retried)
+    return advice.section(found, task_advice({"numLookups": 1000}, found, FACTS, 1))
+
+
+def test_sections_merge_and_the_summary_has_the_job_totals() -> None:
+    a, b, c = _section(203), _section(203), _section(50)
+    assert merge_sections(merge_sections(a, b), c) == merge_sections(a, merge_sections(b, c))
+    assert merge_sections(a, c) == merge_sections(c, a)
+    text = driver_summary({"Customers": merge_sections(a, b)})
+    assert "406 of 2,000 lookups were retried (406 retries) after ConnectionRefusedError" in text
+    assert "[in 2 tasks]" in text
+    assert "cause ConnectionRefusedError: 406 retries, 406 retried" in text
+    assert driver_summary({"Customers": {}}) == ""
+    assert Advice.from_json(a["warnings"]["retry-storm:ConnectionRefusedError"]).tasks == 1
