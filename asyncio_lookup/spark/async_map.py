@@ -44,6 +44,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
+from asyncio_lookup.spark.otel_switch import otel_from_conf
 from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
@@ -75,6 +76,7 @@ class AsyncMapTask:
     batch_timeout: float | timedelta | None = None
     rate: TaskRate | None = None  # this task's share of ``rate_limit``
     key: tuple[str, ...] | None = None  # output_mode 'key_ordered': the key columns
+    otel: bool = False  # export to OpenTelemetry at task end (asyncio_lookup.otel.enabled)
 
     def operator(
         self,
@@ -192,6 +194,11 @@ class AsyncMapTask:
                     yield batch if self.metrics_id is None else with_metrics_column(batch)
             finally:
                 outputs.close()
+        if self.otel:  # imports opentelemetry only when switched on
+            from asyncio_lookup.lookup.otel import export_task
+
+            counters = {**operator.metrics.snapshot(), "numFailedRows": failed_rows}
+            export_task(self.name, "async_map", counters, {})
         if self.metrics_id is not None:
             metrics = operator.metrics.snapshot()
             metrics["numFailedRows"] = float(failed_rows)  # the function's and conversion's
@@ -339,6 +346,7 @@ def async_map(
         batch_timeout=batch_timeout,
         rate=_task_rate(rate_limit, df),
         key=_check_key(key, output_mode, df),
+        otel=otel_from_conf(df.sparkSession.conf),
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:

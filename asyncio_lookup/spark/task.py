@@ -71,6 +71,8 @@ class LookupJoinTask:
     rate: TaskRate | None = None
     #: The shared cache's default namespace (LookupTable.shared_namespace), with one.
     shared_namespace: str | None = None
+    #: Export to OpenTelemetry at task end (Spark conf asyncio_lookup.otel.enabled).
+    otel: bool = False
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -306,4 +308,8 @@ class LookupJoinTask:
             missing = columns.report(self.table_name, chain.target, fail=fail)
             operator = runner.operator_metrics()
             operator["numFailedRows"] = float(failed_rows)  # lookup and conversion failures
+            if self.otel:  # imports opentelemetry only when switched on
+                from asyncio_lookup.lookup.otel import export_task
+
+                export_task(self.table_name, "lookup_join", {**cache, **operator}, {})
             yield {**merge_metrics(cache, operator, GAUGES), NUM_MISSING_COLUMNS: missing}
