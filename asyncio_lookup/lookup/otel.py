@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics import Counter as SdkCounter
@@ -72,12 +73,34 @@ def histogram_buckets(sketch: LatencySketch, bounds: tuple[float, ...] = BOUNDS_
 
 @dataclass
 class _Series:
-    """What one (table, kind) has recorded in this process, and since when."""
+    """What one (table, kind) has recorded in this process: totals since ``start_ns``, and
+    what no export has taken yet (since ``sent_ns``)."""
 
     start_ns: int
-    last_ns: int
-    counters: dict[str, int] = field(default_factory=dict)
+    sent_ns: int
+    totals: dict[str, int] = field(default_factory=dict)
+    unsent: dict[str, int] = field(default_factory=dict)
     latency: dict[str, LatencySketch] = field(default_factory=dict)
+    unsent_latency: dict[str, LatencySketch] = field(default_factory=dict)
+
+    def add(self, counters: Mapping[str, float], latency: Mapping[str, LatencySketch]) -> None:
+        for key, value in counters.items():
+            if key in COUNTERS:
+                self.totals[key] = self.totals.get(key, 0) + int(value)
+                self.unsent[key] = self.unsent.get(key, 0) + int(value)
+        for key, sketch in latency.items():
+            if key in HISTOGRAMS:
+                self.latency.setdefault(key, LatencySketch()).merge(sketch)
+                self.unsent_latency.setdefault(key, LatencySketch()).merge(sketch)
+
+    def sent(self, now: int) -> None:
+        self.unsent, self.unsent_latency, self.sent_ns = {}, {}, now
+
+
+#: After a failed export a process skips exporting for this long (s): a collector that is
+#: down costs one task its exporter's timeout, not every task. What was skipped goes with the
+#: next export (cumulative totals, or delta points since the last export that went through).
+BACKOFF_S = 60.0
 
 
 class TaskExporter:
@@ -85,11 +108,18 @@ class TaskExporter:
 
     Cumulative (the SDK's default) unless the exporter prefers delta temporality
     (``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta``): cumulative points carry the
-    process's totals since its first task of that table, so an export that failed is made good
-    by the next one; delta points carry the task's own figures, since the previous export.
+    process's totals since its first task of that table; delta points what the process recorded
+    since its last export that went through. Either way a failed export is made good by the
+    next one; after one, exports pause for :data:`BACKOFF_S`.
     """
 
-    def __init__(self, exporter: MetricExporter, resource: Resource | None = None) -> None:
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        resource: Resource | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.exporter = exporter
         self.resource = resource if resource is not None else process_resource()
         preferred = getattr(exporter, "_preferred_temporality", None) or {}
@@ -97,6 +127,9 @@ class TaskExporter:
         self.delta_histograms = preferred.get(SdkHistogram) is AggregationTemporality.DELTA
         self._series: dict[tuple[str, str], _Series] = {}
         self._lock = threading.Lock()
+        self._scope = InstrumentationScope(SCOPE, _version())
+        self._clock = clock
+        self._paused_until = -math.inf
 
     def export(
         self,
@@ -106,65 +139,62 @@ class TaskExporter:
         latency: Mapping[str, LatencySketch],
     ) -> bool:
         """Record one task's ``counters`` (deltas, by metric name) and ``latency`` sketches
-        (``'record'``, ``'call'``) and export them; True if the exporter took them."""
-        now = time.time_ns()
+        (``'record'``, ``'call'``) and export them; True if the exporter took them (False while
+        paused after a failure: they go with the next export)."""
         with self._lock:
-            data = self._points(table, kind, counters, latency, now)
-            result = self.exporter.export(data)
-        ok = getattr(result, "name", "") == "SUCCESS"
-        if not ok:
-            _log.debug("OpenTelemetry export of %r failed: %s", table, result)
-        return ok
+            series = self._series.get((table, kind))
+            if series is None:  # a delta point of the first task starts with the process
+                series = _Series(_PROCESS_START_NS, _PROCESS_START_NS)
+                self._series[(table, kind)] = series
+            series.add(counters, latency)
+            if self._clock() < self._paused_until:
+                return False
+            now = time.time_ns()
+            result = self.exporter.export(self._points(table, kind, series, now))
+            if getattr(result, "name", "") == "SUCCESS":
+                series.sent(now)
+                return True
+            self._paused_until = self._clock() + BACKOFF_S
+        _log.warning(
+            "OpenTelemetry export of %r failed (%s); this worker retries in %.0f s "
+            "and sends what it recorded meanwhile then",
+            table,
+            type(self.exporter).__name__,
+            BACKOFF_S,
+        )
+        return False
 
-    def _points(
-        self,
-        table: str,
-        kind: str,
-        counters: Mapping[str, float],
-        latency: Mapping[str, LatencySketch],
-        now: int,
-    ) -> MetricsData:
-        series = self._series.get((table, kind))
-        if series is None:  # a delta point of the first task starts with the process
-            series = self._series[(table, kind)] = _Series(_PROCESS_START_NS, _PROCESS_START_NS)
-        since, series.last_ns = series.last_ns, now
+    def _points(self, table: str, kind: str, series: _Series, now: int) -> MetricsData:
         attributes = {TABLE: table, TABLE_KIND: kind}
-        sums = _temporality(self.delta)
-        histograms = _temporality(self.delta_histograms)
-        start = since if self.delta else series.start_ns
         metrics: list[Metric] = []
+        counters = series.unsent if self.delta else series.totals
+        start = series.sent_ns if self.delta else series.start_ns
         for key, value in counters.items():
-            spec = COUNTERS.get(key)
-            if spec is None:
-                continue
-            total = series.counters[key] = series.counters.get(key, 0) + int(value)
-            point = NumberDataPoint(attributes, start, now, int(value) if self.delta else total)
-            data = Sum([point], sums, is_monotonic=True)
+            spec = COUNTERS[key]
+            point = NumberDataPoint(attributes, start, now, value)
+            data = Sum([point], _temporality(self.delta), is_monotonic=True)
             metrics.append(Metric(spec.name, spec.description, spec.unit, data))
-        start = since if self.delta_histograms else series.start_ns
-        for key, sketch in latency.items():
-            spec = HISTOGRAMS.get(key)
-            if spec is None:
+        sketches = series.unsent_latency if self.delta_histograms else series.latency
+        start = series.sent_ns if self.delta_histograms else series.start_ns
+        for key, sketch in sketches.items():
+            if not sketch.count:
                 continue
-            total_sketch = series.latency.setdefault(key, LatencySketch()).merge(sketch)
-            shown = sketch if self.delta_histograms else total_sketch
-            if not shown.count:
-                continue
+            spec = HISTOGRAMS[key]
             bucketed = HistogramDataPoint(
                 attributes,
                 start,
                 now,
-                count=shown.count,
-                sum=shown.sum_ms / 1000,
-                bucket_counts=histogram_buckets(shown),
+                count=sketch.count,
+                sum=sketch.sum_ms / 1000,
+                bucket_counts=histogram_buckets(sketch),
                 explicit_bounds=BOUNDS_S,
-                min=shown.min_ms / 1000,
-                max=shown.max_ms / 1000,
+                min=sketch.min_ms / 1000,
+                max=sketch.max_ms / 1000,
             )
-            histogram = Histogram([bucketed], histograms)
+            histogram = Histogram([bucketed], _temporality(self.delta_histograms))
             metrics.append(Metric(spec.name, spec.description, spec.unit, histogram))
-        scope = InstrumentationScope(SCOPE, _version())
-        return MetricsData([ResourceMetrics(self.resource, [ScopeMetrics(scope, metrics, "")], "")])
+        scopes = [ScopeMetrics(self._scope, metrics, "")]
+        return MetricsData([ResourceMetrics(self.resource, scopes, "")])
 
 
 def _temporality(delta: bool) -> AggregationTemporality:

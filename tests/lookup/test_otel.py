@@ -156,13 +156,25 @@ def test_delta_points_carry_each_task_since_the_previous_export() -> None:
     assert (hist.count, hist.min) == (4, 0.05)
 
 
-def test_a_failed_export_is_made_good_by_the_next_cumulative_one() -> None:
-    captured = Captured(result=MetricExportResult.FAILURE)
-    exporter = otel.TaskExporter(captured, RESOURCE)
-    assert not exporter.export("t", "lookup_join", {"numLookups": 3}, {})
+@pytest.mark.parametrize("delta", [False, True])
+def test_a_failed_export_pauses_exports_and_the_next_one_makes_it_good(delta: bool) -> None:
+    captured = Captured(delta=delta, result=MetricExportResult.FAILURE)
+    now = [0.0]
+    exporter = otel.TaskExporter(captured, RESOURCE, clock=lambda: now[0])
+    record = {"record": sketch_of([5.0])}
+    assert not exporter.export("t", "lookup_join", {"numLookups": 3}, record)
     captured.result = MetricExportResult.SUCCESS
-    assert exporter.export("t", "lookup_join", {"numLookups": 2}, {})
-    assert captured.metrics()["asyncio_lookup.lookups"].data.data_points[0].value == 5
+    now[0] = otel.BACKOFF_S - 1  # paused: a collector that is down costs one task, not each
+    assert not exporter.export("t", "lookup_join", {"numLookups": 2}, record)
+    assert len(captured.batches) == 1
+    now[0] = otel.BACKOFF_S
+    assert exporter.export("t", "lookup_join", {"numLookups": 1}, record)
+    metrics = captured.metrics()
+    assert metrics["asyncio_lookup.lookups"].data.data_points[0].value == 6
+    assert metrics["asyncio_lookup.record.duration"].data.data_points[0].count == 3
+    assert exporter.export("t", "lookup_join", {"numLookups": 1}, {})
+    after = captured.metrics()["asyncio_lookup.lookups"].data.data_points[0].value
+    assert after == (1 if delta else 7)
 
 
 def test_every_name_follows_the_conventions() -> None:
