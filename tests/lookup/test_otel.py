@@ -120,8 +120,16 @@ def test_counters_and_histograms_have_their_names_units_and_values() -> None:
     assert call.count == 12
     assert call.bucket_counts[0] == 2  # below 1 µs: the first bucket
     assert call.min == pytest.approx(0.0005 / 1000)
-    # the SDK's OTLP encoder takes it as it takes its own points
-    assert encode_metrics(captured.batches[-1]).resource_metrics
+    # the SDK's OTLP encoder (what the OTLP exporters send) takes it as it takes its own points
+    (encoded,) = encode_metrics(captured.batches[-1]).resource_metrics
+    by_name = {m.name: m for m in encoded.scope_metrics[0].metrics}
+    otlp = by_name["asyncio_lookup.record.duration"]
+    assert otlp.unit == "s"
+    assert otlp.histogram.aggregation_temporality == 2  # cumulative
+    (otlp_point,) = otlp.histogram.data_points
+    assert (otlp_point.count, list(otlp_point.bucket_counts)) == (100, list(hist.bucket_counts))
+    assert otlp_point.sum == pytest.approx(3.4)
+    assert by_name["asyncio_lookup.lookups"].sum.data_points[0].as_int == 100
 
 
 def test_cumulative_points_add_up_tasks_of_a_process() -> None:
