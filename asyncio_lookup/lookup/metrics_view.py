@@ -94,14 +94,14 @@ def display_bins(
     return edges, [counts.get(i, 0) for i in range(first, last + 1)]
 
 
-def _svg_histogram(kind: str, sketch: LatencySketch, width: int = 420, height: int = 110) -> str:
+def _svg_histogram(kind: str, sketch: LatencySketch, width: int = 420, height: int = 120) -> str:
     """One latency histogram as inline SVG: bars on a log-scale ms axis, p50 and p99 marked."""
     edges, counts = display_bins(sketch)
     if not counts:
         return ""
     low, high = math.floor(math.log10(edges[0])), math.ceil(math.log10(edges[-1]))
     high = max(high, low + 1)
-    left, right, top, bottom = 8, width - 8, 14, height - 18
+    left, right, top, bottom = 8, width - 8, 26, height - 18
 
     def x(ms: float) -> float:
         return left + (math.log10(ms) - low) / (high - low) * (right - left)
@@ -124,20 +124,25 @@ def _svg_histogram(kind: str, sketch: LatencySketch, width: int = 420, height: i
     parts.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#888"/>')
     for decade in range(low, high + 1):
         tick = x(10.0**decade)
+        align = "start" if decade == low else "end" if decade == high else "middle"
         parts.append(
             f'<line x1="{tick:.1f}" y1="{bottom}" x2="{tick:.1f}" y2="{bottom + 3}" '
-            f'stroke="#888"/><text x="{tick:.1f}" y="{height - 4}" text-anchor="middle" '
+            f'stroke="#888"/><text x="{tick:.1f}" y="{height - 4}" text-anchor="{align}" '
             f'fill="#555">{escape(duration(10.0**decade))}</text>'
         )
-    for name, q, color in (("p50", 0.5, "#2ca02c"), ("p99", 0.99, "#d62728")):
+    # each mark's label on its own line above the bars, kept inside the picture
+    for line, (name, q, color) in enumerate((("p50", 0.5, "#2ca02c"), ("p99", 0.99, "#d62728"))):
         value = sketch.quantile(q)
         if value <= 0:
             continue
         at = x(max(value, MIN_MS))
+        y = 10 + 11 * line
+        anchor = 'text-anchor="end" ' if at > (left + right) / 2 else ""
+        label_x = at - 3 if anchor else at + 3
         parts.append(
-            f'<line class="mark" data-mark="{name}" x1="{at:.1f}" y1="{top - 2}" x2="{at:.1f}" '
+            f'<line class="mark" data-mark="{name}" x1="{at:.1f}" y1="{y - 8}" x2="{at:.1f}" '
             f'y2="{bottom}" stroke="{color}" stroke-dasharray="3,2"/>'
-            f'<text x="{at + 2:.1f}" y="{top - 4}" fill="{color}">'
+            f'<text x="{label_x:.1f}" y="{y}" {anchor}fill="{color}">'
             f"{name} {escape(duration(value))}</text>"
         )
     parts.append("</svg>")
