@@ -28,23 +28,29 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from opentelemetry.sdk.metrics import Counter as SdkCounter
-from opentelemetry.sdk.metrics import Histogram as SdkHistogram
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    ConsoleMetricExporter,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
-    MetricExporter,
-    MetricsData,
-    NumberDataPoint,
-    ResourceMetrics,
-    ScopeMetrics,
-    Sum,
-)
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+try:
+    from opentelemetry.sdk.metrics import Counter as SdkCounter
+    from opentelemetry.sdk.metrics import Histogram as SdkHistogram
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        ConsoleMetricExporter,
+        Histogram,
+        HistogramDataPoint,
+        Metric,
+        MetricExporter,
+        MetricsData,
+        NumberDataPoint,
+        ResourceMetrics,
+        ScopeMetrics,
+        Sum,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+except ImportError as error:  # an executor without the extra
+    raise ImportError(
+        "asyncio_lookup.otel.enabled needs the OpenTelemetry extra on every executor: "
+        "pip install 'asyncio-lookup[otel]' (" + str(error) + ")"
+    ) from error
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.otel_names import COUNTERS, HISTOGRAMS, SCOPE, TABLE, TABLE_KIND

@@ -364,12 +364,17 @@ def test_without_the_extra_a_join_runs_and_the_switch_names_the_extra() -> None:
                 otel_from_conf(Conf("true"))
             except ConfigurationError as error:
                 print(error)
+            try:  # an executor without the extra, asked to export
+                run_join(True)
+            except ImportError as error:
+                print(error)
             """
         )
     )
-    message = run_python(code)
-    assert "'asyncio_lookup.otel.enabled'" in message
-    assert "pip install 'asyncio-lookup[otel]'" in message
+    driver, executor = run_python(code).splitlines()
+    assert "'asyncio_lookup.otel.enabled'" in driver
+    assert "pip install 'asyncio-lookup[otel]'" in driver
+    assert "on every executor: pip install 'asyncio-lookup[otel]'" in executor
 
 
 def test_the_switch_takes_true_or_false() -> None:
