@@ -252,8 +252,13 @@ def exporter_from_env() -> MetricExporter | None:
         raise ConfigurationError(
             "OTEL_EXPORTER_OTLP_PROTOCOL", protocol, "'http/protobuf' (the default) or 'grpc'"
         )
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError as error:
+        raise ImportError(
+            "OTLP over HTTP needs opentelemetry-exporter-otlp-proto-http on the executors: "
+            f"pip install 'asyncio-lookup[otel]' ({error})"
+        ) from error
     return OTLPMetricExporter()
 
 
