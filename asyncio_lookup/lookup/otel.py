@@ -34,7 +34,10 @@ try:
     from opentelemetry.sdk.metrics import Histogram as SdkHistogram
     from opentelemetry.sdk.metrics.export import (
         AggregationTemporality,
+        Buckets,
         ConsoleMetricExporter,
+        ExponentialHistogram,
+        ExponentialHistogramDataPoint,
         Histogram,
         HistogramDataPoint,
         Metric,
@@ -45,6 +48,7 @@ try:
         ScopeMetrics,
         Sum,
     )
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 except ImportError as error:  # an executor without the extra
@@ -76,6 +80,38 @@ def histogram_buckets(sketch: LatencySketch, bounds: tuple[float, ...] = BOUNDS_
         midpoint_s = (2 * upper / (GAMMA + 1) if lower else 0.0) / 1000
         counts[bisect.bisect_left(bounds, midpoint_s)] += n
     return counts
+
+
+#: The finest scale of exponential histogram points: base 2^(1/32), buckets 2.2 % wide (the
+#: sketch's are 2 %); coarser while a point would need more than :data:`MAX_EXPONENTIAL_BUCKETS`.
+MAX_SCALE = 5
+MAX_EXPONENTIAL_BUCKETS = 160  # the SDK's default for its own exponential histograms
+
+
+def exponential_buckets(sketch: LatencySketch) -> tuple[int, int, list[int], int]:
+    """The sketch as an OTel base-2 exponential histogram in seconds: ``(scale, offset,
+    counts, zero_count)``; bucket ``offset + i`` holds ``(base^(offset+i), base^(offset+i+1)]``
+    with ``base = 2^(2^-scale)``, each sketch bucket counted where its midpoint falls."""
+    zero = 0
+    by_index: dict[int, int] = {}
+    for lower, upper, n in sketch.bins():
+        if not lower:
+            zero += n
+            continue
+        midpoint_s = 2 * upper / (GAMMA + 1) / 1000
+        index = math.ceil(math.log2(midpoint_s) * 2**MAX_SCALE) - 1
+        by_index[index] = by_index.get(index, 0) + n
+    scale = MAX_SCALE
+    while by_index and max(by_index) - min(by_index) >= MAX_EXPONENTIAL_BUCKETS:
+        scale -= 1  # half the resolution: buckets 2i and 2i+1 become bucket i
+        merged: dict[int, int] = {}
+        for index, n in by_index.items():
+            merged[index >> 1] = merged.get(index >> 1, 0) + n
+        by_index = merged
+    if not by_index:
+        return scale, 0, [], zero
+    first, last = min(by_index), max(by_index)
+    return scale, first, [by_index.get(i, 0) for i in range(first, last + 1)], zero
 
 
 @dataclass
@@ -132,6 +168,10 @@ class TaskExporter:
         preferred = getattr(exporter, "_preferred_temporality", None) or {}
         self.delta = preferred.get(SdkCounter) is AggregationTemporality.DELTA
         self.delta_histograms = preferred.get(SdkHistogram) is AggregationTemporality.DELTA
+        aggregation = (getattr(exporter, "_preferred_aggregation", None) or {}).get(SdkHistogram)
+        # OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION =
+        # base2_exponential_bucket_histogram: the histograms as exponential ones
+        self.exponential = isinstance(aggregation, ExponentialBucketHistogramAggregation)
         self._series: dict[tuple[str, str], _Series] = {}
         self._lock = threading.Lock()
         self._scope = InstrumentationScope(SCOPE, _version())
@@ -187,6 +227,10 @@ class TaskExporter:
             if not sketch.count:
                 continue
             spec = HISTOGRAMS[key]
+            if self.exponential:
+                exponential = self._exponential(sketch, attributes, start, now)
+                metrics.append(Metric(spec.name, spec.description, spec.unit, exponential))
+                continue
             bucketed = HistogramDataPoint(
                 attributes,
                 start,
@@ -202,6 +246,26 @@ class TaskExporter:
             metrics.append(Metric(spec.name, spec.description, spec.unit, histogram))
         scopes = [ScopeMetrics(self._scope, metrics, "")]
         return MetricsData([ResourceMetrics(self.resource, scopes, "")])
+
+    def _exponential(
+        self, sketch: LatencySketch, attributes: dict[str, str], start: int, now: int
+    ) -> ExponentialHistogram:
+        scale, offset, counts, zero = exponential_buckets(sketch)
+        point = ExponentialHistogramDataPoint(
+            attributes,
+            start,
+            now,
+            count=sketch.count,
+            sum=sketch.sum_ms / 1000,
+            scale=scale,
+            zero_count=zero,
+            positive=Buckets(offset, counts),
+            negative=Buckets(0, []),
+            flags=0,
+            min=sketch.min_ms / 1000,
+            max=sketch.max_ms / 1000,
+        )
+        return ExponentialHistogram([point], _temporality(self.delta_histograms))
 
 
 def _temporality(delta: bool) -> AggregationTemporality:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricExportResult,
     MetricsData,
 )
+from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
 from opentelemetry.sdk.resources import Resource
 
 from asyncio_lookup.errors import ConfigurationError
@@ -31,9 +32,19 @@ from asyncio_lookup.runtime.sketch import LatencySketch
 class Captured(MetricExporter):
     """An SDK exporter that keeps what it is given (what OTLP would send)."""
 
-    def __init__(self, delta: bool = False, result: MetricExportResult | None = None) -> None:
+    def __init__(
+        self,
+        delta: bool = False,
+        result: MetricExportResult | None = None,
+        exponential: bool = False,
+    ) -> None:
         temporality = AggregationTemporality.DELTA if delta else AggregationTemporality.CUMULATIVE
-        super().__init__(preferred_temporality={Counter: temporality, Histogram: temporality})
+        super().__init__(
+            preferred_temporality={Counter: temporality, Histogram: temporality},
+            preferred_aggregation=(
+                {Histogram: ExponentialBucketHistogramAggregation()} if exponential else None
+            ),
+        )
         self.batches: list[MetricsData] = []
         self.result = result or MetricExportResult.SUCCESS
 
@@ -185,6 +196,39 @@ def test_a_failed_export_pauses_exports_and_the_next_one_makes_it_good(delta: bo
     assert after == (1 if delta else 7)
 
 
+def test_exponential_histograms_when_the_exporter_asks_for_them() -> None:
+    captured = Captured(exponential=True)
+    exporter = otel.TaskExporter(captured, RESOURCE)
+    assert exporter.export("t", "lookup_join", {}, {"record": sketch_of(RECORDS)})
+    metric = captured.metrics()["asyncio_lookup.record.duration"]
+    assert metric.unit == "s"
+    (point,) = metric.data.data_points
+    assert (point.count, point.zero_count, point.scale) == (100, 0, otel.MAX_SCALE)
+    assert point.sum == pytest.approx(3.4)
+    base = 2 ** (2**-point.scale)
+    held = {}
+    for i, n in enumerate(point.positive.bucket_counts):
+        if n:
+            held[n] = (base ** (point.positive.offset + i), base ** (point.positive.offset + i + 1))
+    assert set(held) == {95, 5}
+    for n, value in ((95, 0.020), (5, 0.300)):  # each bucket within 1 % of its values
+        lower, upper = held[n]
+        assert lower * 0.99 < value <= upper * 1.01
+    (encoded,) = encode_metrics(captured.batches[-1]).resource_metrics
+    otlp = encoded.scope_metrics[0].metrics[0].exponential_histogram.data_points[0]
+    assert (otlp.count, otlp.scale, sum(otlp.positive.bucket_counts)) == (100, 5, 100)
+
+
+def test_a_wide_exponential_histogram_is_coarsened_to_at_most_160_buckets() -> None:
+    wide = sketch_of([0.0005, 0.002, 1.0, 60_000.0])  # below 1 µs to a minute
+    scale, offset, counts, zero = otel.exponential_buckets(wide)
+    assert zero == 1 and sum(counts) == 3
+    assert len(counts) <= otel.MAX_EXPONENTIAL_BUCKETS
+    assert scale < otel.MAX_SCALE
+    base = 2 ** (2**-scale)
+    assert base**offset < 0.002 / 1000 <= base ** (offset + 1) * 1.01  # the first value's bucket
+
+
 def test_every_name_follows_the_conventions() -> None:
     names = [m.name for m in [*COUNTERS.values(), *HISTOGRAMS.values()]]
     assert len(set(names)) == len(names)
@@ -205,6 +249,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         "OTEL_SERVICE_NAME",
         "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
     ):
         monkeypatch.delenv(name, raising=False)
     yield monkeypatch
@@ -215,6 +260,14 @@ def test_the_otel_variables_choose_the_exporter(clean_env: pytest.MonkeyPatch) -
     chosen = otel.exporter_from_env()
     assert isinstance(chosen, OTLPMetricExporter)
     assert chosen._endpoint == "http://collector:4318/v1/metrics"
+    assert not otel.TaskExporter(chosen, RESOURCE).exponential
+    clean_env.setenv(
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+        "base2_exponential_bucket_histogram",
+    )
+    exponential = otel.exporter_from_env()
+    assert exponential is not None
+    assert otel.TaskExporter(exponential, RESOURCE).exponential
     clean_env.setenv("OTEL_METRICS_EXPORTER", "console")
     assert isinstance(otel.exporter_from_env(), ConsoleMetricExporter)
     clean_env.setenv("OTEL_METRICS_EXPORTER", "none")
