@@ -44,7 +44,7 @@ class BackgroundService:
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             try:
                 loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, "127.0.0.1", 0)
+                site = web.TCPSite(runner, "127.0.0.1", self.port)  # 0: any free port
                 loop.run_until_complete(site.start())
                 self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             except BaseException as error:

@@ -54,6 +54,7 @@ own_step = pytest.mark.skipif(
 MARKERS = ("install", "cluster", "continue", "skip")
 TIMEOUT = 900
 
+
 @dataclass
 class Recipe:
     blocks: list[Block] = field(default_factory=list)

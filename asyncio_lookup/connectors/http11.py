@@ -229,7 +229,9 @@ async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
     host, port = origin.address
     if origin.proxy is None or not origin.tls:
         _, protocol = await loop.create_connection(
-            lambda: Http11Connection(origin, pool, pool.limits), host, port,
+            lambda: Http11Connection(origin, pool, pool.limits),
+            host,
+            port,
             ssl=ssl_context if origin.tls else None,
             server_hostname=origin.host if origin.tls else None,
         )
@@ -241,8 +243,13 @@ async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
         connection.tunnel = loop.create_future()
         target = f"{origin.host}:{origin.port}".encode("idna")
         transport.write(
-            b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n"
-            + origin.proxy[2] + b"\r\n"
+            b"CONNECT "
+            + target
+            + b" HTTP/1.1\r\nHost: "
+            + target
+            + b"\r\n"
+            + origin.proxy[2]
+            + b"\r\n"
         )
         answer = await connection.tunnel
         status_line = answer.split(b"\r\n", 1)[0]
@@ -255,9 +262,7 @@ async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
                 status,
             )
         connection.tunnel = None
-        tls = await loop.start_tls(
-            transport, connection, ssl_context, server_hostname=origin.host
-        )
+        tls = await loop.start_tls(transport, connection, ssl_context, server_hostname=origin.host)
         if tls is None:  # pragma: no cover - asyncio returns None only when closing
             raise ConnectionClosed("the tunnel closed", before_answer=True)
         connection.transport = tls

@@ -67,6 +67,9 @@ def check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
         header_block(headers)
     except (ValueError, AttributeError, TypeError) as error:
         raise ConfigurationError(
-            option, shown, "header names that are HTTP tokens and string values without "
-            "control characters (CR, LF, ...)", str(error),
+            option,
+            shown,
+            "header names that are HTTP tokens and string values without "
+            "control characters (CR, LF, ...)",
+            str(error),
         ) from error

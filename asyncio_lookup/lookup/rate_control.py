@@ -28,6 +28,7 @@ _SLOW_START_GAIN = math.log(2) / SLOW_START_DOUBLING
 #: A token, give or take float rounding (a timer set for a token's time must find one).
 WHOLE_TOKEN = 1.0 - 1e-9
 
+
 class TokenBucket:
     """``rate`` tokens per second, at most ``burst`` saved; starts with one token."""
 

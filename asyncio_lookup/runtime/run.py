@@ -97,9 +97,7 @@ class OperatorRun:
         self.loop = asyncio.get_running_loop()
         # loop.time() of the default loop is time.monotonic(); calling that directly is cheaper.
         self.time: Callable[[], float] = (
-            time.monotonic
-            if type(self.loop).time is asyncio.BaseEventLoop.time
-            else self.loop.time
+            time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
         )
         # The clock of latencies: the loop's when it is time.monotonic; uvloop's loop.time() is
         # the loop iteration's start in whole ms, too coarse to time a record or a call.

@@ -52,6 +52,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
+from asyncio_lookup.spark.otel_switch import export_otel, otel_from_conf
 from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
 from asyncio_lookup.spark.worker_gc import (
@@ -83,6 +84,7 @@ class AsyncMapTask:
     batch_timeout: float | timedelta | None = None
     rate: TaskRate | None = None  # this task's share of ``rate_limit``
     key: tuple[str, ...] | None = None  # output_mode 'key_ordered': the key columns
+    otel: bool = False  # export to OpenTelemetry at task end (asyncio_lookup.otel.enabled)
 
     def operator(
         self,
@@ -186,11 +188,13 @@ class AsyncMapTask:
         started = time.monotonic()  # for the task's warnings (spark/advice.py)
         operator = self.operator()
         metrics = operator.metrics
-        if self.metrics_id is not None:
+        if self.metrics_id is not None or self.otel:
             metrics.calls = LatencySketch()  # every call of the function, timed
         task = uuid.uuid4().hex[:16]
         schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
         total_causes: dict[str, Any] = {}  # the task's, for its warnings
+        total_latency = {"record": LatencySketch(), "call": LatencySketch()}  # reported, for OTel
+        reported_failed = 0
 
         def warnings() -> list[Advice]:
             # the task's warnings, logged once each; its counters are the operator's totals
@@ -201,7 +205,7 @@ class AsyncMapTask:
 
         def report(failed_rows: int, final: bool) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
-            nonlocal total_causes
+            nonlocal total_causes, reported_failed
             advice = warnings() if final else []
             counters, record, calls = metrics.take_delta()
             found = metrics.causes.take().to_json()
@@ -209,6 +213,11 @@ class AsyncMapTask:
             values: dict[str, int | float] = dict(counters)
             values["numFailedRows"] = failed_rows  # the function's and conversion's
             latency = {"record": record, "call": calls}
+            if self.otel:
+                reported_failed += failed_rows
+                for kind, sketch in latency.items():
+                    if sketch is not None:
+                        total_latency[kind].merge(sketch)
             sections = {SECTION: section(found, advice)}
             return trailer(schema, encode(task, values, latency, final=final, sections=sections))
 
@@ -241,8 +250,19 @@ class AsyncMapTask:
                 outputs.close()
         if self.metrics_id is None:
             warnings()
+            if self.otel:  # nothing was drained: the operator's sketches are the task's
+                counters = {**metrics.counters(), "numFailedRows": failed_rows}
+                export_otel(
+                    self.name,
+                    "async_map",
+                    counters,
+                    {"record": metrics.latency, "call": metrics.calls},
+                )
             return
         last = report(failed_rows, final=True)
+        if self.otel:
+            counters = {**metrics.counters(), "numFailedRows": reported_failed}
+            export_otel(self.name, "async_map", counters, total_latency)
         if last is not None:
             yield last
 
@@ -385,6 +405,7 @@ def async_map(
         batch_timeout=batch_timeout,
         rate=_task_rate(rate_limit, df),
         key=_check_key(key, output_mode, df),
+        otel=otel_from_conf(df.sparkSession.conf),
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
@@ -416,4 +437,4 @@ def _task_rate(rate_limit: Any, df: DataFrame) -> TaskRate | None:
 def async_map_metrics(metrics_id: str) -> JobMetrics:
     """Operator metrics summed over the tasks of the finished actions on DataFrames returned
     by ``async_map(..., metrics_id=...)`` (see :meth:`LookupTable.metrics`)."""
-    return table_metrics(metrics_id)
+    return table_metrics(metrics_id).titled(metrics_id)

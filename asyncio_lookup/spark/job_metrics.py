@@ -128,13 +128,15 @@ class JobMetrics(dict[str, int | float]):
       (:class:`~asyncio_lookup.runtime.sketch.LatencySketch`; empty when nothing was timed);
     - ``tasks``: how many task attempts reported (each successful attempt once);
     - ``partial``: why the figures cover only part of the job, or None when they cover it all;
-    - ``sections``: the other merged trailer sections, by name (:func:`register_section`).
+    - ``sections``: the other merged trailer sections, by name (:func:`register_section`);
+    - ``title``: what it measured (the table's name), for :meth:`_repr_html_` and :meth:`plot`.
     """
 
     latency: dict[str, LatencySketch]
     tasks: int
     partial: str | None
     sections: dict[str, Any]
+    title: str
 
     def __init__(
         self,
@@ -144,8 +146,10 @@ class JobMetrics(dict[str, int | float]):
         tasks: int = 0,
         partial: str | None = None,
         sections: Mapping[str, Any] | None = None,
+        title: str = "metrics",
     ) -> None:
         super().__init__(values or {})
+        self.title = title
         self.latency = {kind: LatencySketch() for kind in LATENCY_KINDS}
         self.latency.update(latency or {})
         self.tasks = tasks
@@ -165,10 +169,32 @@ class JobMetrics(dict[str, int | float]):
         each with its first message (secrets masked); {} when nothing failed."""
         return dict((self.sections.get(CAUSES) or {}).get("causes", {}))
 
-    def summary(self, name: str = "table") -> str:
+    def summary(self) -> str:
         """The warnings and causes as the driver logs them after an action; '' when none."""
         found = self.sections.get(CAUSES)
-        return driver_summary({name: found}) if found else ""
+        return driver_summary({self.title: found}) if found else ""
+
+    def titled(self, title: str) -> JobMetrics:
+        """These metrics, named ``title`` (the table's name) in summaries and views."""
+        self.title = title
+        return self
+
+    def notes(self) -> list[str]:
+        """What a reader must know before trusting the figures: ``partial``, then the warnings."""
+        return ([self.partial] if self.partial else []) + self.warnings
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: key figures, latency quantiles and histograms, the notes."""
+        from asyncio_lookup.lookup.metrics_view import metrics_html
+
+        return metrics_html(self, self.latency, title=self.title, notes=self.notes())
+
+    def plot(self, ax: Any = None) -> Any:
+        """A matplotlib ``Figure`` of the latency histograms with p50/p99 marked and the
+        counters (extra ``[plot]``); on ``ax`` when given."""
+        from asyncio_lookup.lookup.metrics_plot import plot_metrics
+
+        return plot_metrics(self, self.latency, title=self.title, ax=ax)
 
     def __repr__(self) -> str:
         note = "" if self.partial is None else f", partial={self.partial!r}"

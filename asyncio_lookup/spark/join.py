@@ -37,6 +37,7 @@ from asyncio_lookup.spark.failed_rows import (
 )
 from asyncio_lookup.spark.join_columns import OnInput, key_bindings, select_dim_columns
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
+from asyncio_lookup.spark.otel_switch import otel_from_conf
 from asyncio_lookup.spark.rate_share import table_task_rate
 from asyncio_lookup.spark.schema import (
     arrow_type,
@@ -168,6 +169,7 @@ def plan_lookup_join(
         error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
         rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
         shared_namespace=None if options.shared_url is None else table.shared_namespace,
+        otel=otel_from_conf(df.sparkSession.conf),
     )
     return task, output
 

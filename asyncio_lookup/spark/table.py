@@ -166,7 +166,7 @@ class LookupTable:
         DataFrame reports one action: on a classic session its first, on Spark Connect its
         latest. For a streaming query see :meth:`progress_metrics` and :meth:`query_metrics`.
         """
-        return table_metrics(self.table_id)
+        return table_metrics(self.table_id).titled(self.name)
 
     @property
     def observation_name(self) -> str:
@@ -177,14 +177,14 @@ class LookupTable:
     def progress_metrics(self, progress: Any) -> JobMetrics:
         """This table's metrics in one micro-batch of a streaming query: ``progress`` is
         ``query.lastProgress`` or a ``StreamingQueryListener`` event's ``progress``."""
-        return progress_metrics(progress, self.table_id)
+        return progress_metrics(progress, self.table_id).titled(self.name)
 
     def query_metrics(self, query: Any) -> JobMetrics:
         """This table's metrics over a whole streaming query (classic or Connect), from the
         micro-batches of ``query.recentProgress``, each folded once and remembered across
         calls. Spark keeps the last ``spark.sql.streaming.numRecentProgressUpdates`` (100)
         reports: call this at least that often, or ``partial`` says reports were missed."""
-        return query_metrics(query, self.table_id)
+        return query_metrics(query, self.table_id).titled(self.name)
 
     def __repr__(self) -> str:
         schema = self._schema.simpleString() if self._schema is not None else self._schema_source

@@ -27,6 +27,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.runtime import causes as causes_
+from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import join_advice
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
@@ -35,6 +36,7 @@ from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
 from asyncio_lookup.spark.metrics import reports_before, trailer, with_metrics_column
 from asyncio_lookup.spark.missing import MissingColumns
+from asyncio_lookup.spark.otel_switch import export_otel
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
 
@@ -77,6 +79,8 @@ class LookupJoinTask:
     rate: TaskRate | None = None
     #: The shared cache's default namespace (LookupTable.shared_namespace), with one.
     shared_namespace: str | None = None
+    #: Export to OpenTelemetry at task end (Spark conf asyncio_lookup.otel.enabled).
+    otel: bool = False
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -298,6 +302,7 @@ class LookupJoinTask:
         started = time.monotonic()
         totals: dict[str, int | float] = {}  # the task's counters and causes, for its warnings
         total_causes: dict[str, Any] = {}
+        total_latency = {"record": LatencySketch(), "call": LatencySketch()}  # for OTel
 
         def report(failed_rows: int, final: bool, **gauges: int) -> str:
             # Counters since the previous report (of this task, or of the previous task of
@@ -322,6 +327,10 @@ class LookupJoinTask:
                     chain, runner, self.rate, totals, total_causes, columns, seconds
                 )
             latency = {"record": record, "call": chain.metrics.drain_calls()}
+            if self.otel:
+                for kind, sketch in latency.items():
+                    if sketch is not None:
+                        total_latency[kind].merge(sketch)
             return encode(
                 task, values, latency, final=final, sections={SECTION: section(found, advice)}
             )
@@ -357,6 +366,8 @@ class LookupJoinTask:
         except GeneratorExit:
             # The reader stopped (limit): what ran since the last trailer stays in the chain's
             # counters for the next task of this process to report.
+            if self.otel:
+                export_otel(self.table_name, "lookup_join", totals, total_latency)
             raise
         except BaseException:
             # A failed attempt's trailers are dropped with it; so is its unreported share.
@@ -366,4 +377,6 @@ class LookupJoinTask:
             raise
         finally:
             release_chain(chain_id, chain)
+        if self.otel:
+            export_otel(self.table_name, "lookup_join", totals, total_latency)
         yield final

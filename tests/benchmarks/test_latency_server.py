@@ -46,9 +46,9 @@ def plain(server: LatencyServer) -> None:
     server.configure(Profile())
 
 
-def exchange(server: LatencyServer, chunks: list[bytes], expect: int) -> tuple[
-    list[tuple[int, dict[bytes, bytes], bytes]], bool
-]:
+def exchange(
+    server: LatencyServer, chunks: list[bytes], expect: int
+) -> tuple[list[tuple[int, dict[bytes, bytes], bytes]], bool]:
     """Send ``chunks`` (one write each), read ``expect`` responses; whether the server closed."""
     responses = Responses()
     with socket.create_connection((server.host, server.port), timeout=10) as sock:
@@ -94,15 +94,17 @@ def test_pipelined_requests_are_answered_in_order_despite_tail_latency(
 
 def test_requests_split_across_reads_and_joined_in_one(server: LatencyServer) -> None:
     stream = get("/customers/7") + get("/customers/8") + get("/customers/9")
-    chunks = [stream[i:i + 5] for i in range(0, len(stream), 5)]
+    chunks = [stream[i : i + 5] for i in range(0, len(stream), 5)]
     done, _ = exchange(server, chunks, 3)
     assert [body_of(r)["id"] for r in done] == [7, 8, 9]
 
 
 def test_post_body_by_content_length_split_across_reads(server: LatencyServer) -> None:
     body = json.dumps({"keys": [{"id": 1}, {"id": 2}, {"id": 5_000}]}).encode()
-    head = (b"POST /customers:batchGet HTTP/1.1\r\nHost: test\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    head = (
+        b"POST /customers:batchGet HTTP/1.1\r\nHost: test\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
     done, _ = exchange(server, [head, body[:10], body[10:] + get("/customers/3")], 2)
     assert [row["id"] for row in body_of(done[0])] == [1, 2]
     assert body_of(done[1])["id"] == 3
@@ -111,8 +113,9 @@ def test_post_body_by_content_length_split_across_reads(server: LatencyServer) -
 
 
 def test_connection_close_is_honoured(server: LatencyServer) -> None:
-    done, closed = exchange(server, [get("/customers/1", "Connection: close")
-                                     + get("/customers/2")], 1)
+    done, closed = exchange(
+        server, [get("/customers/1", "Connection: close") + get("/customers/2")], 1
+    )
     assert done[0][1][b"connection"] == b"close"
     assert closed
     assert server.stats()["point_calls"] == 1  # nothing read after the close
@@ -124,12 +127,15 @@ def test_malformed_request_answers_400_and_closes(server: LatencyServer) -> None
     assert closed
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [
-    (get("/nowhere"), 404),
-    (get("/customers/1/2"), 404),
-    (get("/customers/5000"), 404),
-    (get("/customers/%35"), 200),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (get("/nowhere"), 404),
+        (get("/customers/1/2"), 404),
+        (get("/customers/5000"), 404),
+        (get("/customers/%35"), 200),
+    ],
+)
 def test_paths(server: LatencyServer, request_bytes: bytes, status: int) -> None:
     done, _ = exchange(server, [request_bytes + get("/customers/4")], 2)
     assert [s for s, _, _ in done] == [status, 200]
@@ -164,8 +170,13 @@ def test_throttle_and_errors(server: LatencyServer) -> None:
     server.configure(Profile(error_rate=1.0))
     (failed,), _ = exchange(server, [get("/customers?ids=1,2")], 1)
     assert failed[0] == 503
-    assert server.stats() == {"requests": 1, "batch_calls": 1, "batch_keys": 2, "errors": 1,
-                              "max_in_flight": 1}
+    assert server.stats() == {
+        "requests": 1,
+        "batch_calls": 1,
+        "batch_keys": 2,
+        "errors": 1,
+        "max_in_flight": 1,
+    }
 
 
 def test_late_customers_miss_first(server: LatencyServer) -> None:

@@ -17,7 +17,8 @@ Policy = asyncio.AbstractEventLoopPolicy
 
 # the loop-policy fixture is the way to run one module on both loops (pytest-asyncio 1.x keeps
 # it, deprecated, until its loop-factories hook can be scoped to one module)
-pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\"")
+pytestmark = pytest.mark.filterwarnings('ignore:Overriding the "event_loop_policy"')
+
 
 @pytest.fixture
 def event_loop_policy(both_loops: Policy) -> Policy:

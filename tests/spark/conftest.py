@@ -29,6 +29,20 @@ cloudpickle.register_pickle_by_value(helpers)
 cloudpickle.register_pickle_by_value(services)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+#: The OTLP receiver of test_otel_export.py listens here. Spark's Python workers get their
+#: environment from the JVM, which a session started by this process inherits: the OTEL_*
+#: variables are set before any session starts, as a user sets them for the executors.
+OTLP_PORT = _free_port()
+os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{OTLP_PORT}"
+os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+os.environ["OTEL_METRICS_EXPORTER"] = "otlp"
+
 #: ``local[2,2]``: two cores, and a failed task is run once more (tests of counted-once metrics).
 MASTER = "local[2,2]"
 #: Classic first: once a Connect session has started, PySpark stays in Connect mode.

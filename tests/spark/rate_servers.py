@@ -81,5 +81,3 @@ class CountingService(BackgroundService):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/items/{id}", self._item)
-
-

@@ -32,9 +32,9 @@ def causes_section() -> Iterator[None]:
             a[cause] = a.get(cause, 0) + n
         return a
 
-    register_section("causes", merge, dict)
+    register_section("retries_by_cause", merge, dict)
     yield
-    job_metrics._sections.pop("causes")
+    job_metrics._sections.pop("retries_by_cause")
 
 
 def test_counters_sum_as_ints_gauges_take_the_max_and_sketches_merge() -> None:
@@ -78,13 +78,15 @@ def test_a_registered_section_is_merged_and_an_unknown_one_left_out(
     causes_section: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     trailers = [
-        encode("t1", {}, {}, final=True, sections={"causes": {"TimeoutError": 2}}),
-        encode("t2", {}, {}, final=True, sections={"causes": {"TimeoutError": 1, "429": 4}}),
+        encode("t1", {}, {}, final=True, sections={"retries_by_cause": {"TimeoutError": 2}}),
+        encode(
+            "t2", {}, {}, final=True, sections={"retries_by_cause": {"TimeoutError": 1, "429": 4}}
+        ),
         encode("t3", {}, {}, final=True, sections={"future": [1]}),
     ]
     with caplog.at_level(logging.WARNING):
         metrics = fold(trailers)
-    assert metrics.sections == {"causes": {"TimeoutError": 3, "429": 4}}
+    assert metrics.sections == {"retries_by_cause": {"TimeoutError": 3, "429": 4}}
     assert "no merger for trailer section 'future'" in caplog.text
 
 
@@ -157,3 +159,42 @@ def test_query_metrics_say_when_progress_reports_fell_out_unread() -> None:
     assert metrics.partial is not None and "fell out of recentProgress (it keeps 3)" in (
         metrics.partial
     )
+
+
+def test_causes_warnings_summary_and_views_of_a_job() -> None:
+    from asyncio_lookup.lookup.advice import RETRY_STORM, SECTION, Advice, Facts, section
+
+    facts = Facts(table="Customers", target="HTTP http://127.0.0.1:1/c/{id}", capacity=100)
+    storm = Advice(RETRY_STORM, "HTTP 503", {"retries": 40, "retried": 40, "lookups": 100}, facts)
+    causes = {
+        "HTTP 503": {
+            "failures": 0,
+            "retries": 40,
+            "retried": 40,
+            "timeouts": 0,
+            "message": "HTTP 503 from http://127.0.0.1:1/c/7",
+        }
+    }
+    trailers = [
+        encode(
+            f"t{i}",
+            {"numLookups": 100, "numCompleted": 100},
+            {"record": _sketch(5.0, 500.0)},
+            final=True,
+            sections={SECTION: section(causes, [storm])},
+        )
+        for i in range(2)
+    ]
+    metrics = fold(trailers).titled("Customers <b>")
+    assert metrics.causes["HTTP 503"]["retries"] == 80
+    (warning,) = metrics.warnings
+    assert "80 of 200 lookups were retried" in warning and "[in 2 tasks]" in warning
+    assert metrics.summary().startswith("asyncio_lookup: what the job's tasks reported")
+    assert "'Customers <b>'" in metrics.summary()
+    html = metrics._repr_html_()
+    assert "Customers &lt;b&gt;" in html and "Customers <b>" not in html
+    assert "80 of 200 lookups were retried" in html
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    figure = metrics.plot()
+    assert figure.axes and figure.axes[0].patches  # the record latency histogram's bars

@@ -388,7 +388,6 @@ class Translator:
     # ------------------------------------------------------------------ pieces
 
 
-
 def _in_join(
     error: ConfigurationError, name: str, alias: str, readable: Mapping[str, str]
 ) -> SqlError:

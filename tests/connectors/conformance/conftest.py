@@ -72,7 +72,8 @@ class Certificates:
             "good": self.ca.issue_cert("localhost", "127.0.0.1"),
             "wrong-host": self.ca.issue_cert("elsewhere.example"),
             "expired": self.ca.issue_cert(
-                "localhost", "127.0.0.1",
+                "localhost",
+                "127.0.0.1",
                 not_before=now - datetime.timedelta(days=30),
                 not_after=now - datetime.timedelta(days=1),
             ),
@@ -137,7 +138,8 @@ class Fleet:
     def __init__(self, directory: Path) -> None:
         self.certificates = Certificates(directory)
         self.servers = {
-            name: Server(name, argv) for name, (argv, _) in SERVERS.items()
+            name: Server(name, argv)
+            for name, (argv, _) in SERVERS.items()
             if name != "node" or NODE
         }
         self.tls_ports = {case: free_port() for case in Certificates.CASES}
@@ -148,14 +150,21 @@ class Fleet:
         ]
         others = tuple(p for case, p in self.tls_ports.items() if case != "good")
         self.tls = Server(
-            "aiohttp-tls", lambda _: [PY, "aiohttp_app.py", *tls_argv],
-            port=self.tls_ports["good"], tls=True, more_ports=others,
+            "aiohttp-tls",
+            lambda _: [PY, "aiohttp_app.py", *tls_argv],
+            port=self.tls_ports["good"],
+            tls=True,
+            more_ports=others,
         )
         cert, key = (str(f) for f in self.certificates.files["good"])
         self.tls_servers = {"aiohttp-tls": self.tls}
         for name, argv in {
             "uvicorn-h11-tls": lambda port: [
-                *SERVERS["uvicorn-h11"][0](port), "--ssl-certfile", cert, "--ssl-keyfile", key
+                *SERVERS["uvicorn-h11"][0](port),
+                "--ssl-certfile",
+                cert,
+                "--ssl-keyfile",
+                key,
             ],
             "stdlib-1.0-tls": lambda port: [*SERVERS["stdlib-1.0"][0](port), cert, key],
             "stdlib-1.1-tls": lambda port: [*SERVERS["stdlib-1.1"][0](port), cert, key],
@@ -166,7 +175,10 @@ class Fleet:
         self.proxy = Server("proxy.py", _proxy([]))
         self.auth_proxy = Server("proxy.py-auth", _proxy(["--basic-auth", self.PROXY_USER]))
         self.everything = [
-            *self.servers.values(), *self.tls_servers.values(), self.proxy, self.auth_proxy
+            *self.servers.values(),
+            *self.tls_servers.values(),
+            self.proxy,
+            self.auth_proxy,
         ]
         atexit.register(self.stop)  # should a run be cut short past the fixture's teardown
         for server in self.everything:
@@ -193,8 +205,20 @@ class Fleet:
 
 def _proxy(extra: list[str]) -> Any:
     return lambda port: [
-        PY, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(port),
-        "--num-workers", "1", "--num-acceptors", "1", "--log-level", "INFO", *extra,
+        PY,
+        "-m",
+        "proxy",
+        "--hostname",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num-workers",
+        "1",
+        "--num-acceptors",
+        "1",
+        "--log-level",
+        "INFO",
+        *extra,
     ]
 
 

@@ -38,17 +38,44 @@ def free_port() -> int:
 
 def _uvicorn(http: str) -> Callable[[int], list[str]]:
     return lambda port: [
-        PY, "-m", "uvicorn", "asgi_app:app", "--host", "127.0.0.1", "--port", str(port),
-        "--http", http, "--timeout-keep-alive", "1", "--no-access-log", "--log-level", "warning",
-        "--lifespan", "off",
+        PY,
+        "-m",
+        "uvicorn",
+        "asgi_app:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--http",
+        http,
+        "--timeout-keep-alive",
+        "1",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--lifespan",
+        "off",
     ]
 
 
 def _gunicorn(worker: str) -> Callable[[int], list[str]]:
     workers = ["-w", "3"] if worker == "sync" else ["-w", "1", "--threads", "16"]
     return lambda port: [
-        PY, "-m", "gunicorn", "wsgi_app:app", "-b", f"127.0.0.1:{port}", "-k", worker,
-        *workers, "--keep-alive", "1", "--log-level", "warning", "--graceful-timeout", "1",
+        PY,
+        "-m",
+        "gunicorn",
+        "wsgi_app:app",
+        "-b",
+        f"127.0.0.1:{port}",
+        "-k",
+        worker,
+        *workers,
+        "--keep-alive",
+        "1",
+        "--log-level",
+        "warning",
+        "--graceful-timeout",
+        "1",
     ]
 
 
@@ -58,8 +85,16 @@ SERVERS: dict[str, tuple[Callable[[int], list[str]], frozenset[str]]] = {
     "uvicorn-httptools": (_uvicorn("httptools"), frozenset({IDLE})),
     "hypercorn": (
         lambda port: [
-            PY, "-m", "hypercorn", "asgi_app:app", "--bind", f"127.0.0.1:{port}",
-            "--keep-alive", "1", "--log-level", "warning",
+            PY,
+            "-m",
+            "hypercorn",
+            "asgi_app:app",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--keep-alive",
+            "1",
+            "--log-level",
+            "warning",
         ],
         frozenset({IDLE}),
     ),
@@ -67,21 +102,26 @@ SERVERS: dict[str, tuple[Callable[[int], list[str]], frozenset[str]]] = {
     "gunicorn-gthread": (_gunicorn("gthread"), frozenset({IDLE})),
     "waitress": (
         lambda port: [
-            PY, "-m", "waitress", f"--listen=127.0.0.1:{port}", "--threads=16",
-            "--channel-timeout=1", "--cleanup-interval=1", "wsgi_app:app",
+            PY,
+            "-m",
+            "waitress",
+            f"--listen=127.0.0.1:{port}",
+            "--threads=16",
+            "--channel-timeout=1",
+            "--cleanup-interval=1",
+            "wsgi_app:app",
         ],
         frozenset({IDLE}),
     ),
-    "aiohttp": (
-        lambda port: [PY, "aiohttp_app.py", str(port)], frozenset({INTERIM, IDLE, GHOST})
-    ),
+    "aiohttp": (lambda port: [PY, "aiohttp_app.py", str(port)], frozenset({INTERIM, IDLE, GHOST})),
     "stdlib-1.0": (lambda port: [PY, "stdlib_app.py", str(port), "HTTP/1.0"], frozenset()),
     "stdlib-1.1": (
         lambda port: [PY, "stdlib_app.py", str(port), "HTTP/1.1"],
         frozenset({INTERIM, IDLE, GHOST}),
     ),
     "node": (
-        lambda port: [NODE or "node", "node_app.js", str(port)], frozenset({INTERIM, IDLE, GHOST})
+        lambda port: [NODE or "node", "node_app.js", str(port)],
+        frozenset({INTERIM, IDLE, GHOST}),
     ),
 }
 
@@ -118,8 +158,13 @@ class Server:
     def start(self) -> Server:
         env = {**os.environ, "PYTHONPATH": str(APPS), "CONFORMANCE_SERVER": self.name}
         self.process = subprocess.Popen(
-            self.argv(self.port), cwd=APPS, env=env, stdin=subprocess.DEVNULL,
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            self.argv(self.port),
+            cwd=APPS,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         return self
 
@@ -132,8 +177,9 @@ class Server:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 raise RuntimeError(f"{self.name} exited ({code}): {self.output()}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", waiting[0]), timeout=0.5
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.5),
             ):
                 waiting.pop(0)
                 if not waiting:

@@ -151,7 +151,7 @@ async def test_after_an_answer_over_a_limit_the_next_is_its_own(
 
 AIOHTTP_WAITRESS_HEAD = (
     "waitress ends a HEAD answer framed as chunked with a stray '0\\r\\n\\r\\n' before it "
-    "closes; aiohttp refuses the answer (400, \"Data after `Connection: close`\") when the "
+    'closes; aiohttp refuses the answer (400, "Data after `Connection: close`") when the '
     "stray bytes come with the headers (so not every run), where the asyncio client reads the "
     "headers and drops the connection"
 )

@@ -185,8 +185,18 @@ def status(code: int) -> Answer:
 
 
 REASONS = {
-    100: "Continue", 102: "Processing", 103: "Early Hints", 200: "OK", 201: "Created",
-    204: "No Content", 301: "Moved Permanently", 302: "Found", 304: "Not Modified",
-    400: "Bad Request", 404: "Not Found", 410: "Gone", 500: "Internal Server Error",
+    100: "Continue",
+    102: "Processing",
+    103: "Early Hints",
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    301: "Moved Permanently",
+    302: "Found",
+    304: "Not Modified",
+    400: "Bad Request",
+    404: "Not Found",
+    410: "Gone",
+    500: "Internal Server Error",
     503: "Service Unavailable",
 }
