@@ -24,7 +24,6 @@ import tempfile
 import time
 import timeit
 from io import BytesIO
-from math import log
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +96,8 @@ def micro_us() -> dict[str, float]:
     trailer (the deltas drained and encoded as JSON, with a sketch of 100 distinct buckets)."""
     from asyncio_lookup.lookup.metrics import CacheMetricGroup
     from asyncio_lookup.runtime.metrics import OperatorMetrics
-    from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT, LatencySketch
+    from asyncio_lookup.runtime.sketch import FOLD_EVERY, LatencySketch
     from asyncio_lookup.spark.job_metrics import encode
-
-    last = BUCKETS - 1
 
     sketch = LatencySketch()
     group = CacheMetricGroup()
@@ -110,18 +107,10 @@ def micro_us() -> dict[str, float]:
     started = clock()
 
     def record() -> None:  # the statements ResultHandler.complete runs per record
-        ms = (clock() - started) * 1000.0
-        if ms >= MIN_MS:
-            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
-            sketch.counts[index if index < last else last] += 1
-        else:
-            sketch.zero += 1
-        sketch.count += 1
-        sketch.sum_ms += ms
-        if ms > sketch.max_ms:
-            sketch.max_ms = ms
-        if ms < sketch.min_ms:
-            sketch.min_ms = ms
+        pending = sketch.pending
+        pending.append((clock() - started) * 1000.0)
+        if len(pending) >= FOLD_EVERY:
+            sketch.fold()
 
     def counters() -> None:  # for scale: what the baseline did per call (two counters)
         group.inc2("numExternalCalls", "numExternalKeys")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from math import log
 from threading import get_ident
 from typing import ClassVar
 
 from asyncio_lookup.runtime.causes import Causes
 from asyncio_lookup.runtime.metrics import ms as round_ms
-from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT, LatencySketch
+from asyncio_lookup.runtime.sketch import FOLD_EVERY, LatencySketch
 
 HIT_COUNT = "hitCount"
 MISS_COUNT = "missCount"
@@ -43,7 +42,6 @@ L2_SKIPPED = "l2SkippedCount"
 L2_LEASE_WAITS = "l2LeaseWaitCount"
 L2_BYTES_READ = "l2BytesRead"
 L2_BYTES_WRITTEN = "l2BytesWritten"
-_LAST_BUCKET = BUCKETS - 1
 LEVEL_COUNTERS = (
     L2_HIT_COUNT,
     L2_MISS_COUNT,
@@ -146,17 +144,10 @@ class CacheMetricGroup:
         if sketch is None:
             with self._lock:
                 sketch = self._calls.setdefault(get_ident(), LatencySketch())
-        if ms >= MIN_MS:
-            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
-            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
-        else:
-            sketch.zero += 1
-        sketch.count += 1
-        sketch.sum_ms += ms
-        if ms > sketch.max_ms:
-            sketch.max_ms = ms
-        if ms < sketch.min_ms:
-            sketch.min_ms = ms
+        pending = sketch.pending
+        pending.append(ms)
+        if len(pending) >= FOLD_EVERY:
+            sketch.fold()
 
     def drain_calls(self) -> LatencySketch:
         """The call latencies recorded since the previous drain, merged over threads. Exact

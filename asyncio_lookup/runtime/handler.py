@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
-from math import log
 from typing import Any, ClassVar, Protocol
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime.causes import FAILURES, TIMEOUT_CAUSE, TIMEOUTS
 from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE, AsyncFunction
 from asyncio_lookup.runtime.metrics import OperatorMetrics
-from asyncio_lookup.runtime.sketch import BUCKETS, INV_LOG_GAMMA, MIN_MS, SHIFT
+from asyncio_lookup.runtime.sketch import FOLD_EVERY
 
-_LAST_BUCKET = BUCKETS - 1
 _TIMED_OUT = {TIMEOUTS: 1}  # one deadline that expired, for Causes.add
 
 
@@ -180,19 +178,10 @@ class ResultHandler:
         metrics.in_flight -= 1
         metrics.completed += 1
         # metrics.latency.add(), inlined: this runs once per record
-        ms = (run.clock() - self.admitted) * 1000.0
-        sketch = metrics.latency
-        if ms >= MIN_MS:
-            index = int(log(ms) * INV_LOG_GAMMA + SHIFT)
-            sketch.counts[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
-        else:
-            sketch.zero += 1
-        sketch.count += 1
-        sketch.sum_ms += ms
-        if ms > sketch.max_ms:
-            sketch.max_ms = ms
-        if ms < sketch.min_ms:
-            sketch.min_ms = ms
+        pending = metrics.latency.pending
+        pending.append((run.clock() - self.admitted) * 1000.0)
+        if len(pending) >= FOLD_EVERY:
+            metrics.latency.fold()
         if self.slot.completed(self):
             # run.wake_consumer(), inlined: this runs once per record
             waiter = run.consumer_waiter

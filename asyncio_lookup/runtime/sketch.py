@@ -7,8 +7,9 @@ value in the bucket. The buckets are fixed, so two sketches merge by adding coun
 quantiles of a merged sketch are the quantiles of all the values, with the same error bound,
 however the values were split between tasks.
 
-``ddsketch`` (the reference library) costs 0.91 µs per ``add`` on this machine; this one
-0.27 µs, and ~0.1 µs where the hot path inlines :meth:`LatencySketch.add`, so it is our own.
+``ddsketch`` (the reference library) costs 0.91 µs per ``add`` on this machine; bucketing
+each value in Python 0.34 µs. This one appends the value to a list and buckets 4,096 values at
+a time with Arrow compute: ~0.1 µs per value in all, so it is our own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 #: Relative error of every quantile (values in the sketch's range).
 RELATIVE_ACCURACY = 0.01
@@ -28,6 +32,8 @@ MAX_MS = 1e8
 #: Added to ``log_g(ms)`` so that every value in range maps to a non-negative bucket.
 SHIFT = -math.floor(math.log(MIN_MS) * INV_LOG_GAMMA)
 BUCKETS = math.floor(math.log(MAX_MS) * INV_LOG_GAMMA) + SHIFT + 1
+#: Pending values folded at once (a fold costs ~60 µs of fixed work plus ~20 ns a value).
+FOLD_EVERY = 4096
 _FORMAT = 1  # the version of :meth:`LatencySketch.to_json`'s layout
 
 
@@ -51,55 +57,115 @@ class LatencySketch:
     """A mergeable distribution of latencies in milliseconds, quantiles within 1 %.
 
     Not thread-safe: one event loop adds to it. ``count``, ``sum_ms``, ``min_ms`` and
-    ``max_ms`` are exact.
+    ``max_ms`` are exact. :meth:`add` only appends to ``pending`` (the hot paths inline that
+    append); every :data:`FOLD_EVERY` values, or when the sketch is read, the pending values
+    are folded into the buckets at once with Arrow compute (:meth:`fold`).
     """
 
-    __slots__ = ("count", "counts", "max_ms", "min_ms", "sum_ms", "zero")
+    __slots__ = ("_count", "_counts", "_max", "_min", "_sum", "_zero", "pending")
 
     def __init__(self) -> None:
-        self.counts: list[int] = [0] * BUCKETS
-        self.zero = 0  # values below MIN_MS
-        self.count = 0
-        self.sum_ms = 0.0
-        self.min_ms = math.inf
-        self.max_ms = 0.0
+        self._counts: list[int] = [0] * BUCKETS
+        self._zero = 0  # values below MIN_MS
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = 0.0
+        self.pending: list[float] = []  # values added and not yet folded into the buckets
 
     def add(self, ms: float) -> None:
         """Record one latency in milliseconds."""
-        if ms >= MIN_MS:
-            index = int(math.log(ms) * INV_LOG_GAMMA + SHIFT)
-            self.counts[index if index < BUCKETS else BUCKETS - 1] += 1
-        else:
-            self.zero += 1
-        self.count += 1
-        self.sum_ms += ms
-        if ms > self.max_ms:
-            self.max_ms = ms
-        if ms < self.min_ms:
-            self.min_ms = ms
+        pending = self.pending
+        pending.append(ms)
+        if len(pending) >= FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        """Count the pending values into the buckets (vectorised: ~20 ns a value)."""
+        pending = self.pending
+        if not pending:
+            return
+        values = pa.array(pending, pa.float64())
+        pending.clear()
+        self._count += len(values)
+        self._sum += pc.sum(values).as_py()
+        extremes = pc.min_max(values)
+        self._min = min(self._min, extremes["min"].as_py())
+        self._max = max(self._max, extremes["max"].as_py())
+        in_range = pc.greater_equal(values, MIN_MS)
+        timed = pc.filter(values, in_range)
+        self._zero += len(values) - len(timed)
+        if not len(timed):
+            return
+        scaled = pc.add(pc.multiply(pc.ln(timed), INV_LOG_GAMMA), float(SHIFT))
+        indices = pc.min_element_wise(pc.cast(pc.floor(scaled), pa.int64()), BUCKETS - 1)
+        counts = self._counts
+        found = pc.value_counts(indices)
+        for index, n in zip(
+            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
+        ):
+            counts[index] += n
+
+    @property
+    def counts(self) -> list[int]:
+        """Values per bucket (index ``i``: :func:`bucket_bounds` ``(i)``)."""
+        self.fold()
+        return self._counts
+
+    @property
+    def zero(self) -> int:
+        """Values below :data:`MIN_MS` (reported as 0)."""
+        self.fold()
+        return self._zero
+
+    @property
+    def count(self) -> int:
+        """How many values were added."""
+        return self._count + len(self.pending)
+
+    @property
+    def sum_ms(self) -> float:
+        """Their exact sum in ms."""
+        self.fold()
+        return self._sum
+
+    @property
+    def min_ms(self) -> float:
+        """The smallest value (``inf`` when empty)."""
+        self.fold()
+        return self._min
+
+    @property
+    def max_ms(self) -> float:
+        """The largest value (0.0 when empty)."""
+        self.fold()
+        return self._max
 
     def merge(self, other: LatencySketch) -> LatencySketch:
         """Add ``other``'s values to this sketch; returns this sketch."""
-        if other.count:
-            counts = self.counts
-            for index, n in enumerate(other.counts):
+        other.fold()
+        self.fold()
+        if other._count:
+            counts = self._counts
+            for index, n in enumerate(other._counts):
                 if n:
                     counts[index] += n
-            self.zero += other.zero
-            self.count += other.count
-            self.sum_ms += other.sum_ms
-            self.max_ms = max(self.max_ms, other.max_ms)
-            self.min_ms = min(self.min_ms, other.min_ms)
+            self._zero += other._zero
+            self._count += other._count
+            self._sum += other._sum
+            self._max = max(self._max, other._max)
+            self._min = min(self._min, other._min)
         return self
 
     def drain(self) -> LatencySketch:
         """A sketch of the values added since the last drain; this one starts empty again."""
         taken = LatencySketch()
-        (taken.counts, self.counts) = (self.counts, taken.counts)
-        taken.zero, taken.count, taken.sum_ms = self.zero, self.count, self.sum_ms
-        taken.min_ms, taken.max_ms = self.min_ms, self.max_ms
-        self.zero, self.count, self.sum_ms = 0, 0, 0.0
-        self.min_ms, self.max_ms = math.inf, 0.0
+        taken._counts, self._counts = self._counts, taken._counts
+        taken.pending, self.pending = self.pending, taken.pending
+        taken._zero, taken._count, taken._sum = self._zero, self._count, self._sum
+        taken._min, taken._max = self._min, self._max
+        self._zero, self._count, self._sum = 0, 0, 0.0
+        self._min, self._max = math.inf, 0.0
         return taken
 
     def quantile(self, q: float) -> float:
@@ -167,12 +233,12 @@ class LatencySketch:
         sketch = cls()
         buckets = data["buckets"]
         for position in range(0, len(buckets), 2):
-            sketch.counts[buckets[position]] += buckets[position + 1]
-        sketch.zero = int(data["zero"])
-        sketch.count = int(data["count"])
-        sketch.sum_ms = float(data["sum"])
-        sketch.max_ms = float(data["max"])
-        sketch.min_ms = float(data["min"]) if sketch.count else math.inf
+            sketch._counts[buckets[position]] += buckets[position + 1]
+        sketch._zero = int(data["zero"])
+        sketch._count = int(data["count"])
+        sketch._sum = float(data["sum"])
+        sketch._max = float(data["max"])
+        sketch._min = float(data["min"]) if sketch._count else math.inf
         return sketch
 
     def __repr__(self) -> str:
