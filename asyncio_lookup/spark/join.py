@@ -275,7 +275,7 @@ def lookup_join(
     if task.hint.shuffle:
         df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
     with_metrics = StructType([*output.fields, StructField(METRICS_COLUMN, StringType(), True)])
-    return observe(df.mapInArrow(task, with_metrics), table.table_id)
+    return observe(df.mapInArrow(task, with_metrics), table.table_id, table.name)
 
 
 def _arrow_schema(output: StructType, large: bool) -> pa.Schema | None:

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from asyncio_lookup.spark.action_summary import watch
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, Fold, JobMetrics, fold
+from asyncio_lookup.spark.observations import (
+    LISTENER_GRACE_S,
+    OBSERVED_TASKS,
+    session_stopped,
+    trailers_of,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -40,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 #: The hidden column of the trailer rows (a reserved name: an input may not have it).
 METRICS_COLUMN = "__asyncio_lookup_metrics"
-#: The observed metric holding the list of trailers (one JSON object per successful task).
-OBSERVED_TASKS = "tasks"
 
 
 def reports_before(number: int) -> bool:
@@ -107,10 +112,11 @@ def observation_name(metrics_id: str) -> str:
     return f"asyncio_lookup:{metrics_id}"
 
 
-def observe(df: DataFrame, metrics_id: str) -> DataFrame:
+def observe(df: DataFrame, metrics_id: str, title: str | None = None) -> DataFrame:
     """``df`` (the ``mapInArrow`` output with :data:`METRICS_COLUMN`) observed and without its
-    trailer rows and metrics column. The filter stays above the observation: Spark does not
-    push predicates below ``CollectMetrics``."""
+    trailer rows and metrics column (``title``: the table's name, for the driver's summary
+    after the first action, spark/action_summary.py). The filter stays above the observation:
+    Spark does not push predicates below ``CollectMetrics``."""
     from pyspark.sql import functions as F
 
     tasks = F.collect_list(F.col(METRICS_COLUMN)).alias(OBSERVED_TASKS)
@@ -123,6 +129,7 @@ def observe(df: DataFrame, metrics_id: str) -> DataFrame:
         observed = df.observe(observation, tasks)
         with _lock:
             _observations.setdefault(metrics_id, []).append((df.sparkSession, observation))
+        watch(title or metrics_id, df.sparkSession, observation)  # the summary after its action
     result = observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
     if not df.isStreaming:
         result._asyncio_lookup_observed = (  # type: ignore[attr-defined]
@@ -154,19 +161,12 @@ _results: dict[str, list[tuple[Any, tuple[Any, str]]]] = {}
 
 def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[Any]:
     """The entries of ``metrics_id`` whose session is still running (call under ``_lock``)."""
-    kept = [(s, item) for s, item in entries.get(metrics_id, ()) if not _stopped(s)]
+    kept = [(s, item) for s, item in entries.get(metrics_id, ()) if not session_stopped(s)]
     if kept:
         entries[metrics_id] = kept
     else:
         entries.pop(metrics_id, None)
     return [item for _, item in kept]
-
-
-def _stopped(session: Any) -> bool:
-    if type(session).__module__.startswith("pyspark.sql.connect"):
-        return bool(getattr(session, "is_stopped", False))
-    context = getattr(session, "_sc", None)
-    return context is None or getattr(context, "_jsc", None) is None
 
 
 _counter = iter(range(1 << 62))
@@ -175,27 +175,6 @@ _counter = iter(range(1 << 62))
 def _next_suffix() -> str:
     with _lock:
         return str(next(_counter))
-
-
-#: How long :func:`table_metrics` waits on a classic session for an observation that has no
-#: metrics yet: the session completes it from its listener bus, just after the action returns.
-LISTENER_GRACE_S = 0.25
-
-
-def _observed(observation: Any, deadline: float) -> list[str] | None:
-    """The trailers an :class:`Observation` got from a finished action, None before one."""
-    jo = getattr(observation, "_jo", None)
-    if jo is not None:  # classic: the first action's metrics; get blocks until there is one
-        future = jo.future()
-        while not future.isCompleted():
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.01)
-        return list(observation.get.get(OBSERVED_TASKS) or [])
-    result = getattr(observation, "_result", None)  # Connect: the latest action's metrics
-    if not result or OBSERVED_TASKS not in result:
-        return None
-    return list(result[OBSERVED_TASKS] or [])
 
 
 def _result_observed(df: Any, name: str) -> list[str] | None:
@@ -222,7 +201,7 @@ def table_metrics(metrics_id: str) -> JobMetrics:
     reported = 0
     deadline = time.monotonic() + LISTENER_GRACE_S
     for observation in observations:
-        got = _observed(observation, deadline)
+        got = trailers_of(observation, deadline)
         if got is not None:
             reported += 1
             trailers.extend(got)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -126,12 +127,27 @@ class _ResetOnce(AsyncFunction[dict[str, Any], dict[str, Any]]):
         return [{"id": row["id"]}]
 
 
-def test_async_map_retries_are_summarised_by_cause(spark: SparkSession) -> None:
+def test_async_map_retries_are_summarised_by_cause(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
     metrics_id = f"reset-{uuid.uuid4().hex[:8]}"
     retry = RetryStrategies.fixed_delay(2, 0.001, None, lambda e: isinstance(e, OSError))
     rows = spark.range(0, 200, 1, 2).selectExpr("CAST(id AS INT) AS id")
+    caplog.set_level(logging.WARNING, logger="asyncio_lookup.summary")
     out = async_map(rows, _ResetOnce(), "id INT", 30.0, retry_strategy=retry, metrics_id=metrics_id)
     assert out.count() == 200
+    # the driver logs the summary by itself after the action (spark/action_summary.py)
+    deadline = time.monotonic() + 30
+    while metrics_id not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (logged,) = [
+        r
+        for r in caplog.records
+        if r.name == "asyncio_lookup.summary" and metrics_id in r.getMessage()
+    ]
+    assert logged.levelno == logging.WARNING
+    assert f"'{metrics_id}': 1 warning(s)" in logged.getMessage()
+    assert "after ConnectionResetError" in logged.getMessage()
     (warning,) = warnings_of(metrics_id)
     assert (warning.code, warning.cause, warning.tasks) == (
         "retry-storm",
