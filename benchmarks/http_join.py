@@ -83,7 +83,7 @@ def run(ctx: Context) -> ScenarioResult:
         "process's CPU, over the rows: Spark's JVM, its Python workers and the driver are the "
         "client. tree_cpu_us_per_row: the same from the benchmark's process tree minus the "
         "server (no foreign load can enter it). worker_cpu_us_per_row: Spark's Python workers "
-        "alone (spark-lookup-join's figure).",
+        "alone (spark-lookup-join's figure); jvm_cpu_us_per_row: Spark's JVM alone.",
         "ceiling: the client alone, no Spark (benchmarks/ceiling.py); share_of_ceiling = (c)'s "
         "rows/s over it. p50/p99: the ceiling's lookups, from call to answer.",
     ]
@@ -181,6 +181,7 @@ def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> N
             client_cpu_vs_b2=per_row(m, "client_cpu_s") / per_row(b2, "client_cpu_s"),
             tree_cpu_us_per_row=per_row(m, "tree_cpu_s"),
             worker_cpu_us_per_row=per_row(m, "worker_cpu_s") if m is not ceiling else None,
+            jvm_cpu_us_per_row=per_row(m, "jvm_cpu_s") if m is not ceiling else None,
             server_cpu_us_per_request=(
                 m.extra.get("server_cpu_s", 0.0) / requests * 1e6 if requests else None
             ),
