@@ -155,11 +155,15 @@ class ConnectionPool:
             lifetime = min(lifetime, max(connection.keep_alive - 1.0, connection.keep_alive / 2))
         connection.expires = since + lifetime
         connection.idle = connection.reused = True
-        self.idle.setdefault(connection.origin, []).append(connection)
+        idle = self.idle.get(connection.origin)
+        if idle is None:  # (not setdefault: its default list would be built every time)
+            idle = self.idle[connection.origin] = []
+        idle.append(connection)
         if self._sweep is None:
             loop = asyncio.get_running_loop()
             self._sweep = loop.call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
-        self._wake()
+        if self.waiters:
+            self._wake()
 
     def discard(self, connection: Http11Connection) -> None:
         """Close ``connection`` (mid-request or broken) and free its slot."""
