@@ -19,13 +19,15 @@ kernel: ``send``/``recv``/``epoll`` and, on loopback, the TCP stack's work for b
 what this process sends). Interleaved runs, medians.
 
 ``python -m benchmarks.client_path [--server latency|aiohttp] [--latency 0.01] [--requests
-30000] [--repeats 5] [--clients floor,fetch,lookup]``
+30000] [--repeats 5] [--clients floor,await,fetch,lookup]``; ``fetch@DIR`` runs ``fetch`` with the
+package imported from ``DIR`` (e.g. ``git archive`` of an older commit), for a before/after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,9 +41,13 @@ CLIENTS = ("floor", "await", "fetch", "lookup")
 
 
 def measure(base_url: str, client: str, capacity: int, requests: int) -> dict[str, float]:
+    """One child run; ``client@DIR`` runs ``client`` with the package imported from ``DIR``
+    (another checkout's code: a before/after comparison on the same server)."""
+    client, _, code = client.partition("@")
+    env = {**os.environ, "CLIENT_PATH_CODE": code} if code else None
     out = subprocess.run(
         [sys.executable, __file__, "--child", base_url, client, str(capacity), str(requests)],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True, text=True, timeout=600, check=False, env=env,
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -217,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    if os.environ.get("CLIENT_PATH_CODE"):
+        sys.path.insert(0, os.environ["CLIENT_PATH_CODE"])
     if sys.argv[1:2] == ["--child"]:
         print(json.dumps(_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
         raise SystemExit(0)
