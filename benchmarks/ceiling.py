@@ -2,14 +2,15 @@
 
 One plain process per Spark partition, each with the library's ``HttpConnector`` (default
 ``asyncio`` client, uvloop, ``max_connections=capacity``) keeping ``capacity`` point lookups in
-flight over its share of the same keys (``keys[i::processes]``), against the same server. No
-Spark, no Arrow, no operator: the lookup function and the client only. The processes open
+flight over its share of the same keys (``keys[i::processes]``), against the same server, the
+garbage collector's young generation set as a Spark worker sets it for a partition. No Spark, no
+Arrow, no operator: the lookup function and the client only. The processes open
 their connections and warm up, then start together; the wall time runs from the start signal
 to the last answer. Each reports its lookups' latency (p50/p99, from ``async_lookup`` being
 called to its answer), so the observed latency can be set beside the configured one.
 
-``client_alone(base_url, keys, capacity, processes)`` returns the figures; the parent measures
-CPU around it (the children are its own).
+``ClientAlone(base_url, keys, capacity, processes)`` starts them; each ``run()`` returns one
+pass's figures; the parent measures CPU around it (the children are its own).
 """
 
 from __future__ import annotations
@@ -92,8 +93,15 @@ class ClientAlone:
         self.stop()
 
 
+# the young-generation threshold a Spark worker runs a partition with (spark/worker_gc.py)
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def _child(base_url: str, keys_path: str, index: int, processes: int, capacity: int) -> None:
     import asyncio
+    import gc
+
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # as in the Spark worker
 
     from asyncio_lookup.connectors import HttpConnector
     from asyncio_lookup.runtime.loop import new_event_loop

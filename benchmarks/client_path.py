@@ -58,6 +58,11 @@ def measure(base_url: str, client: str, capacity: int, requests: int) -> dict[st
 
 def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str, Any]:
     import asyncio
+    import gc
+
+    from benchmarks.ceiling import GC_YOUNG_THRESHOLD
+
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # as in the Spark worker
     import random
     import resource
     import time
