@@ -18,7 +18,9 @@ minus the server process's, over the rows, so Spark's JVM, its Python workers an
 count; the same from the benchmark's own process tree (``tree``; it excludes any foreign load,
 so the two agreeing says the machine was quiet); server CPU per request; and (c)'s share of the
 ceiling (its rows/s over the client-alone rows/s). Targets, on each server: (c)'s client CPU
-per row <= 1/3 of (b2)'s, and (c) >= 95 % of the ceiling.
+per row <= 1/3 of (b2)'s, and (c) >= 95 % of the ceiling, in the steady state (a 12,000-row job
+beside the 60,000-row one takes Spark's fixed start and end per job out, as spark-lookup-join's
+Little's-law target does) and for the whole job.
 """
 
 from __future__ import annotations
@@ -208,7 +210,12 @@ def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> N
         Target(f"(c)/(b2) client CPU per row, {TITLES[kind]}", c_cpu / b2_cpu, maximum=1 / 3,
                detail=f"{c_cpu:.1f} vs {b2_cpu:.1f} µs/row (machine minus server); (c)/(b) "
                       f"{c_cpu / per_row(b, 'client_cpu_s'):.3f}"),
-        Target(f"(c) share of the client-alone ceiling, {TITLES[kind]}",
+        Target(f"(c) steady-state share of the client-alone ceiling, {TITLES[kind]}",
+               steady / ceiling.rate, minimum=SHARE_TARGET,
+               detail=f"{steady:,.0f} of {ceiling.rate:,.0f} rows/s, Spark's fixed start and end "
+                      f"per job ({fixed:.2f} s) taken out, from {c_short.rows:,}- and "
+                      f"{c.rows:,}-row jobs"),
+        Target(f"(c) job share of the client-alone ceiling, {TITLES[kind]}",
                c.rate / ceiling.rate, minimum=SHARE_TARGET,
                detail=f"{c.rate:,.0f} of {ceiling.rate:,.0f} rows/s; ceiling p50/p99 "
                       f"{ceiling.extra.get('p50_ms', 0):.1f}/{ceiling.extra.get('p99_ms', 0):.1f}"
