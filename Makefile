@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo cluster-demo test test-docs test-fast bench lint clean
+.PHONY: setup demo cluster-demo test test-docs test-fast bench bench-peers lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,21 @@ test-docs: setup
 bench: setup
 	$(PY) -m benchmarks all
 
+# PyFlink (apache-flink 2.x, Java 17) in its own venv, then the same HTTP lookup in PyFlink's
+# AsyncDataStream, Spark classic and Spark Connect side by side (benchmarks/peers.py).
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.installed:
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet "apache-flink>=2,<3" aiohttp
+	touch $@
+
+bench-peers: setup $(PEERS_VENV)/.installed
+	PEERS_PYTHON=$(abspath $(PEERS_VENV))/bin/python $(PY) -m benchmarks peers
+
 lint: setup
 	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
 	$(PY) -m mypy asyncio_lookup
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache build dist *.egg-info
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache build dist *.egg-info

@@ -1,18 +1,25 @@
 """Where the CPU goes during a run: this process (driver + latency server thread), the JVM,
-and Spark's Python workers, from psutil's per-process CPU times."""
+and Spark's Python workers, from psutil's per-process CPU times; and the whole machine's busy
+CPU time, from ``/proc/stat``."""
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
+_TICKS = float(os.sysconf("SC_CLK_TCK"))
 
-def snapshot() -> dict[int, tuple[str, float]]:
-    """{pid: (role, user + system CPU seconds)} for this process and its descendants."""
+
+def snapshot(named: dict[int, str] | None = None) -> dict[int, tuple[str, float]]:
+    """{pid: (role, user + system CPU seconds)} for this process and its descendants;
+    ``named`` gives some children their own role (a server process: ``{pid: "server"}``)."""
     me = psutil.Process()
+    named = named or {}
     out = {me.pid: ("driver+server", _cpu(me))}
     for proc in me.children(recursive=True):
         try:
-            role = "jvm" if "java" in proc.name() else "python_workers"
+            role = named.get(proc.pid) or ("jvm" if "java" in proc.name() else "python_workers")
             out[proc.pid] = (role, _cpu(proc))
         except psutil.Error:
             continue
@@ -34,3 +41,12 @@ def delta_by_role(
 def _cpu(proc: psutil.Process) -> float:
     times = proc.cpu_times()
     return float(times.user + times.system)
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (every core: user, nice, system,
+    irq, softirq, steal; not idle nor iowait), from ``/proc/stat``."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / _TICKS

@@ -32,6 +32,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              uses_spark=False),
     Scenario("spark-lookup-join", "Spark lookup join vs mapPartitions baselines",
              "benchmarks.spark_lookup_join:run"),
+    Scenario("http-join", "HTTP lookup join: strongest baseline, two servers, the client-only "
+             "ceiling", "benchmarks.http_join:run"),
     Scenario("capacity-sweep", "Capacity sweep vs Little's law and the CPU ceiling",
              "benchmarks.capacity_sweep:run"),
     Scenario("cache-modes", "Cache modes on a Zipf key stream", "benchmarks.cache_modes:run"),
@@ -54,6 +56,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "benchmarks.shuffle_size:run"),
     Scenario("metrics-cost", "Metrics recording: join-path cost per row",
              "benchmarks.metrics_cost:run", uses_spark=False),
+    Scenario("peers", "Peers: PyFlink AsyncDataStream, Spark classic, Spark Connect",
+             "benchmarks.peers:run", in_all=False),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

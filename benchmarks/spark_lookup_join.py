@@ -11,8 +11,10 @@ a, t, b, c, d, a, t, ... so a change in the shared machine's load hits all alike
 - (c) ``lookup_join`` async, capacity 100, no cache (point lookups, like the baselines),
 - (d) the same with the server's batch endpoint (``lookup.batch.max-size`` default batching),
 
-at 1 ms and 10 ms of server latency. Targets at 10 ms: (c) >= 1.0x (b), (c) >= 25x (a) (issue 4);
-(c)'s Python-worker CPU per row <= 1/3 of (b)'s and (c) >= 2.0x (b)'s throughput (issue 14).
+at 1 ms and 10 ms of server latency. Targets at 10 ms, against the strongest baseline (b2), with
+the weaker (b)'s ratios beside them: (c) >= 1.0x (b2), (c) >= 25x (a) (issue 4); (c)'s
+Python-worker CPU per row <= 1/3 of (b2)'s and (c) >= 2.0x (b2)'s throughput (issue 14; the
+http-join scenario measures what bounds it: the client alone outside Spark).
 CPU per row is the median over the repeats of each variant (psutil, per process role).
 
 Then (c) alone at capacity 1,000 against 100 ms of latency, one task: its steady-state
@@ -93,12 +95,14 @@ def run(ctx: Context) -> ScenarioResult:
         measured, reason = _measure_latency(ctx, latency, ms)
         skipped = skipped or reason
         baseline_a = measured[0].rate
+        baseline_b2 = next((m.rate for m in measured if m.label.startswith("(b2)")), None)
         for m in measured:
             variant = m.label.split(" @ ")[0]
             rates.setdefault(ms, {})[variant] = m.rate
             result.add_row(
                 latency_ms=latency * 1000, variant=variant, rows=m.rows,
                 median_s=m.median_s, rows_per_s=m.rate, vs_row_by_row=m.rate / baseline_a,
+                vs_b2=m.rate / baseline_b2 if baseline_b2 else None,
                 server_calls_per_row=m.extra.get("server_calls", 0) / m.rows,
                 max_in_flight=m.extra.get("max_in_flight", 0),
                 **{f"cpu_us_per_row_{role}": seconds / m.rows * 1e6
@@ -108,27 +112,32 @@ def run(ctx: Context) -> ScenarioResult:
         by_variant = {m.label.split(" ")[0]: m for m in measured}
         if "(c)" in by_variant:
             c, a, b = by_variant["(c)"], by_variant["(a)"], by_variant["(b)"]
-            c_cpu, b_cpu = _worker_cpu_per_row(c), _worker_cpu_per_row(b)
-            if "(b2)" in by_variant:  # the strongest baseline, reported beside the targets
-                b2 = by_variant["(b2)"]
-                result.data[f"vs_strongest_baseline_{ms}"] = {
-                    "c/b2 throughput": c.rate / b2.rate,
-                    "c/b2 worker cpu": c_cpu / _worker_cpu_per_row(b2),
-                }
+            b2 = by_variant.get("(b2)", b)  # the strongest baseline: every target is against it
+            c_cpu, b_cpu, b2_cpu = (_worker_cpu_per_row(m) for m in (c, b, b2))
+            weaker = (f"; against the weaker (b): {c.rate / b.rate:.2f}x rows/s, "
+                      f"{c_cpu / b_cpu:.3f} of its worker CPU ({b_cpu:.1f} µs/row)")
+            result.data[f"vs_strongest_baseline_{ms}"] = {
+                "c/b2 throughput": c.rate / b2.rate, "c/b2 worker cpu": c_cpu / b2_cpu,
+                "c/b throughput": c.rate / b.rate, "c/b worker cpu": c_cpu / b_cpu,
+            }
             if latency >= 0.005:
                 result.targets += [
-                    Target(f"(c)/(b) at {ms}", c.rate / b.rate, minimum=1.0,
-                           detail=f"{c.rate:,.0f} vs {b.rate:,.0f} rows/s"),
+                    Target(f"(c)/(b2) at {ms}", c.rate / b2.rate, minimum=1.0,
+                           detail=f"{c.rate:,.0f} vs {b2.rate:,.0f} rows/s" + weaker),
                     Target(f"(c)/(a) at {ms}", c.rate / a.rate, minimum=25.0,
                            detail=f"{c.rate:,.0f} vs {a.rate:,.0f} rows/s"),
-                    Target(f"(c)/(b) Python-worker CPU per row at {ms}", c_cpu / b_cpu,
-                           maximum=1 / 3, detail=f"{c_cpu:.1f} vs {b_cpu:.1f} µs/row"),
-                    Target(f"(c)/(b) throughput at {ms} (issue 14)", c.rate / b.rate,
-                           minimum=2.0, detail=f"{c.rate:,.0f} vs {b.rate:,.0f} rows/s"),
+                    Target(f"(c)/(b2) Python-worker CPU per row at {ms}", c_cpu / b2_cpu,
+                           maximum=1 / 3,
+                           detail=f"{c_cpu:.1f} vs {b2_cpu:.1f} µs/row" + weaker),
+                    Target(f"(c)/(b2) throughput at {ms} (issue 14's 2x)", c.rate / b2.rate,
+                           minimum=2.0,
+                           detail=f"{c.rate:,.0f} vs {b2.rate:,.0f} rows/s" + weaker
+                           + "; the http-join scenario's client-alone ceiling shows the bound"),
                 ]
             else:
                 result.data[f"ratios_{ms}"] = {
-                    "c/b": c.rate / b.rate, "c/a": c.rate / a.rate, "c/b cpu": c_cpu / b_cpu,
+                    "c/b2": c.rate / b2.rate, "c/b": c.rate / b.rate, "c/a": c.rate / a.rate,
+                    "c/b2 cpu": c_cpu / b2_cpu, "c/b cpu": c_cpu / b_cpu,
                 }
 
     if not skipped:

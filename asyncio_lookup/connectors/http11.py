@@ -49,6 +49,7 @@ from asyncio_lookup.connectors.http11_connection import (
 )
 from asyncio_lookup.connectors.http11_request import (
     CONTROL,
+    PLAIN_TARGET,
     USER_AGENT,
     Origin,
     header_block,
@@ -154,11 +155,15 @@ class ConnectionPool:
             lifetime = min(lifetime, max(connection.keep_alive - 1.0, connection.keep_alive / 2))
         connection.expires = since + lifetime
         connection.idle = connection.reused = True
-        self.idle.setdefault(connection.origin, []).append(connection)
+        idle = self.idle.get(connection.origin)
+        if idle is None:  # (not setdefault: its default list would be built every time)
+            idle = self.idle[connection.origin] = []
+        idle.append(connection)
         if self._sweep is None:
             loop = asyncio.get_running_loop()
             self._sweep = loop.call_at(connection.expires + _SWEEP_SLACK, self._retire_expired)
-        self._wake()
+        if self.waiters:
+            self._wake()
 
     def discard(self, connection: Http11Connection) -> None:
         """Close ``connection`` (mid-request or broken) and free its slot."""
@@ -305,6 +310,8 @@ class Http11Client:
         )
         self.deadlines: DeadlineQueue[_Exchange] = DeadlineQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # "scheme://authority/" of the last origin and the origin: most URLs repeat it
+        self._last: tuple[str, Origin | None] = ("\x00", None)
 
     def _origin(self, origin_url: str) -> Origin:
         origin = self._origins.get(origin_url)
@@ -315,10 +322,26 @@ class Http11Client:
             if CONTROL.search(authority) or " " in authority:
                 raise ValueError(f"a space or control character in the host of {origin_url!r}")
             origin = Origin(scheme, authority, self._headers, self._proxies)
+            origin.url_prefix = origin_url + "/"
             self._origins[origin_url] = origin
         return origin
 
     def _split(self, url: str) -> tuple[Origin, str]:
+        prefix, last = self._last
+        if (
+            last is not None
+            and url.startswith(prefix)
+            and PLAIN_TARGET.fullmatch(url, len(prefix) - 1)
+        ):
+            # the last origin again, and a target with nothing to encode or check: the slow
+            # path below would find the same authority and keep the target as it is
+            return last, url[len(prefix) - 1 :]
+        origin, target = self._split_slowly(url)
+        if url.startswith(origin.url_prefix):
+            self._last = origin.url_prefix, origin
+        return origin, target
+
+    def _split_slowly(self, url: str) -> tuple[Origin, str]:
         start = url.find("://") + 3
         slash = url.find("/", start)
         if slash < 0:
@@ -344,7 +367,7 @@ class Http11Client:
         origin, target = self._split(url)
         head = f"{method} {origin.absolute}{target} HTTP/1.1\r\n".encode("ascii")
         if body is None:
-            request = head + origin.tail + b"\r\n"
+            request = head + origin.tail_end
         else:
             length = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             request = head + origin.tail + length.encode("ascii") + body

@@ -14,7 +14,7 @@ USER_AGENT = "asyncio-lookup"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SAFE_TARGET = "/?&=%:@!$'()*+,;~-._[]"
 _ILLEGAL = re.compile(r"[^A-Za-z0-9/?&=%:@!$'()*+,;~\-._\[\]]")
-_PLAIN = re.compile(r"[A-Za-z0-9/?&=:@!$'()*+,;~\-._\[\]]*")  # legal, no "%"
+PLAIN_TARGET = re.compile(r"[A-Za-z0-9/?&=:@!$'()*+,;~\-._\[\]]*")  # legal, no "%" nor "#"
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
@@ -22,7 +22,10 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 class Origin:
     """Where the requests for one ``scheme://authority`` go, and their pre-built header block."""
 
-    __slots__ = ("absolute", "address", "authority", "host", "port", "proxy", "tail", "tls")
+    __slots__ = (
+        "absolute", "address", "authority", "host", "port", "proxy", "tail", "tail_end", "tls",
+        "url_prefix",
+    )
 
     def __init__(
         self, scheme: str, authority: str, headers: bytes, proxies: Mapping[str, str]
@@ -58,13 +61,15 @@ class Origin:
             + headers
             + proxy_headers
         )
+        self.tail_end = self.tail + b"\r\n"  # the end of a request without a body
+        self.url_prefix = ""  # "scheme://authority/" as the client's URLs spell it
 
 
 def request_target(target: str) -> str:
     """``target`` as RFC 3986 allows it on the wire: what is already legal is kept (a valid
     ``%XX`` too); anything else is percent-encoded (UTF-8). Control characters are refused
     (:class:`ValueError`): they could end the request line and start a header."""
-    if _PLAIN.fullmatch(target):
+    if PLAIN_TARGET.fullmatch(target):
         return target  # the common case: nothing to check further
     if CONTROL.search(target):
         raise ValueError(f"a control character in the URL {target!r}")
@@ -88,4 +93,4 @@ def header_block(headers: Mapping[str, str]) -> bytes:
     return "".join(lines).encode("latin-1")
 
 
-__all__ = ["CONTROL", "USER_AGENT", "Origin", "header_block", "request_target"]
+__all__ = ["CONTROL", "PLAIN_TARGET", "USER_AGENT", "Origin", "header_block", "request_target"]

@@ -1,0 +1,232 @@
+"""The HTTP lookup join as a skeptic measures it: the strongest hand-rolled baseline, two
+servers in their own processes, and the client-only ceiling, all in the same run.
+
+At 10 ms of service latency, capacity 100, 2 partitions (``local[2]``), against each server of
+:mod:`benchmarks.server_process` (the bench's raw asyncio server, then ``aiohttp.web``), each
+in its own process so its CPU is measured apart; timed interleaved, medians of the repeats:
+
+- (b) hand-rolled ``asyncio`` + ``Semaphore(100)`` in ``rdd.mapPartitions`` (what many write),
+- (b2) the strongest hand-rolled baseline: ``mapInArrow``, one aiohttp session per partition on
+  uvloop, orjson, ``Semaphore(100)`` per Arrow batch, Arrow arrays out,
+- (c) ``lookup_join`` async, capacity 100, no cache, the default ``asyncio`` client,
+- (ceiling) the client alone outside Spark (:mod:`benchmarks.ceiling`): one process per
+  partition, the same connector, concurrency, keys and server; with the lookups' observed
+  p50/p99 latency beside the configured 10 ms.
+
+Per variant: rows/s; **client CPU per row**, the whole machine's busy CPU time (``/proc/stat``)
+minus the server process's, over the rows, so Spark's JVM, its Python workers and the driver
+count; the same from the benchmark's own process tree (``tree``; it excludes any foreign load,
+so the two agreeing says the machine was quiet); server CPU per request; and (c)'s share of the
+ceiling (its rows/s over the client-alone rows/s). Targets, on each server: (c)'s client CPU
+per row <= 1/3 of (b2)'s, and (c) >= 95 % of the ceiling, in the steady state (a 12,000-row job
+beside the 60,000-row one takes Spark's fixed start and end per job out, as spark-lookup-join's
+Little's-law target does) and for the whole job.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import cpu
+from benchmarks.baselines import JOINED_SCHEMA, hand_rolled_arrow, hand_rolled_asyncio
+from benchmarks.ceiling import ClientAlone
+from benchmarks.data import uniform_keys
+from benchmarks.harness import Context, Measurement, ScenarioResult, Target, Variant
+from benchmarks.server_process import KINDS, TITLES, ServerProcess
+from benchmarks.spark_env import PARTITIONS, orders_frame, run_to_noop
+from benchmarks.tables import http_connector, lookup_hint, lookup_join, lookup_table
+
+LATENCY = 0.010
+CAPACITY = 100
+N_CUSTOMERS = 100_000
+SHARE_TARGET = 0.95
+
+
+def _rows(ctx: Context) -> tuple[int, int]:
+    """(rows per job, rows of (c)'s short job). ~5 s per Spark job at 12-14k rows/s; the short
+    job gives (c)'s steady state: the extra rows over the extra time, Spark's fixed start and
+    end (scheduling the tasks, the first and last answers) taken out."""
+    return (4_000, 1_000) if ctx.quick else (60_000, 12_000)
+
+
+def run(ctx: Context) -> ScenarioResult:
+    result = ScenarioResult("http-join", "HTTP lookup join: strongest baseline, two servers, "
+                            "the client-only ceiling")
+    spark = ctx.spark()
+    rows, short_rows = _rows(ctx)
+    keys = uniform_keys(rows, N_CUSTOMERS, seed=11)
+    orders = orders_frame(spark, keys)
+    short = orders_frame(spark, keys[:short_rows])
+    warm = orders_frame(spark, keys[:400])
+    ctx.begin("http join", len(KINDS) * 5 * ctx.repeats)
+    try:
+        for kind in KINDS:
+            with ServerProcess(kind, LATENCY, N_CUSTOMERS) as server:
+                ctx.log(f"  {TITLES[kind]}: pid {server.pid}, {server.base_url}")
+                measured = _measure(ctx, server, orders, short, warm, keys)
+            _report(result, kind, measured)
+    finally:
+        for frame in (orders, short, warm):
+            frame.unpersist()
+    result.notes += [
+        f"local[{PARTITIONS}], {LATENCY * 1e3:g} ms service latency, capacity {CAPACITY}, no cache "
+        "(one request per row: server_requests_per_row checks it). Every variant runs an untimed "
+        "warm-up first; the runs are interleaved (b, b2, c, c-short, ceiling, b, ...). "
+        "(c-short) is (c) on the first 12,000 rows: with it, (c)'s steady state (the extra rows "
+        "over the extra time) separates Spark's fixed start and end per job from the per-row path.",
+        "client_cpu_us_per_row: the machine's busy CPU (/proc/stat, both cores) minus the server "
+        "process's CPU, over the rows: Spark's JVM, its Python workers and the driver are the "
+        "client. tree_cpu_us_per_row: the same from the benchmark's process tree minus the "
+        "server (no foreign load can enter it). worker_cpu_us_per_row: Spark's Python workers "
+        "alone (spark-lookup-join's figure); jvm_cpu_us_per_row: Spark's JVM alone.",
+        "ceiling: the client alone, no Spark (benchmarks/ceiling.py); share_of_ceiling = (c)'s "
+        "rows/s over it. p50/p99: the ceiling's lookups, from call to answer.",
+    ]
+    return result
+
+
+def _measure(
+    ctx: Context, server: ServerProcess, orders: Any, short: Any, warm: Any, keys: Any
+) -> list[Measurement]:
+    spark, base_url, rows = ctx.spark(), server.base_url, len(keys)
+    short_rows = _rows(ctx)[1]
+    table = lookup_table("Customers", http_connector(base_url, connections=CAPACITY),
+                         {"lookup.cache": "NONE"})
+    hint = lookup_hint("Customers", **{"async": "true", "capacity": CAPACITY})
+    b = hand_rolled_asyncio(base_url, CAPACITY)
+    b2 = hand_rolled_arrow(base_url, CAPACITY)
+
+    def job_b(frame: Any) -> None:
+        run_to_noop(spark.createDataFrame(frame.rdd.mapPartitions(b), JOINED_SCHEMA))
+
+    def job_b2(frame: Any) -> None:
+        run_to_noop(frame.mapInArrow(b2, JOINED_SCHEMA))
+
+    def job_c(frame: Any) -> None:
+        run_to_noop(lookup_join(frame, table, hint=hint))
+
+    def spark_variant(label: str, job: Callable[[Any], None]) -> Variant:
+        return Variant(label, rows, _accounted(server, lambda: job(orders)),
+                       warmup=lambda: job(warm))
+
+    with ClientAlone(base_url, keys, CAPACITY, PARTITIONS) as alone:
+        variants = [
+            spark_variant(f"(b) hand-rolled asyncio sem({CAPACITY})", job_b),
+            spark_variant(f"(b2) hand-rolled mapInArrow uvloop sem({CAPACITY})", job_b2),
+            spark_variant(f"(c) lookup_join async cap {CAPACITY}", job_c),
+            Variant(f"(c-short) lookup_join async cap {CAPACITY}, {short_rows:,} rows",
+                    short_rows, _accounted(server, lambda: job_c(short))),
+            Variant(f"(ceiling) client alone, {PARTITIONS} processes x {CAPACITY}", rows,
+                    _accounted(server, alone.run)),
+        ]
+        return ctx.measure_all(variants)
+
+
+def _accounted(
+    server: ServerProcess, action: Callable[[], dict[str, Any] | None]
+) -> Callable[[], dict[str, Any]]:
+    """``action`` with the CPU around it: the machine's, the server's, the process tree's
+    (per role); each figure the median of every run so far (the harness keeps the last)."""
+    history: list[dict[str, Any]] = []
+    named = {server.pid: "server"}
+
+    def run_once() -> dict[str, Any]:
+        server.reset()
+        tree0, machine0, server0 = cpu.snapshot(named), cpu.machine_busy_s(), server.cpu_s()
+        extra = action() or {}
+        machine1, server1, tree1 = cpu.machine_busy_s(), server.cpu_s(), cpu.snapshot(named)
+        roles = cpu.delta_by_role(tree0, tree1)
+        server_s = server1 - server0
+        history.append({
+            "machine_cpu_s": machine1 - machine0,
+            "server_cpu_s": server_s,
+            "client_cpu_s": machine1 - machine0 - server_s,
+            "tree_cpu_s": sum(s for role, s in roles.items() if role != "server"),
+            "worker_cpu_s": roles.get("python_workers", 0.0),
+            "jvm_cpu_s": roles.get("jvm", 0.0),
+            "server_requests": server.stats().get("requests", 0),
+            **{k: v for k, v in extra.items() if isinstance(v, int | float)},
+        })
+        return {
+            key: statistics.median(run[key] for run in history if key in run)
+            for key in history[-1]
+        } | {"runs": history[:]}
+
+    return run_once
+
+
+def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> None:
+    by = {m.label.split(" ")[0]: m for m in measured}
+    b2, c, ceiling, c_short = by["(b2)"], by["(c)"], by["(ceiling)"], by["(c-short)"]
+    steady = statistics.median(  # (c)'s rows/s with Spark's fixed start and end taken out
+        (c.rows - c_short.rows) / (t - t_short)
+        for t, t_short in zip(c.runs, c_short.runs, strict=True)
+    )
+    fixed = statistics.median(t - c.rows / steady for t in c.runs)
+
+    def per_row(m: Measurement, key: str) -> float:
+        return float(m.extra.get(key, 0.0)) / m.rows * 1e6
+
+    for m in measured:
+        requests = m.extra.get("server_requests", 0)
+        result.add_row(
+            server=TITLES[kind], variant=m.label, rows=m.rows, rows_per_s=m.rate,
+            vs_b2=m.rate / b2.rate,
+            client_cpu_us_per_row=per_row(m, "client_cpu_s"),
+            client_cpu_vs_b2=per_row(m, "client_cpu_s") / per_row(b2, "client_cpu_s"),
+            tree_cpu_us_per_row=per_row(m, "tree_cpu_s"),
+            worker_cpu_us_per_row=per_row(m, "worker_cpu_s") if m is not ceiling else None,
+            jvm_cpu_us_per_row=per_row(m, "jvm_cpu_s") if m is not ceiling else None,
+            server_cpu_us_per_request=(
+                m.extra.get("server_cpu_s", 0.0) / requests * 1e6 if requests else None
+            ),
+            server_requests_per_row=requests / m.rows,
+            share_of_ceiling=m.rate / ceiling.rate,
+            p50_ms=m.extra.get("p50_ms"), p99_ms=m.extra.get("p99_ms"),
+        )
+        result.measurements.append(m)
+    result.add_row(server=TITLES[kind], variant="(c) steady state: Spark's fixed start and end "
+                   "per job taken out", rows_per_s=steady, vs_b2=steady / b2.rate,
+                   share_of_ceiling=steady / ceiling.rate)
+    c_cpu, b2_cpu = per_row(c, "client_cpu_s"), per_row(b2, "client_cpu_s")
+    b = by["(b)"]
+    result.data[f"ratios {kind}"] = {
+        "c/b2 rows/s": c.rate / b2.rate, "c/b rows/s": c.rate / b.rate,
+        "c/b2 client cpu": c_cpu / b2_cpu, "c/b client cpu": c_cpu / per_row(b, "client_cpu_s"),
+        "c share of ceiling": c.rate / ceiling.rate,
+        "c steady rows/s": steady, "c steady share of ceiling": steady / ceiling.rate,
+        "c fixed start and end s": fixed,
+        "ceiling p50 ms": ceiling.extra.get("p50_ms"),
+        "ceiling p99 ms": ceiling.extra.get("p99_ms"),
+    }
+    result.targets += [
+        Target(f"(c)/(b2) client CPU per row, {TITLES[kind]}", c_cpu / b2_cpu, maximum=1 / 3,
+               detail=f"{c_cpu:.1f} vs {b2_cpu:.1f} µs/row (machine minus server); (c)/(b) "
+                      f"{c_cpu / per_row(b, 'client_cpu_s'):.3f}"),
+        Target(f"(c) steady-state share of the client-alone ceiling, {TITLES[kind]}",
+               steady / ceiling.rate, minimum=SHARE_TARGET,
+               detail=f"{steady:,.0f} of {ceiling.rate:,.0f} rows/s, Spark's fixed start and end "
+                      f"per job ({fixed:.2f} s) taken out, from {c_short.rows:,}- and "
+                      f"{c.rows:,}-row jobs"),
+        Target(f"(c) job share of the client-alone ceiling, {TITLES[kind]}",
+               c.rate / ceiling.rate, minimum=SHARE_TARGET,
+               detail=f"{c.rate:,.0f} of {ceiling.rate:,.0f} rows/s; ceiling p50/p99 "
+                      f"{ceiling.extra.get('p50_ms', 0):.1f}/{ceiling.extra.get('p99_ms', 0):.1f}"
+                      f" ms for {LATENCY * 1e3:g} ms configured; steady state (Spark's fixed "
+                      f"{fixed:.2f} s per job out) {steady:,.0f} rows/s = "
+                      f"{steady / ceiling.rate:.3f} of it; (c)/(b2) "
+                      f"{c.rate / b2.rate:.2f}x rows/s, (c)/(b) {c.rate / b.rate:.2f}x"),
+    ]
+
+
+if __name__ == "__main__":
+    from benchmarks.cli import main as cli_main
+
+    raise SystemExit(cli_main(["http-join", *sys.argv[1:]]))

@@ -1,0 +1,60 @@
+"""The benchmark's servers in their own processes answer alike and count what they serve; the
+client-alone ceiling looks every key up; the machine's CPU clock moves (no timed assertions)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import numpy as np
+import pytest
+
+from benchmarks import cpu
+from benchmarks.ceiling import ClientAlone
+from benchmarks.data import customer_row
+from benchmarks.server_process import KINDS, ServerProcess
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_servers_answer_the_same_rows_and_count_requests(kind: str) -> None:
+    with ServerProcess(kind, latency=0.0, n_customers=1_000) as server:
+        assert server.pid > 0
+        status, body = _get(f"{server.base_url}/customers/42")
+        assert status == 200
+        assert json.loads(body) == customer_row(42)
+        assert _get(f"{server.base_url}/customers/5000")[0] == 404
+        assert server.stats()["requests"] == 2
+        server.reset()
+        assert server.stats().get("requests", 0) == 0
+        server.configure(0.001)
+        assert _get(f"{server.base_url}/customers/1")[0] == 200
+        assert server.stats()["requests"] == 1
+        assert server.cpu_s() > 0
+
+
+def test_the_client_alone_looks_up_every_key() -> None:
+    keys = np.arange(300, dtype=np.int64) % 250  # 250 distinct customers, some twice
+    with (
+        ServerProcess("latency", latency=0.002, n_customers=1_000) as server,
+        ClientAlone(server.base_url, keys, capacity=8, processes=2) as alone,
+    ):
+        server.reset()
+        figures = alone.run()
+        assert figures["found"] == len(keys)
+        assert server.stats()["requests"] == len(keys)
+        assert figures["p50_ms"] >= 2.0  # no answer before the injected latency
+        assert figures["p99_ms"] >= figures["p50_ms"]
+
+
+def test_machine_busy_time_never_goes_back() -> None:
+    first = cpu.machine_busy_s()
+    sum(i * i for i in range(200_000))
+    assert cpu.machine_busy_s() >= first > 0
