@@ -23,7 +23,15 @@ class Origin:
     """Where the requests for one ``scheme://authority`` go, and their pre-built header block."""
 
     __slots__ = (
-        "absolute", "address", "authority", "host", "port", "proxy", "tail", "tail_end", "tls",
+        "absolute",
+        "address",
+        "authority",
+        "host",
+        "port",
+        "proxy",
+        "tail",
+        "tail_end",
+        "tls",
         "url_prefix",
     )
 

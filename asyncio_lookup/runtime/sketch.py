@@ -8,8 +8,9 @@ quantiles of a merged sketch are the quantiles of all the values, with the same 
 however the values were split between tasks.
 
 ``ddsketch`` (the reference library) costs 0.91 µs per ``add`` on this machine; bucketing
-each value in Python 0.34 µs. This one appends the value to a list and buckets 4,096 values at
-a time with Arrow compute: ~0.1 µs per value in all, so it is our own.
+each value in Python 0.34 µs, 4,096 at a time with Arrow compute 0.11 µs. This one appends the
+value to a list and buckets 4,096 at a time with numpy (``bincount``): ~0.07 µs per value in
+all, so it is our own.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 
 #: Relative error of every quantile (values in the sketch's range).
 RELATIVE_ACCURACY = 0.01
@@ -32,7 +32,7 @@ MAX_MS = 1e8
 #: Added to ``log_g(ms)`` so that every value in range maps to a non-negative bucket.
 SHIFT = -math.floor(math.log(MIN_MS) * INV_LOG_GAMMA)
 BUCKETS = math.floor(math.log(MAX_MS) * INV_LOG_GAMMA) + SHIFT + 1
-#: Pending values folded at once (a fold costs ~60 µs of fixed work plus ~20 ns a value).
+#: Pending values folded at once (a fold's fixed cost is spread over this many values).
 FOLD_EVERY = 4096
 _FORMAT = 1  # the version of :meth:`LatencySketch.to_json`'s layout
 
@@ -59,13 +59,13 @@ class LatencySketch:
     Not thread-safe: one event loop adds to it. ``count``, ``sum_ms``, ``min_ms`` and
     ``max_ms`` are exact. :meth:`add` only appends to ``pending`` (the hot paths inline that
     append); every :data:`FOLD_EVERY` values, or when the sketch is read, the pending values
-    are folded into the buckets at once with Arrow compute (:meth:`fold`).
+    are folded into the buckets at once with numpy (:meth:`fold`).
     """
 
     __slots__ = ("_count", "_counts", "_max", "_min", "_sum", "_zero", "pending")
 
     def __init__(self) -> None:
-        self._counts: list[int] = [0] * BUCKETS
+        self._counts = np.zeros(BUCKETS, dtype=np.int64)
         self._zero = 0  # values below MIN_MS
         self._count = 0
         self._sum = 0.0
@@ -81,36 +81,28 @@ class LatencySketch:
             self.fold()
 
     def fold(self) -> None:
-        """Count the pending values into the buckets (vectorised: ~20 ns a value)."""
+        """Count the pending values into the buckets (vectorised: ~45 ns a value)."""
         pending = self.pending
         if not pending:
             return
-        values = pa.array(pending, pa.float64())
+        values = np.array(pending, dtype=np.float64)
         pending.clear()
         self._count += len(values)
-        self._sum += pc.sum(values).as_py()
-        extremes = pc.min_max(values)
-        self._min = min(self._min, extremes["min"].as_py())
-        self._max = max(self._max, extremes["max"].as_py())
-        in_range = pc.greater_equal(values, MIN_MS)
-        timed = pc.filter(values, in_range)
+        self._sum += float(values.sum())
+        self._min = min(self._min, float(values.min()))
+        self._max = max(self._max, float(values.max()))
+        timed = values[values >= MIN_MS]
         self._zero += len(values) - len(timed)
-        if not len(timed):
-            return
-        scaled = pc.add(pc.multiply(pc.ln(timed), INV_LOG_GAMMA), float(SHIFT))
-        indices = pc.min_element_wise(pc.cast(pc.floor(scaled), pa.int64()), BUCKETS - 1)
-        counts = self._counts
-        found = pc.value_counts(indices)
-        for index, n in zip(
-            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
-        ):
-            counts[index] += n
+        if len(timed):
+            indices = (np.log(timed) * INV_LOG_GAMMA + SHIFT).astype(np.int64)
+            np.minimum(indices, BUCKETS - 1, out=indices)
+            self._counts += np.bincount(indices, minlength=BUCKETS)
 
     @property
     def counts(self) -> list[int]:
-        """Values per bucket (index ``i``: :func:`bucket_bounds` ``(i)``)."""
+        """Values per bucket (index ``i``: :func:`bucket_bounds` ``(i)``), a copy."""
         self.fold()
-        return self._counts
+        return [int(n) for n in self._counts.tolist()]
 
     @property
     def zero(self) -> int:
@@ -146,10 +138,7 @@ class LatencySketch:
         other.fold()
         self.fold()
         if other._count:
-            counts = self._counts
-            for index, n in enumerate(other._counts):
-                if n:
-                    counts[index] += n
+            self._counts += other._counts
             self._zero += other._zero
             self._count += other._count
             self._sum += other._sum
@@ -182,12 +171,9 @@ class LatencySketch:
             return self.max_ms
         if rank < self.zero:
             return max(self.min_ms, 0.0)
-        seen = self.zero
-        for index, n in enumerate(self.counts):
-            seen += n
-            if seen > rank:
-                return min(max(bucket_value(index), self.min_ms), self.max_ms)
-        return self.max_ms  # unreachable while counts sum to count
+        # the first bucket whose running count passes the rank
+        index = int(np.searchsorted(np.cumsum(self._counts), rank - self._zero, side="right"))
+        return min(max(bucket_value(min(index, BUCKETS - 1)), self._min), self._max)
 
     @property
     def mean_ms(self) -> float:
@@ -199,17 +185,16 @@ class LatencySketch:
         bucket as ``(0, MIN_MS)``): a histogram to draw."""
         if self.zero:
             yield 0.0, MIN_MS, self.zero
-        for index, n in enumerate(self.counts):
-            if n:
-                lower, upper = bucket_bounds(index)
-                yield lower, upper, n
+        for index in np.flatnonzero(self._counts).tolist():
+            lower, upper = bucket_bounds(index)
+            yield lower, upper, int(self._counts[index])
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (sparse: ``buckets`` is ``[index, count, index, count, ...]``)."""
+        self.fold()
         buckets: list[int] = []
-        for index, n in enumerate(self.counts):
-            if n:
-                buckets += (index, n)
+        for index in np.flatnonzero(self._counts).tolist():
+            buckets += (index, int(self._counts[index]))
         return {
             "format": _FORMAT,
             "accuracy": RELATIVE_ACCURACY,
