@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.faults, pytest.mark.spark]
 STORM_SECONDS, STORM_EVERY = 1.5, 0.1
 TIMEOUT = 3.0  # the connector's I/O timeout in the blackhole tests
 SHORT_BLACKHOLE = 1.0
-# Spark's abort of the job after the failing task, on a loaded machine
-ABORT_SLACK = 3.0
+# Spark's abort of the job after the failing task, on a loaded machine (10.1 s of a 10 s bound
+# with 3.0 in a CI run whose whole suite ran 2.6x slower than usual)
+ABORT_SLACK = 6.0
 
 
 def test_connection_drop_storm(

@@ -212,7 +212,8 @@ async def never_answers(server: Server, client: str) -> None:
         started = time.monotonic()
         with pytest.raises(TransientError, match=r"(?i)timeout|timed out"):
             await lookup(fn, "n1")
-        assert time.monotonic() - started < 2.0
+        # well under the default timeout: the 0.5 s one ended it (a loaded machine took 2.1 s)
+        assert time.monotonic() - started < 5.0
     async with lookup_function(f"{server.base}/item/{{id}}", client, timeout=2) as fn:
         assert_own_row(await lookup(fn, "after"), "after", server)
 
