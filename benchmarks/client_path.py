@@ -40,6 +40,17 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 CLIENTS = ("floor", "await", "fetch", "lookup")
 
 
+def whole_answer(buffer: bytes) -> bool:
+    """Whether ``buffer`` holds a whole answer (headers and a Content-Length body): the bare
+    protocol of the floor clients, no more parsing than that."""
+    end = buffer.find(b"\r\n\r\n")
+    at = buffer.find(b"Content-Length: ")
+    if end < 0 or at < 0:
+        return False
+    length = int(buffer[at + 16 : buffer.find(b"\r\n", at)])
+    return len(buffer) >= end + 4 + length
+
+
 def measure(base_url: str, client: str, capacity: int, requests: int) -> dict[str, float]:
     """One child run; ``client@DIR`` runs ``client`` with the package imported from ``DIR``
     (another checkout's code: a before/after comparison on the same server)."""
@@ -47,7 +58,11 @@ def measure(base_url: str, client: str, capacity: int, requests: int) -> dict[st
     env = {**os.environ, "CLIENT_PATH_CODE": code} if code else None
     out = subprocess.run(
         [sys.executable, __file__, "--child", base_url, client, str(capacity), str(requests)],
-        capture_output=True, text=True, timeout=600, check=False, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -97,13 +112,7 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
 
             def data_received(self, data: bytes) -> None:
                 buffer = self.buffer + data if self.buffer else data
-                end = buffer.find(b"\r\n\r\n")
-                at = buffer.find(b"Content-Length: ")
-                if end < 0 or at < 0:
-                    self.buffer = buffer
-                    return
-                length = int(buffer[at + 16: buffer.find(b"\r\n", at)])
-                if len(buffer) < end + 4 + length:
+                if not whole_answer(buffer):
                     self.buffer = buffer
                     return
                 self.buffer = b""
@@ -135,13 +144,7 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
 
             def data_received(self, data: bytes) -> None:
                 buffer = self.buffer + data if self.buffer else data
-                end = buffer.find(b"\r\n\r\n")
-                at = buffer.find(b"Content-Length: ")
-                if end < 0 or at < 0:
-                    self.buffer = buffer
-                    return
-                length = int(buffer[at + 16: buffer.find(b"\r\n", at)])
-                if len(buffer) < end + 4 + length:
+                if not whole_answer(buffer):
                     self.buffer = buffer
                     return
                 self.buffer = b""
@@ -167,8 +170,9 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
         else:
             from asyncio_lookup.connectors import HttpConnector
 
-            connector = HttpConnector(f"{base_url}/customers/{{id}}", ["id"],
-                                      max_connections=capacity, timeout=60)
+            connector = HttpConnector(
+                f"{base_url}/customers/{{id}}", ["id"], max_connections=capacity, timeout=60
+            )
             fn = connector.async_lookup_function()
             await fn.open()
             raw = fn.client.client if client == "fetch" else None  # type: ignore[attr-defined]
@@ -189,8 +193,12 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
             await asyncio.gather(*(worker(requests // capacity) for _ in range(capacity)))
             u1, s1, w1 = *usage(), time.perf_counter()
             await fn.close()
-        return {"user_us": (u1 - u0) / requests * 1e6, "sys_us": (s1 - s0) / requests * 1e6,
-                "cpu_us": (u1 - u0 + s1 - s0) / requests * 1e6, "rate": requests / (w1 - w0)}
+        return {
+            "user_us": (u1 - u0) / requests * 1e6,
+            "sys_us": (s1 - s0) / requests * 1e6,
+            "cpu_us": (u1 - u0 + s1 - s0) / requests * 1e6,
+            "rate": requests / (w1 - w0),
+        }
 
     loop = new_event_loop()
     try:
@@ -215,16 +223,19 @@ def main(argv: list[str] | None = None) -> None:
     with ServerProcess(args.server, args.latency) as server:
         for _ in range(args.repeats):
             for client in clients:
-                runs[client].append(measure(server.base_url, client, args.capacity,
-                                            args.requests))
-    print(f"{args.server} server, {args.latency * 1e3:g} ms, {args.capacity} in flight, "
-          f"{args.requests:,} requests, medians of {args.repeats}:")
+                runs[client].append(measure(server.base_url, client, args.capacity, args.requests))
+    print(
+        f"{args.server} server, {args.latency * 1e3:g} ms, {args.capacity} in flight, "
+        f"{args.requests:,} requests, medians of {args.repeats}:"
+    )
     for client in clients:
         med = {k: statistics.median(r[k] for r in runs[client]) for k in runs[client][0]}
         each = ", ".join(f"{r['cpu_us']:.1f}" for r in runs[client])
-        print(f"  {client:<7} {med['cpu_us']:6.1f} µs/request (user {med['user_us']:5.1f}, "
-              f"sys {med['sys_us']:5.1f}), {med['rate']:,.0f} requests/s  [runs {each}]",
-              flush=True)
+        print(
+            f"  {client:<7} {med['cpu_us']:6.1f} µs/request (user {med['user_us']:5.1f}, "
+            f"sys {med['sys_us']:5.1f}), {med['rate']:,.0f} requests/s  [runs {each}]",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 try:
     from opentelemetry.sdk.metrics import Counter as SdkCounter
@@ -235,12 +236,9 @@ class TaskExporter:
                 attributes,
                 start,
                 now,
-                count=sketch.count,
-                sum=sketch.sum_ms / 1000,
                 bucket_counts=histogram_buckets(sketch),
                 explicit_bounds=BOUNDS_S,
-                min=sketch.min_ms / 1000,
-                max=sketch.max_ms / 1000,
+                **_exact_seconds(sketch),
             )
             histogram = Histogram([bucketed], _temporality(self.delta_histograms))
             metrics.append(Metric(spec.name, spec.description, spec.unit, histogram))
@@ -255,17 +253,24 @@ class TaskExporter:
             attributes,
             start,
             now,
-            count=sketch.count,
-            sum=sketch.sum_ms / 1000,
             scale=scale,
             zero_count=zero,
             positive=Buckets(offset, counts),
             negative=Buckets(0, []),
             flags=0,
-            min=sketch.min_ms / 1000,
-            max=sketch.max_ms / 1000,
+            **_exact_seconds(sketch),
         )
         return ExponentialHistogram([point], _temporality(self.delta_histograms))
+
+
+def _exact_seconds(sketch: LatencySketch) -> dict[str, Any]:
+    """A point's exact figures in seconds: count, sum, min and max."""
+    return {
+        "count": sketch.count,
+        "sum": sketch.sum_ms / 1000,
+        "min": sketch.min_ms / 1000,
+        "max": sketch.max_ms / 1000,
+    }
 
 
 def _temporality(delta: bool) -> AggregationTemporality:

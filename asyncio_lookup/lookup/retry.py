@@ -40,7 +40,7 @@ attempt that gave it (1: the lookup's first retry follows)."""
 
 
 def _ignore(_error: BaseException | None, _attempt: int) -> None:
-    pass
+    """The default :data:`OnRetry`: nothing is counted."""
 
 
 def _error_of(state: tenacity.RetryCallState) -> BaseException | None:
