@@ -11,7 +11,6 @@ from asyncio_lookup.lookup.advice import (
     SECTION,
     Advice,
     Facts,
-    driver_summary,
     log_advice,
     missing_columns_advice,
     task_advice,
@@ -83,8 +82,7 @@ def summary(table: Any) -> str:
     the job's totals and its failures, retries and timeouts by cause; '' when none."""
     metrics_id = table if isinstance(table, str) else table.table_id
     name = table if isinstance(table, str) else getattr(table, "name", metrics_id)
-    found = table_section(metrics_id)
-    return driver_summary({name: found}) if found else ""
+    return table_metrics(metrics_id).titled(name).summary()
 
 
 def warnings_of(table: Any) -> list[Advice]:
