@@ -14,9 +14,12 @@ which fails the request's future and aborts its connection.
   that finds none idle opens one, or waits for one in order of arrival. Idle connections are
   retired after ``idle_timeout`` (15 s, or a second before the server's ``Keep-Alive:
   timeout=``) by one sweep timer; one the server closed is dropped when its close arrives.
-- **Kept-alive races:** a reused connection that closes before any byte of the answer (the
-  server timed it out as the request left) is retried once on a new connection; every request
-  of a lookup connector is a read.
+- **Closed before the answer:** a request whose connection closes before any byte of the
+  answer is sent once more on a new connection when the connection was kept alive (the
+  server's idle timeout raced the request; every request of a lookup connector is a read) or
+  the method is idempotent (``GET``, ``HEAD``: a server may close a fresh connection it has not
+  read in time, as hypercorn does after its keep-alive timeout). aiohttp does the same (RFC 9112
+  §9.3.1).
 - **Requests:** targets percent-encoded as RFC 3986 allows (what is legal is kept); control
   characters in a URL or a header are refused before anything is sent. ``Accept-Encoding``
   names the codings :mod:`~asyncio_lookup.connectors.http_codings` decodes.
@@ -372,6 +375,7 @@ class Http11Client:
             length = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             request = head + origin.tail + length.encode("ascii") + body
         head_only = method == "HEAD"
+        idempotent = head_only or method == "GET"
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or a new loop: the old one's state is gone
             self._reset(loop)
@@ -392,8 +396,8 @@ class Http11Client:
                 except ConnectionClosed as closed:
                     self.pool.discard(connection)
                     exchange.connection = None
-                    if attempt == 1 and closed.before_answer and connection.reused:
-                        continue  # the server closed the kept-alive connection as we sent
+                    if attempt == 1 and closed.before_answer and (connection.reused or idempotent):
+                        continue  # closed as we sent: an idle timeout raced the request
                     raise
                 except UnreadableResponse:
                     exchange.connection = None

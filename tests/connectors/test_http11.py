@@ -90,6 +90,24 @@ async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once(scri
     assert server.connections == 3
 
 
+async def test_a_new_connection_closed_before_the_answer_resends_a_get_once(scripted) -> None:
+    async def hang_up_once(reader: R, writer: W, s: Scripted) -> None:
+        # the first connection closes unanswered (hypercorn past its keep-alive timeout on a
+        # request it has not read yet), the second answers
+        await s.read_request(reader)
+        if s.connections > 1:
+            writer.write(answer())
+            await writer.drain()
+
+    server = await scripted(hang_up_once)
+    c = client()
+    try:
+        assert (await c.fetch("GET", f"http://127.0.0.1:{server.port}/x"))[0] == 200
+    finally:
+        await c.close()
+    assert server.connections == 2
+
+
 async def test_a_new_connection_closed_before_the_answer_is_an_error(scripted) -> None:
     async def hang_up(reader: R, writer: W, s: Scripted) -> None:
         await s.read_request(reader)
@@ -99,9 +117,12 @@ async def test_a_new_connection_closed_before_the_answer_is_an_error(scripted) -
     try:
         with pytest.raises(ConnectionClosed):
             await c.fetch("GET", f"http://127.0.0.1:{server.port}/x")
+        assert server.connections == 2, "a GET is sent once more, not twice"
+        with pytest.raises(ConnectionClosed):
+            await c.fetch("POST", f"http://127.0.0.1:{server.port}/x", b"{}")
     finally:
         await c.close()
-    assert server.connections == 1, "a fresh connection is not retried"
+    assert server.connections == 3, "a POST on a new connection is not resent"
 
 
 async def test_framing_chunked_read_to_close_and_connection_close(scripted) -> None:
