@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,11 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_join")
     parser.add_argument("--out", type=Path, default=Path("docs/flame_lookup_join.svg"))
-    parser.add_argument("--format", choices=("flamegraph", "speedscope"), default="flamegraph")
+    parser.add_argument("--format", choices=("flamegraph", "speedscope", "raw"),
+                        default="flamegraph")
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--server", choices=("latency", "aiohttp"), default="latency")
     parser.add_argument("--rate", type=int, default=500, help="samples per second")
+    parser.add_argument("--native", action="store_true", help="C frames too (uvloop, pyarrow)")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(py_spy).exists():
@@ -50,15 +53,16 @@ def main(argv: list[str] | None = None) -> int:
                              {"lookup.cache": "NONE"})
         hint = lookup_hint("Customers", **{"async": "true", "capacity": 100})
         run_to_noop(lookup_join(orders_frame(spark, keys[:400]), table, hint=hint))  # warm-up
-        daemons = [p for p in psutil.Process().children(recursive=True)
-                   if "pyspark.daemon" in " ".join(p.cmdline())]
+        daemons = [p for p in psutil.Process().children(recursive=True) if _is_daemon(p)]
         if not daemons:
             print("no pyspark.daemon found under this process", file=sys.stderr)
             return 1
         args.out.parent.mkdir(parents=True, exist_ok=True)
         recorder = subprocess.Popen(
             [py_spy, "record", "--pid", str(daemons[0].pid), "--subprocesses", "--rate",
-             str(args.rate), "--format", args.format, "-o", str(args.out), "--nonblocking"],
+             str(args.rate), "--format", args.format, "-o", str(args.out),
+             # native stacks need the process stopped while sampled
+             *(["--native"] if args.native else ["--nonblocking"])],
         )
         time.sleep(2)  # py-spy attaches
         start = time.perf_counter()
@@ -70,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     spark.stop()
     print(f"wrote {args.out}")
     return 0
+
+
+def _is_daemon(process: Any) -> bool:
+    import psutil
+
+    try:
+        return "pyspark.daemon" in " ".join(process.cmdline())
+    except psutil.Error:  # gone, or a zombie (a launcher that exited)
+        return False
 
 
 if __name__ == "__main__":

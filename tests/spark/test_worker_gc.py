@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from pyspark.sql import SparkSession
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
-from asyncio_lookup.spark import LookupTable, async_map, lookup_join
+from asyncio_lookup.spark import LookupTable, async_map, lookup_join, worker_gc
 from asyncio_lookup.spark.worker_gc import (
     CONF_GC_YOUNG_THRESHOLD,
     DEFAULT_GC_YOUNG_THRESHOLD,
@@ -24,12 +25,43 @@ from tests.spark.test_partition import batches, make_task, split
 
 
 @pytest.fixture(autouse=True)
-def _restore_gc() -> Iterator[None]:
+def _restore_gc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before, enabled = gc.get_threshold(), gc.isenabled()
+    monkeypatch.setattr(worker_gc, "_frozen_in", None)  # this process as a new worker
     yield
+    gc.unfreeze()  # the test process's heap back in the collector's reach
     gc.set_threshold(*before)
     if enabled:
         gc.enable()
+
+
+def test_the_heap_is_frozen_once_per_process() -> None:
+    gc.unfreeze()
+    with young_generation_threshold(5_000):
+        frozen = gc.get_freeze_count()
+    assert frozen > 1000, "the worker's heap at its first partition is out of the collector's reach"
+    later = [[i] for i in range(1000)]  # the second partition's objects stay collectable
+    with young_generation_threshold(5_000):
+        assert gc.get_freeze_count() <= frozen  # none added (some freed by refcount)
+    assert later
+
+
+def test_a_forked_worker_freezes_its_own_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    with young_generation_threshold(5_000):
+        pass
+    gc.unfreeze()
+    monkeypatch.setattr(worker_gc, "_frozen_in", os.getpid() + 1)  # frozen in the parent
+    with young_generation_threshold(5_000):
+        assert gc.get_freeze_count() > 1000
+
+
+@pytest.mark.parametrize("setup", ["zero", "disabled"])
+def test_nothing_is_frozen_when_the_collector_is_left_alone(setup: str) -> None:
+    gc.unfreeze()
+    if setup == "disabled":
+        gc.disable()
+    with young_generation_threshold(0 if setup == "zero" else 5_000):
+        assert gc.get_freeze_count() == 0
 
 
 def test_threshold_is_raised_inside_and_restored_after() -> None:
