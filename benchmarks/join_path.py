@@ -9,6 +9,13 @@ the output built column-wise in Arrow). Prints the median CPU µs/row of each an
 interleaved runs in one process.
 
     .venv/bin/python -m benchmarks.join_path [--rows N] [--runs R] [--latency S] [--only path]
+
+With ``--server latency|aiohttp`` the connector is the real ``HttpConnector`` (default client,
+100 connections) against that server in its own process (:mod:`benchmarks.server_process`),
+and the two variants are ``path`` (the task, as above) and ``client`` (the lookup function
+alone, ``CAPACITY`` coroutines each looking up the next key: one process of
+:mod:`benchmarks.ceiling`): rows/s and CPU µs/row of each, so what the task adds to the client
+shows without Spark's JVM and without two workers sharing the cores.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from asyncio_lookup.lookup.join import JoinSpec, JoinType, KeyBinding
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.runtime.loop import process_loop
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
+from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD
 
 CAPACITY = 100
 BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch
@@ -162,6 +170,87 @@ VARIANTS: dict[str, Callable[[list[pa.RecordBatch], float], int]] = {
 }
 
 
+def http_task(base_url: str, mode: str) -> LookupJoinTask:
+    """The join's task over the real HTTP connector (no cache, capacity ``CAPACITY``)."""
+    from asyncio_lookup.connectors import HttpConnector
+
+    hint = (f"LOOKUP('table'='Customers', 'async'='true', 'capacity'='{CAPACITY}', "
+            f"'output-mode'='{mode}')")
+    return LookupJoinTask(
+        table_id=uuid.uuid4().hex,
+        table_name="Customers",
+        connector=HttpConnector(f"{base_url}/customers/{{id}}", ["id"],
+                                max_connections=CAPACITY, timeout=60),
+        options=LookupOptions(),
+        hint=resolve_lookup(hint, "Customers"),
+        spec=JoinSpec(JoinType.INNER, (KeyBinding("id", left_column="customer_id"),)),
+        dim_columns=DIM_COLUMNS,
+    )
+
+
+def http_variants(base_url: str, mode: str) -> dict[str, Callable[[list[pa.RecordBatch]], int]]:
+    """``path``: the task (its connector opened once, kept across runs, as a worker keeps it);
+    ``client``: the lookup function alone, ``CAPACITY`` coroutines."""
+    from asyncio_lookup.connectors import HttpConnector
+
+    task = http_task(base_url, mode)
+    function = HttpConnector(f"{base_url}/customers/{{id}}", ["id"], max_connections=CAPACITY,
+                             timeout=60).async_lookup_function()
+    loop = process_loop()
+    loop.run_until_complete(function.open())
+
+    def path(batches: list[pa.RecordBatch]) -> int:
+        return sum(out.column(-1).null_count for out in task(iter(batches)))
+
+    def client(batches: list[pa.RecordBatch]) -> int:
+        keys = iter([k for b in batches for k in b.column("customer_id").to_pylist()])
+        found = 0
+
+        async def worker() -> None:
+            nonlocal found
+            for key in keys:
+                rows = await function.async_lookup((key,))
+                found += len(rows)  # (not `found += len(await ...)`: read before the await)
+
+        async def main() -> None:
+            await asyncio.gather(*(worker() for _ in range(CAPACITY)))
+
+        loop.run_until_complete(main())
+        return found
+
+    return {"path": path, "client": client}
+
+
+def main_http(server_kind: str, rows: int, runs: int, latency: float, mode: str) -> None:
+    import gc
+
+    from benchmarks.server_process import ServerProcess
+
+    gc.set_threshold(DEFAULT_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # as a worker runs
+    batches = orders(rows)
+    with ServerProcess(server_kind, latency, 100_000) as server:
+        variants = http_variants(server.base_url, mode)
+        for run in variants.values():  # warm-up: connections, imports
+            run(batches[:1])
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+        for _ in range(runs):
+            for name, run in variants.items():
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                found = run(batches)
+                assert found == rows, (name, found, rows)
+                wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+                samples[name].append((rows / wall, cpu / rows * 1e6))
+    print(f"{server_kind} server, {latency * 1e3:g} ms, capacity {CAPACITY}, {mode}, "
+          f"{rows:,} rows, medians of {runs}:")
+    medians = {}
+    for name, values in samples.items():
+        rate = statistics.median(v[0] for v in values)
+        cpu = medians[name] = statistics.median(v[1] for v in values)
+        spread = ", ".join(f"{v[1]:.1f}" for v in values)
+        print(f"  {name:>6}: {rate:8,.0f} rows/s  {cpu:5.1f} µs/row CPU (runs: {spread})")
+    print(f"  path - client: {medians['path'] - medians['client']:+.1f} µs/row")
+
+
 def cpu_per_row(run: Callable[[list[pa.RecordBatch], float], int], n: int, latency: float) -> float:
     batches = orders(n)
     started = time.process_time()
@@ -177,7 +266,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--latency", type=float, default=0.010)
     parser.add_argument("--only", choices=sorted(VARIANTS))
+    parser.add_argument("--server", choices=("latency", "aiohttp"),
+                        help="the real HttpConnector against this server: path vs client")
+    parser.add_argument("--output-mode", default="ordered",
+                        choices=("ordered", "allow_unordered"))
     args = parser.parse_args(argv)
+    if args.server:
+        main_http(args.server, args.rows, args.runs, args.latency, args.output_mode)
+        return
     chosen = {args.only: VARIANTS[args.only]} if args.only else VARIANTS
     for run in chosen.values():  # warm-up: imports, the loop, the reader thread
         cpu_per_row(run, 2_000, args.latency)
