@@ -112,27 +112,32 @@ def orders(n: int) -> list[pa.RecordBatch]:
     return table.to_batches(max_chunksize=BATCH_ROWS)
 
 
-def lookup_join_task(latency: float) -> LookupJoinTask:
+def lookup_join_task(
+    latency: float, *, connector: Any = None, mode: str = "ordered"
+) -> LookupJoinTask:
+    """The join's task: over the timer connector (``latency``), or ``connector``."""
+    hint = (f"LOOKUP('table'='Customers', 'async'='true', 'capacity'='{CAPACITY}', "
+            f"'output-mode'='{mode}')")
     return LookupJoinTask(
         table_id=uuid.uuid4().hex,
         table_name="Customers",
-        connector=TimerSource(latency),
+        connector=TimerSource(latency) if connector is None else connector,
         options=LookupOptions(),
-        hint=resolve_lookup(
-            f"LOOKUP('table'='Customers', 'async'='true', 'capacity'='{CAPACITY}')", "Customers"
-        ),
+        hint=resolve_lookup(hint, "Customers"),
         spec=JoinSpec(JoinType.INNER, (KeyBinding("id", left_column="customer_id"),)),
         dim_columns=DIM_COLUMNS,
     )
 
 
+def joined_rows(task: LookupJoinTask, batches: list[pa.RecordBatch]) -> int:
+    """``task`` over ``batches``; the number of output rows (trailer rows carry metrics in the
+    last column, data rows a null)."""
+    return sum(out.column(-1).null_count for out in task(iter(batches)))
+
+
 def run_path(batches: list[pa.RecordBatch], latency: float) -> int:
     """The lookup join's task over ``batches``; the number of output rows."""
-    task = lookup_join_task(latency)
-    rows = 0
-    for out in task(iter(batches)):
-        rows += out.column(-1).null_count  # data rows; trailer rows carry metrics (not null)
-    return rows
+    return joined_rows(lookup_join_task(latency), batches)
 
 
 def run_hand_written(batches: list[pa.RecordBatch], latency: float) -> int:
@@ -170,37 +175,20 @@ VARIANTS: dict[str, Callable[[list[pa.RecordBatch], float], int]] = {
 }
 
 
-def http_task(base_url: str, mode: str) -> LookupJoinTask:
-    """The join's task over the real HTTP connector (no cache, capacity ``CAPACITY``)."""
-    from asyncio_lookup.connectors import HttpConnector
-
-    hint = (f"LOOKUP('table'='Customers', 'async'='true', 'capacity'='{CAPACITY}', "
-            f"'output-mode'='{mode}')")
-    return LookupJoinTask(
-        table_id=uuid.uuid4().hex,
-        table_name="Customers",
-        connector=HttpConnector(f"{base_url}/customers/{{id}}", ["id"],
-                                max_connections=CAPACITY, timeout=60),
-        options=LookupOptions(),
-        hint=resolve_lookup(hint, "Customers"),
-        spec=JoinSpec(JoinType.INNER, (KeyBinding("id", left_column="customer_id"),)),
-        dim_columns=DIM_COLUMNS,
-    )
-
-
 def http_variants(base_url: str, mode: str) -> dict[str, Callable[[list[pa.RecordBatch]], int]]:
     """``path``: the task (its connector opened once, kept across runs, as a worker keeps it);
     ``client``: the lookup function alone, ``CAPACITY`` coroutines."""
     from asyncio_lookup.connectors import HttpConnector
 
-    task = http_task(base_url, mode)
-    function = HttpConnector(f"{base_url}/customers/{{id}}", ["id"], max_connections=CAPACITY,
-                             timeout=60).async_lookup_function()
+    connector = HttpConnector(f"{base_url}/customers/{{id}}", ["id"], max_connections=CAPACITY,
+                              timeout=60)
+    task = lookup_join_task(0.0, connector=connector, mode=mode)
+    function = connector.async_lookup_function()  # its own, as each process of the ceiling
     loop = process_loop()
     loop.run_until_complete(function.open())
 
     def path(batches: list[pa.RecordBatch]) -> int:
-        return sum(out.column(-1).null_count for out in task(iter(batches)))
+        return joined_rows(task, batches)
 
     def client(batches: list[pa.RecordBatch]) -> int:
         keys = iter([k for b in batches for k in b.column("customer_id").to_pylist()])
