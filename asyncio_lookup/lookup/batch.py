@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from threading import get_ident
 from time import perf_counter
 
 from asyncio_lookup.errors import ResultTypeError
@@ -29,6 +30,7 @@ from asyncio_lookup.lookup.metrics import (
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.results import as_rows
+from asyncio_lookup.runtime.sketch import FOLD_EVERY, LatencySketch
 
 
 class KeyBatcher:
@@ -57,6 +59,11 @@ class KeyBatcher:
         self._closing = False
         self._unwound: dict[asyncio.Task[object], asyncio.Future[None]] = {}  # aclose waits
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The counters and call latencies of the thread running the loop (metrics.thread_tables),
+        # bound with the loop: a lookup counts into them without a call per count.
+        self._thread = 0
+        self._counters: dict[str, int] = {}
+        self._calls = LatencySketch()
 
     async def lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``: a call made in the caller's task when batching is off and no
@@ -70,19 +77,21 @@ class KeyBatcher:
         # getpid() system call: the loop the batcher last ran on is asked first.
         loop = self._loop
         caller = None if loop is None else asyncio.current_task(loop)
-        if caller is None:
-            caller = self._current_task()
+        if caller is None or self._thread != get_ident():
+            caller = self._bind()
         if caller is not None:
             self._inline.add(caller)
-        self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
+        counters = self._counters  # metrics.inc2(), inlined: this runs once per call
+        counters[NUM_EXTERNAL_CALLS] += 1
+        counters[NUM_EXTERNAL_KEYS] += 1
         started = perf_counter()
         try:
             try:
                 answer = await self.function.async_lookup(key)
             except Exception:
-                self.metrics.record_call((perf_counter() - started) * 1000.0)
+                self._record_call(started)
                 raise
-            self.metrics.record_call((perf_counter() - started) * 1000.0)
+            self._record_call(started)
             rows = as_rows(answer, key, self.function)
         except asyncio.CancelledError:
             if self._in_flight.get(key) is waiters:
@@ -112,10 +121,21 @@ class KeyBatcher:
                     future.set_result(list(rows))
         return rows
 
-    def _current_task(self) -> asyncio.Task[object] | None:
-        """The running task, noting the loop it runs on (the first call, or a new loop)."""
+    def _bind(self) -> asyncio.Task[object] | None:
+        """The running task; notes the loop it runs on and binds this thread's metric tables
+        (the first call, a new loop or a new thread)."""
         loop = self._loop = asyncio.get_running_loop()
+        self._thread = get_ident()
+        self._counters, self._calls = self.metrics.thread_tables()
         return asyncio.current_task(loop)
+
+    def _record_call(self, started: float) -> None:
+        """One call's latency (``metrics.record_call``, into the bound thread's sketch)."""
+        calls = self._calls
+        pending = calls.pending
+        pending.append((perf_counter() - started) * 1000.0)
+        if len(pending) >= FOLD_EVERY:
+            calls.fold()
 
     def load(self, key: Key) -> asyncio.Future[list[Row]]:
         """A future of the rows for ``key`` from one (possibly shared, possibly batched)

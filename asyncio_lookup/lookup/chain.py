@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from threading import get_ident
 from time import perf_counter
 
 from asyncio_lookup.errors import in_lookup_context, lookup_context
@@ -93,6 +94,9 @@ class LookupChain:
         )
         self._batcher: KeyBatcher | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        # the counters of the thread that last ran async_lookup (metrics.thread_tables)
+        self._thread = 0
+        self._counters: dict[str, int] = {}
         self._opened = False
         self._scope = cache_scope
         self._shared: CacheLease | None = None  # the scope's cache, while this chain uses it
@@ -196,6 +200,7 @@ class LookupChain:
 
     async def _open(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self._thread = 0  # the metric group may change below (a scope's cache)
         if self._scope is not None and (self.cache is not None or self.full_cache is not None):
             lease = await acquire_cache(self._scope, self.cache, self.full_cache, self.metrics)
             if lease is not None:
@@ -357,7 +362,10 @@ class LookupChain:
     async def async_lookup(self, key: Key) -> list[Row]:
         """The rows for ``key``; retries wait on loop timers (cancel it to time it out). An
         error names the table, its target and the key, as :meth:`lookup`'s do."""
-        self.metrics.inc(NUM_LOOKUPS)
+        if self._thread != get_ident():  # metrics.inc(NUM_LOOKUPS), its table kept (hot path)
+            self._thread = get_ident()
+            self._counters = self.metrics.thread_tables()[0]
+        self._counters[NUM_LOOKUPS] += 1
         cache = self.cache
         started = 0.0
         try:
@@ -370,8 +378,18 @@ class LookupChain:
                 started = self._clock.now()
             from_shared = False
             try:
-                if self.shared is None:
-                    rows = await self._load_async(key)
+                batcher = self._batcher
+                if self.shared is None and batcher is not None:
+                    # _load_async() inlined (a coroutine less per lookup): the first attempt
+                    # here, the retry policies only after it
+                    try:
+                        rows = await batcher.lookup(key)
+                    except Exception as error:
+                        rows = await self._retry_failure(key, batcher, error)
+                    if not rows and self.miss_retry is not None:
+                        rows = await self._retry_miss(key, batcher, rows)
+                elif self.shared is None:
+                    rows = await self._load_unbatched(key)
                 else:
                     rows, from_shared = await self.shared.lookup(key, lambda: self._load_async(key))
             except Exception:

@@ -246,11 +246,15 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
         self.spec = spec
         self.table = table
         self.timeout_seconds = timeout
+        self._unconditional = spec.dim_filter is None and spec.condition is None
 
     async def async_invoke(self, element: _Probe) -> Collection[Row | None]:
-        if element.key is None:
+        key = element.key
+        if key is None:
             return self.spec.finish((), element.left_row)
-        rows = await self.chain.async_lookup(element.key)
+        rows = await self.chain.async_lookup(key)
+        if self._unconditional and rows and type(rows) is list:
+            return rows  # spec.finish() of a join without conditions, inlined
         return self.spec.finish(rows, element.left_row)
 
     async def timeout(self, element: _Probe) -> Collection[Row | None]:

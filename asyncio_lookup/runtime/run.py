@@ -106,6 +106,7 @@ class OperatorRun:
         self.new_task = attempt_task_factory(self.loop)
         self._queue: StreamElementQueue = OrderedQueue() if ordered else UnorderedQueue()
         self._retry = RetryPolicy(retry_strategy) if retry_strategy is not None else None
+        self._plain = self._retry is None and invoke_now is None  # a record's start: one task
         # Every record not final yet, in admission order = deadline order (a record without a
         # deadline never expires): the timeouts, and what stop() has to cancel.
         self._deadlines: DeadlineQueue[ResultHandler] = DeadlineQueue(
@@ -346,7 +347,12 @@ class OperatorRun:
         handler = ResultHandler(self, element, admitted, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
-        self._start(handler)
+        if self._plain:  # _start() inlined for a run without retry or invoke_now (hot path)
+            self.metrics.in_flight += 1
+            self._deadlines.add(handler)
+            handler.task = self.new_task(handler.attempt(handler))
+        else:
+            self._start(handler)
 
     def _start(self, handler: ResultHandler) -> None:
         """Make an admitted record's first call (or take the function's answer at once); its

@@ -285,3 +285,37 @@ async def test_without_batching_close_waits_for_calls_running_in_their_callers()
     assert fn.active_at_close == 0
     with pytest.raises(asyncio.CancelledError):
         await caller
+
+
+def test_lookups_on_another_thread_count_in_that_threads_table() -> None:
+    """The chain and its batcher keep the counting thread's tables (the hot path looks them up
+    once); lookups made later on a loop in another thread count in that thread's tables, so
+    no table has two writers and the snapshot still sums every lookup and call."""
+    import threading
+
+    table = table_of(20)
+    loop = asyncio.new_event_loop()
+    chain = loop.run_until_complete(open_chain(AsyncFn(table)))
+
+    def lookups(keys: range) -> None:
+        async def run() -> None:
+            assert await asyncio.gather(*(chain.async_lookup((k,)) for k in keys)) == [
+                [row((k,))] for k in keys
+            ]
+
+        asyncio.run(run())
+
+    try:
+        lookups(range(0, 5))  # this thread, a loop other than the chain's
+        other = threading.Thread(target=lookups, args=(range(5, 20),))
+        other.start()
+        other.join()
+        snap = chain.metrics.snapshot()
+        assert snap["numLookups"] == 20
+        assert snap["numExternalCalls"] == snap["numExternalKeys"] == 20
+        assert chain.metrics.drain_calls().count == 20
+        per_thread = [t["numExternalCalls"] for t in chain.metrics._by_thread.values()]
+        assert sorted(per_thread) == [5, 15]
+    finally:
+        loop.run_until_complete(chain.close())
+        loop.close()
