@@ -92,7 +92,8 @@ class KeyBatcher:
                 self._record_call(started)
                 raise
             self._record_call(started)
-            rows = as_rows(answer, key, self.function)
+            # as_rows() of the usual answer, inlined: a list, copied
+            rows = list(answer) if type(answer) is list else as_rows(answer, key, self.function)
         except asyncio.CancelledError:
             if self._in_flight.get(key) is waiters:
                 if self._closing:

@@ -54,6 +54,12 @@ async def test_point_missing_multi_row_and_null(http_service: Service) -> None:
     assert len(http_service.requests) == before, "a NULL key is a miss without a request"
 
 
+async def test_a_2xx_status_listed_as_a_miss_is_a_miss(http_service: Service) -> None:
+    """The async path's shortcut for a 200 with one object still honours ``miss_statuses``."""
+    c = HttpConnector(f"{http_service.base}/customers/{{id}}", miss_statuses=(200, 404))
+    assert await _both(c, (1,)) == []
+
+
 async def test_composite_key_and_rows_field(http_service: Service) -> None:
     http_service.rows["5/a b"] = [{"cid": 5, "oid": "a b", "total": 3}]
     c = HttpConnector(
