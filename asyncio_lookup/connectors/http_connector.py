@@ -372,9 +372,14 @@ class _HttpLookup(AsyncLookupFunction):
         if url is None:
             return []
         status, headers, payload = await client.get_json(url)
-        if status == 200 and type(payload) is dict and not c.rows_field:
-            if 200 not in c.miss_statuses:  # answered() and rows_of() of the usual answer
-                return [payload]
+        # answered() and rows_of() of the usual answer: a 200 with one object as the body
+        if (
+            status == 200
+            and type(payload) is dict
+            and not c.rows_field
+            and 200 not in c.miss_statuses
+        ):
+            return [payload]
         if not c.answered("GET", url, status, headers, payload):
             return []
         return c.rows_of("GET", url, payload, c.rows_field)
