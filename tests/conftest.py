@@ -51,11 +51,18 @@ def postgres_dsn() -> str:
     return POSTGRES_DSN
 
 
+# Modules under tests/spark/ whose tests hold no session in the test process: their Spark
+# jobs run in subprocesses, each on free ports (tests/spark/job_session.py).
+_NO_SESSION_IN_PROCESS = ("tests/spark/test_shared_cache.py",)
+
+
 def spark_session_kind(nodeid: str) -> str | None:
     """Which Spark session a test holds in the test process: ``'connect'`` (a local Connect
     server in the test process), ``'classic'`` (the Spark tests' classic
     session, and the fault tests, which stop and start classic sessions of their own), or None
     (no session in this process; Spark in a subprocess at most)."""
+    if nodeid.startswith(_NO_SESSION_IN_PROCESS):
+        return None
     if nodeid.startswith("tests/spark/") and ("[connect-" in nodeid or "[connect]" in nodeid):
         return "connect"
     if nodeid.startswith(("tests/spark/", "tests/faults/")):
