@@ -56,10 +56,8 @@ from benchmarks import join_path
 batches = join_path.orders(rows)
 if variant == "http":
     joined = join_path.http_variants(base_url, "ordered")["path"](batches)
-elif variant == "hand":
-    joined = join_path.run_hand_written(batches, 0.001)
 else:
-    joined = join_path.run_path(batches, 0.001)
+    joined = join_path.VARIANTS["hand-written" if variant == "hand" else "path"](batches, 0.001)
 assert joined == rows, (variant, joined, rows)
 """
 

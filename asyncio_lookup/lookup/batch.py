@@ -30,7 +30,7 @@ from asyncio_lookup.lookup.metrics import (
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.results import as_rows
-from asyncio_lookup.runtime.sketch import FOLD_EVERY, LatencySketch
+from asyncio_lookup.runtime.sketch import LatencySketch
 
 
 class KeyBatcher:
@@ -89,9 +89,9 @@ class KeyBatcher:
             try:
                 answer = await self.function.async_lookup(key)
             except Exception:
-                self._record_call(started)
+                self._calls.add((perf_counter() - started) * 1000.0)
                 raise
-            self._record_call(started)
+            self._calls.add((perf_counter() - started) * 1000.0)
             # as_rows() of the usual answer, inlined: a list, copied
             rows = list(answer) if type(answer) is list else as_rows(answer, key, self.function)
         except asyncio.CancelledError:
@@ -129,14 +129,6 @@ class KeyBatcher:
         self._thread = get_ident()
         self._counters, self._calls = self.metrics.thread_tables()
         return asyncio.current_task(loop)
-
-    def _record_call(self, started: float) -> None:
-        """One call's latency (``metrics.record_call``, into the bound thread's sketch)."""
-        calls = self._calls
-        pending = calls.pending
-        pending.append((perf_counter() - started) * 1000.0)
-        if len(pending) >= FOLD_EVERY:
-            calls.fold()
 
     def load(self, key: Key) -> asyncio.Future[list[Row]]:
         """A future of the rows for ``key`` from one (possibly shared, possibly batched)

@@ -378,18 +378,8 @@ class LookupChain:
                 started = self._clock.now()
             from_shared = False
             try:
-                batcher = self._batcher
-                if self.shared is None and batcher is not None:
-                    # _load_async() inlined (a coroutine less per lookup): the first attempt
-                    # here, the retry policies only after it
-                    try:
-                        rows = await batcher.lookup(key)
-                    except Exception as error:
-                        rows = await self._retry_failure(key, batcher, error)
-                    if not rows and self.miss_retry is not None:
-                        rows = await self._retry_miss(key, batcher, rows)
-                elif self.shared is None:
-                    rows = await self._load_unbatched(key)
+                if self.shared is None:
+                    rows = await self._load_async(key)
                 else:
                     rows, from_shared = await self.shared.lookup(key, lambda: self._load_async(key))
             except Exception:
