@@ -8,6 +8,9 @@ in its own process so its CPU is measured apart; timed interleaved, medians of t
 - (b) hand-rolled ``asyncio`` + ``Semaphore(100)`` in ``rdd.mapPartitions`` (what many write),
 - (b2) the strongest hand-rolled baseline: ``mapInArrow``, one aiohttp session per partition on
   uvloop, orjson, ``Semaphore(100)`` per Arrow batch, Arrow arrays out,
+- (b3) (b2) with the library's own HTTP client in place of aiohttp: not a baseline a user
+  writes without the library, but the least Spark job with the same client as (c), so (c)
+  against (b3) is what the operator, the lookup chain and their Arrow in and out cost,
 - (c) ``lookup_join`` async, capacity 100, no cache, the default ``asyncio`` client,
 - (ceiling) the client alone outside Spark (:mod:`benchmarks.ceiling`): one process per
   partition, the same connector, concurrency, keys and server; with the lookups' observed
@@ -35,7 +38,12 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import cpu
-from benchmarks.baselines import JOINED_SCHEMA, hand_rolled_arrow, hand_rolled_asyncio
+from benchmarks.baselines import (
+    JOINED_SCHEMA,
+    hand_rolled_arrow,
+    hand_rolled_arrow_own_client,
+    hand_rolled_asyncio,
+)
 from benchmarks.ceiling import ClientAlone
 from benchmarks.data import uniform_keys
 from benchmarks.harness import Context, Measurement, ScenarioResult, Target, Variant
@@ -65,7 +73,7 @@ def run(ctx: Context) -> ScenarioResult:
     orders = orders_frame(spark, keys)
     short = orders_frame(spark, keys[:short_rows])
     warm = orders_frame(spark, keys[:400])
-    ctx.begin("http join", len(KINDS) * 5 * ctx.repeats)
+    ctx.begin("http join", len(KINDS) * 6 * ctx.repeats)
     try:
         for kind in KINDS:
             with ServerProcess(kind, LATENCY, N_CUSTOMERS) as server:
@@ -78,7 +86,7 @@ def run(ctx: Context) -> ScenarioResult:
     result.notes += [
         f"local[{PARTITIONS}], {LATENCY * 1e3:g} ms service latency, capacity {CAPACITY}, no cache "
         "(one request per row: server_requests_per_row checks it). Every variant runs an untimed "
-        "warm-up first; the runs are interleaved (b, b2, c, c-short, ceiling, b, ...). "
+        "warm-up first; the runs are interleaved (b, b2, b3, c, c-short, ceiling, b, ...). "
         "(c-short) is (c) on the first 12,000 rows: with it, (c)'s steady state (the extra rows "
         "over the extra time) separates Spark's fixed start and end per job from the per-row path.",
         "client_cpu_us_per_row: the machine's busy CPU (/proc/stat, both cores) minus the server "
@@ -102,12 +110,16 @@ def _measure(
     hint = lookup_hint("Customers", **{"async": "true", "capacity": CAPACITY})
     b = hand_rolled_asyncio(base_url, CAPACITY)
     b2 = hand_rolled_arrow(base_url, CAPACITY)
+    b3 = hand_rolled_arrow_own_client(base_url, CAPACITY)
 
     def job_b(frame: Any) -> None:
         run_to_noop(spark.createDataFrame(frame.rdd.mapPartitions(b), JOINED_SCHEMA))
 
     def job_b2(frame: Any) -> None:
         run_to_noop(frame.mapInArrow(b2, JOINED_SCHEMA))
+
+    def job_b3(frame: Any) -> None:
+        run_to_noop(frame.mapInArrow(b3, JOINED_SCHEMA))
 
     def job_c(frame: Any) -> None:
         run_to_noop(lookup_join(frame, table, hint=hint))
@@ -120,6 +132,7 @@ def _measure(
         variants = [
             spark_variant(f"(b) hand-rolled asyncio sem({CAPACITY})", job_b),
             spark_variant(f"(b2) hand-rolled mapInArrow uvloop sem({CAPACITY})", job_b2),
+            spark_variant(f"(b3) (b2) with the library's HTTP client sem({CAPACITY})", job_b3),
             spark_variant(f"(c) lookup_join async cap {CAPACITY}", job_c),
             Variant(f"(c-short) lookup_join async cap {CAPACITY}, {short_rows:,} rows",
                     short_rows, _accounted(server, lambda: job_c(short))),
@@ -164,7 +177,8 @@ def _accounted(
 
 def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> None:
     by = {m.label.split(" ")[0]: m for m in measured}
-    b2, c, ceiling, c_short = by["(b2)"], by["(c)"], by["(ceiling)"], by["(c-short)"]
+    b2, b3, c = by["(b2)"], by["(b3)"], by["(c)"]
+    ceiling, c_short = by["(ceiling)"], by["(c-short)"]
     steady = statistics.median(  # (c)'s rows/s with Spark's fixed start and end taken out
         (c.rows - c_short.rows) / (t - t_short)
         for t, t_short in zip(c.runs, c_short.runs, strict=True)
@@ -200,6 +214,9 @@ def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> N
     result.data[f"ratios {kind}"] = {
         "c/b2 rows/s": c.rate / b2.rate, "c/b rows/s": c.rate / b.rate,
         "c/b2 client cpu": c_cpu / b2_cpu, "c/b client cpu": c_cpu / per_row(b, "client_cpu_s"),
+        "b3/b2 client cpu": per_row(b3, "client_cpu_s") / b2_cpu,
+        "c/b3 client cpu": c_cpu / per_row(b3, "client_cpu_s"),
+        "c - b3 client cpu us/row": c_cpu - per_row(b3, "client_cpu_s"),
         "c share of ceiling": c.rate / ceiling.rate,
         "c steady rows/s": steady, "c steady share of ceiling": steady / ceiling.rate,
         "c fixed start and end s": fixed,
@@ -209,7 +226,9 @@ def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> N
     result.targets += [
         Target(f"(c)/(b2) client CPU per row, {TITLES[kind]}", c_cpu / b2_cpu, maximum=1 / 3,
                detail=f"{c_cpu:.1f} vs {b2_cpu:.1f} µs/row (machine minus server); (c)/(b) "
-                      f"{c_cpu / per_row(b, 'client_cpu_s'):.3f}"),
+                      f"{c_cpu / per_row(b, 'client_cpu_s'):.3f}; (b3), (b2) with the library's "
+                      f"client, {per_row(b3, 'client_cpu_s'):.1f} µs/row = "
+                      f"{per_row(b3, 'client_cpu_s') / b2_cpu:.3f} of (b2)"),
         Target(f"(c) steady-state share of the client-alone ceiling, {TITLES[kind]}",
                steady / ceiling.rate, minimum=SHARE_TARGET,
                detail=f"{steady:,.0f} of {ceiling.rate:,.0f} rows/s, Spark's fixed start and end "

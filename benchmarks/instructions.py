@@ -14,12 +14,14 @@ warm-up. Variants (:mod:`benchmarks.join_path`):
 - ``hand``: the hand-written equivalent over the same stand-in (a task per row, the output
   built column-wise);
 - ``http``: the join's task over the real ``HttpConnector`` against the bench's latency server
-  in its own process (not under valgrind): the above plus the HTTP client.
+  in its own process (not under valgrind): the above plus the HTTP client;
+- ``client``: the same connector's lookup function alone, ``CAPACITY`` coroutines over the same
+  keys (one process of the ceiling): ``http - client`` is what the join adds to the client.
 
 ``--root DIR`` (repeatable) imports the package and the benchmarks from ``DIR`` (a ``git
 worktree`` of another commit, say) instead of this checkout, for a before/after in one run.
 
-    python -m benchmarks.instructions [--variants path,hand,http] [--rows 2000,12000]
+    python -m benchmarks.instructions [--variants path,hand,http,client] [--rows 2000,12000]
         [--root DIR ...]
 
 Needs valgrind (Debian's package). Takes about 40 s per variant and root (two processes run
@@ -42,7 +44,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks.paths import REPO_ROOT
 
-VARIANTS = ("path", "hand", "http")
+VARIANTS = ("path", "hand", "http", "client")
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
@@ -54,8 +56,9 @@ root, variant, rows, base_url = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.
 sys.path.insert(0, root)
 from benchmarks import join_path
 batches = join_path.orders(rows)
-if variant == "http":
-    joined = join_path.http_variants(base_url, "ordered")["path"](batches)
+if variant in ("http", "client"):
+    name = "path" if variant == "http" else "client"
+    joined = join_path.http_variants(base_url, "ordered")[name](batches)
 else:
     joined = join_path.VARIANTS["hand-written" if variant == "hand" else "path"](batches, 0.001)
 assert joined == rows, (variant, joined, rows)
@@ -78,7 +81,7 @@ def instructions(root: Path, variant: str, rows: int, base_url: str) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
-    parser.add_argument("--variants", default="path,hand,http")
+    parser.add_argument("--variants", default="path,hand,http,client")
     parser.add_argument("--rows", default="2000,12000", help="the small and the large count")
     parser.add_argument("--root", action="append", type=Path, default=[])
     options = parser.parse_args(argv)
