@@ -50,6 +50,7 @@ bench-peers: setup $(PEERS_VENV)/.installed
 lint: setup
 	$(PY) -m ruff check asyncio_lookup tests examples benchmarks
 	$(PY) -m mypy asyncio_lookup
+	$(PY) -m mypy benchmarks
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache build dist *.egg-info

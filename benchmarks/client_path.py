@@ -134,13 +134,15 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
         head = b"GET /customers/%d HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() + b"\r\n\r\n"
 
         class Awaited(asyncio.Protocol):
+            waiter: asyncio.Future[None]  # set by ask(), before any answer can arrive
+
             def connection_made(self, transport: Any) -> None:
-                self.transport, self.buffer, self.waiter = transport, b"", None
+                self.transport, self.buffer = transport, b""
 
             def ask(self, key: int) -> asyncio.Future[None]:
-                self.waiter = loop.create_future()
+                self.waiter = waiter = loop.create_future()
                 self.transport.write(head % key)
-                return self.waiter
+                return waiter
 
             def data_received(self, data: bytes) -> None:
                 buffer = self.buffer + data if self.buffer else data
@@ -148,7 +150,7 @@ def _child(base_url: str, client: str, capacity: int, requests: int) -> dict[str
                     self.buffer = buffer
                     return
                 self.buffer = b""
-                self.waiter.set_result(None)  # type: ignore[union-attr]
+                self.waiter.set_result(None)
 
         pending = iter(keys)
 

@@ -114,7 +114,7 @@ async def batched(fn: AsyncLookupFunction, keys: Sequence[Key], size: int, concu
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        return sum(len(r) for r in results)  # type: ignore[arg-type]
+        return sum(len(r) for r in results if not isinstance(r, BaseException))
 
     return await _drain(chunks, concurrency, one)
 

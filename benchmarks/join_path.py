@@ -109,7 +109,8 @@ def orders(n: int) -> list[pa.RecordBatch]:
             "amount": pa.array((np.arange(n) % 1000).astype(np.float64) / 10.0),
         }
     )
-    return table.to_batches(max_chunksize=BATCH_ROWS)
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=BATCH_ROWS)
+    return batches
 
 
 def lookup_join_task(

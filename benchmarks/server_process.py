@@ -169,9 +169,9 @@ class _AiohttpServer:
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
             await site.start()
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            sockets = getattr(site._server, "sockets", None)  # an asyncio (or uvloop) Server
+            assert sockets
+            self.port = sockets[0].getsockname()[1]
             self._ready.set()
             await asyncio.Event().wait()
 

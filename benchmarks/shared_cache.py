@@ -153,6 +153,9 @@ async def _l2_hit_cost(n: int) -> tuple[float, float, float]:
         def async_lookup_function(self) -> Echo:
             return Echo()
 
+        def scan(self) -> None:
+            return None
+
     namespace = "bench-hit-" + uuid.uuid4().hex[:8]
     shared = LookupOptions.from_dict(
         {

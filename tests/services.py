@@ -59,7 +59,7 @@ class BackgroundService:
         self._thread = threading.Thread(target=serve, name=self.name, daemon=True)
         self._thread.start()
         if not ready.wait(10) or failure:
-            raise RuntimeError(f"{self.name} did not start") from (failure or [None])[0]
+            raise RuntimeError(f"{self.name} did not start") from (failure[0] if failure else None)
         return self
 
     def stop(self) -> None:
