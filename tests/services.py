@@ -5,6 +5,7 @@ another loop). A service subclasses :class:`BackgroundService` and adds its rout
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Any, Self
 
@@ -14,13 +15,17 @@ from aiohttp import web
 class BackgroundService:
     """Start with :meth:`start` (or ``with``), stop with :meth:`stop`; ``url`` is its base URL.
 
-    It pickles without its loop, thread and lock, so a function sent to Spark's workers may
-    hold it (for its URL); the copy there serves nothing."""
+    ``sock``: a socket already bound to the port to serve on (the service listens on it and
+    closes it when it stops: it starts once); without it, any free port.
+
+    It pickles without its loop, thread, lock and socket, so a function sent to Spark's workers
+    may hold it (for its URL); the copy there serves nothing."""
 
     name = "test-service"
 
-    def __init__(self) -> None:
-        self.port = 0
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        self._sock = sock
+        self.port = 0 if sock is None else int(sock.getsockname()[1])
         self.lock = threading.Lock()  # for state the routes and the test share
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -44,7 +49,11 @@ class BackgroundService:
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             try:
                 loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, "127.0.0.1", self.port)  # 0: any free port
+                site: web.BaseSite = (
+                    web.TCPSite(runner, "127.0.0.1", self.port)  # 0: any free port
+                    if self._sock is None
+                    else web.SockSite(runner, self._sock)
+                )
                 loop.run_until_complete(site.start())
                 self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             except BaseException as error:
@@ -76,7 +85,7 @@ class BackgroundService:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("lock", "_loop", "_thread"):
+        for name in ("lock", "_loop", "_thread", "_sock"):
             state.pop(name, None)
         return state
 
@@ -84,3 +93,4 @@ class BackgroundService:
         self.__dict__.update(state)
         self.lock = threading.Lock()
         self._loop = self._thread = None
+        self._sock = None

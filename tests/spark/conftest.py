@@ -38,7 +38,12 @@ def _free_port() -> int:
 #: The OTLP receiver of test_otel_export.py listens here. Spark's Python workers get their
 #: environment from the JVM, which a session started by this process inherits: the OTEL_*
 #: variables are set before any session starts, as a user sets them for the executors.
-OTLP_PORT = _free_port()
+#: The port stays bound from now until the receiver listens on this very socket: a port only
+#: probed here could meanwhile become the ephemeral port of one of the many connections the
+#: tests before it open (seen in CI: "address already in use").
+OTLP_SOCKET = socket.socket()
+OTLP_SOCKET.bind(("127.0.0.1", 0))
+OTLP_PORT = int(OTLP_SOCKET.getsockname()[1])
 os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{OTLP_PORT}"
 os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
 os.environ["OTEL_METRICS_EXPORTER"] = "otlp"

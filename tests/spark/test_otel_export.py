@@ -4,6 +4,7 @@ workers' OTLP/HTTP exporter posts to a receiver in this test, which decodes the 
 from __future__ import annotations
 
 import gzip
+import socket
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from asyncio_lookup.spark.otel_switch import CONF_OTEL_ENABLED
 from tests.services import BackgroundService
-from tests.spark.conftest import OTLP_PORT
+from tests.spark.conftest import OTLP_PORT, OTLP_SOCKET
 
 SCHEMA = "id INT, name STRING"
 DIM = [{"id": i, "name": f"c{i}"} for i in range(0, 60, 2)]
@@ -34,9 +35,8 @@ class OtlpReceiver(BackgroundService):
 
     name = "otlp-receiver"
 
-    def __init__(self, port: int) -> None:
-        super().__init__()
-        self.port = port
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
         self.requests: list[ExportMetricsServiceRequest] = []
 
     def routes(self, app: web.Application) -> None:
@@ -91,7 +91,8 @@ class OtlpReceiver(BackgroundService):
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver(OTLP_PORT) as service:
+    with OtlpReceiver(OTLP_SOCKET) as service:
+        assert service.port == OTLP_PORT
         yield service
 
 
