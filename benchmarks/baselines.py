@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -125,20 +125,11 @@ def hand_rolled_arrow(
                 found: dict[str, Any] = orjson.loads(await response.read())
                 return found
 
-        async def looked_up(ids: list[int]) -> list[dict[str, Any] | None]:
-            return await asyncio.gather(*(one(i) for i in ids))
-
-        try:
-            loop.run_until_complete(opened())
-            for batch in batches:
-                customers = loop.run_until_complete(
-                    looked_up(batch.column("customer_id").to_pylist())
-                )
-                yield _joined_batch(batch, customers)
-        finally:
+        async def closed() -> None:
             if "session" in state:
-                loop.run_until_complete(state["session"].close())
-            loop.close()
+                await state["session"].close()
+
+        yield from _gathered_batches(batches, loop, one, opened, closed)
 
     return partition
 
@@ -169,21 +160,32 @@ def hand_rolled_arrow_own_client(
                 rows = await function.async_lookup((customer_id,))
                 return next(iter(rows), None)
 
-        async def looked_up(ids: list[int]) -> list[Any]:
-            return await asyncio.gather(*(one(i) for i in ids))
-
-        try:
-            loop.run_until_complete(opened())
-            for batch in batches:
-                customers = loop.run_until_complete(
-                    looked_up(batch.column("customer_id").to_pylist())
-                )
-                yield _joined_batch(batch, customers)
-        finally:
-            loop.run_until_complete(function.close())
-            loop.close()
+        yield from _gathered_batches(batches, loop, one, opened, function.close)
 
     return partition
+
+
+def _gathered_batches(
+    batches: Iterator[Any],
+    loop: asyncio.AbstractEventLoop,
+    one: Callable[[int], Awaitable[Any]],
+    opened: Callable[[], Awaitable[None]],
+    closed: Callable[[], Awaitable[None]],
+) -> Iterator[Any]:
+    """(b2)'s and (b3)'s partition on ``loop``: ``opened``, then per Arrow batch ``one`` of
+    every customer id under ``gather`` and the rows found joined; ``closed`` at the end."""
+
+    async def looked_up(ids: list[int]) -> list[Any]:
+        return await asyncio.gather(*(one(i) for i in ids))
+
+    try:
+        loop.run_until_complete(opened())
+        for batch in batches:
+            customers = loop.run_until_complete(looked_up(batch.column("customer_id").to_pylist()))
+            yield _joined_batch(batch, customers)
+    finally:
+        loop.run_until_complete(closed())
+        loop.close()
 
 
 def _joined_batch(batch: Any, customers: list[Any]) -> Any:
