@@ -93,7 +93,11 @@ def run(ctx: Context) -> ScenarioResult:
         "process's CPU, over the rows: Spark's JVM, its Python workers and the driver are the "
         "client. tree_cpu_us_per_row: the same from the benchmark's process tree minus the "
         "server (no foreign load can enter it). worker_cpu_us_per_row: Spark's Python workers "
-        "alone (spark-lookup-join's figure); jvm_cpu_us_per_row: Spark's JVM alone.",
+        "alone (spark-lookup-join's figure); jvm_cpu_us_per_row: Spark's JVM alone; "
+        "jvm_jit_cpu_us_per_row: the part of it spent by the JVM's JIT compiler threads, which "
+        "keep compiling for many jobs after the warm-up (query planning on the driver, new code "
+        "paths) and land unevenly on the variants: a high jvm figure with a high jit part is the "
+        "JVM warming up, not the variant's plan.",
         "ceiling: the client alone, no Spark (benchmarks/ceiling.py); share_of_ceiling = (c)'s "
         "rows/s over it. p50/p99: the ceiling's lookups, from call to answer.",
     ]
@@ -153,8 +157,10 @@ def _accounted(
     def run_once() -> dict[str, Any]:
         server.reset()
         tree0, machine0, server0 = cpu.snapshot(named), cpu.machine_busy_s(), server.cpu_s()
+        jit0 = cpu.jit_s()
         extra = action() or {}
         machine1, server1, tree1 = cpu.machine_busy_s(), server.cpu_s(), cpu.snapshot(named)
+        jit1 = cpu.jit_s()
         roles = cpu.delta_by_role(tree0, tree1)
         server_s = server1 - server0
         history.append({
@@ -164,6 +170,7 @@ def _accounted(
             "tree_cpu_s": sum(s for role, s in roles.items() if role != "server"),
             "worker_cpu_s": roles.get("python_workers", 0.0),
             "jvm_cpu_s": roles.get("jvm", 0.0),
+            "jvm_jit_cpu_s": jit1 - jit0,
             "server_requests": server.stats().get("requests", 0),
             **{k: v for k, v in extra.items() if isinstance(v, int | float)},
         })
@@ -198,6 +205,7 @@ def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> N
             tree_cpu_us_per_row=per_row(m, "tree_cpu_s"),
             worker_cpu_us_per_row=per_row(m, "worker_cpu_s") if m is not ceiling else None,
             jvm_cpu_us_per_row=per_row(m, "jvm_cpu_s") if m is not ceiling else None,
+            jvm_jit_cpu_us_per_row=per_row(m, "jvm_jit_cpu_s") if m is not ceiling else None,
             server_cpu_us_per_request=(
                 m.extra.get("server_cpu_s", 0.0) / requests * 1e6 if requests else None
             ),
