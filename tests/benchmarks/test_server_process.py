@@ -4,7 +4,11 @@ client-alone ceiling looks every key up; the machine's CPU clock moves (no timed
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,3 +62,28 @@ def test_machine_busy_time_never_goes_back() -> None:
     first = cpu.machine_busy_s()
     sum(i * i for i in range(200_000))
     assert cpu.machine_busy_s() >= first > 0
+
+
+def test_jit_time_is_read_from_a_child_jvm_s_compiler_threads(tmp_path: Path) -> None:
+    """A JVM child running (and compiling: source-file mode) a hot loop adds JIT CPU (this test
+    process may have a Spark JVM child already). No timing is asserted beyond "some"."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH (Spark needs one; the machine's set-up installs it)")
+    source = tmp_path / "Hot.java"
+    source.write_text(
+        "public class Hot { public static void main(String[] a) throws Exception {"
+        " long s = 0; long end = System.nanoTime() + 3_000_000_000L;"
+        " while (System.nanoTime() < end) { for (int i = 0; i < 100_000; i++) s += i % 7; }"
+        " System.out.println(s); } }"
+    )
+    before = cpu.jit_s()
+    child = subprocess.Popen([java, str(source)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while cpu.jit_s() <= before and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cpu.jit_s() > before
+    finally:
+        child.kill()
+        child.wait()
