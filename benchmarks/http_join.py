@@ -37,6 +37,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from asyncio_lookup.runtime.sketch import LatencySketch
 from benchmarks import cpu
 from benchmarks.baselines import (
     JOINED_SCHEMA,
@@ -99,7 +100,9 @@ def run(ctx: Context) -> ScenarioResult:
         "paths) and land unevenly on the variants: a high jvm figure with a high jit part is the "
         "JVM warming up, not the variant's plan.",
         "ceiling: the client alone, no Spark (benchmarks/ceiling.py); share_of_ceiling = (c)'s "
-        "rows/s over it. p50/p99: the ceiling's lookups, from call to answer.",
+        "rows/s over it. p50/p99: the lookup calls, from call to answer: the ceiling's timed by "
+        "its processes, (c)'s from the join's own metrics (LookupTable.metrics(): callLatency, "
+        "each job's calls alone).",
     ]
     return result
 
@@ -128,18 +131,23 @@ def _measure(
     def job_c(frame: Any) -> None:
         run_to_noop(lookup_join(frame, table, hint=hint))
 
-    def spark_variant(label: str, job: Callable[[Any], None]) -> Variant:
-        return Variant(label, rows, _accounted(server, lambda: job(orders)),
+    def spark_variant(
+        label: str, job: Callable[[Any], None], calls: Callable[[], Any] | None = None
+    ) -> Variant:
+        return Variant(label, rows, _accounted(server, lambda: job(orders), calls),
                        warmup=lambda: job(warm))
+
+    def calls() -> Any:  # (c)'s lookup calls so far: every finished action through `table`
+        return table.metrics().latency["call"]
 
     with ClientAlone(base_url, keys, CAPACITY, PARTITIONS) as alone:
         variants = [
             spark_variant(f"(b) hand-rolled asyncio sem({CAPACITY})", job_b),
             spark_variant(f"(b2) hand-rolled mapInArrow uvloop sem({CAPACITY})", job_b2),
             spark_variant(f"(b3) (b2) with the library's HTTP client sem({CAPACITY})", job_b3),
-            spark_variant(f"(c) lookup_join async cap {CAPACITY}", job_c),
+            spark_variant(f"(c) lookup_join async cap {CAPACITY}", job_c, calls),
             Variant(f"(c-short) lookup_join async cap {CAPACITY}, {short_rows:,} rows",
-                    short_rows, _accounted(server, lambda: job_c(short))),
+                    short_rows, _accounted(server, lambda: job_c(short), calls)),
             Variant(f"(ceiling) client alone, {PARTITIONS} processes x {CAPACITY}", rows,
                     _accounted(server, alone.run)),
         ]
@@ -147,14 +155,19 @@ def _measure(
 
 
 def _accounted(
-    server: ServerProcess, action: Callable[[], dict[str, Any] | None]
+    server: ServerProcess,
+    action: Callable[[], dict[str, Any] | None],
+    calls: Callable[[], Any] | None = None,
 ) -> Callable[[], dict[str, Any]]:
     """``action`` with the CPU around it: the machine's, the server's, the process tree's
-    (per role); each figure the median of every run so far (the harness keeps the last)."""
+    (per role); each figure the median of every run so far (the harness keeps the last).
+    ``calls``: the lookup calls' latency sketch so far (cumulative), read before and after
+    ``action`` outside the CPU accounting; the job's own p50/p99 are the difference."""
     history: list[dict[str, Any]] = []
     named = {server.pid: "server"}
 
     def run_once() -> dict[str, Any]:
+        before = calls() if calls is not None else None
         server.reset()
         tree0, machine0, server0 = cpu.snapshot(named), cpu.machine_busy_s(), server.cpu_s()
         jit0 = cpu.jit_s()
@@ -174,12 +187,30 @@ def _accounted(
             "server_requests": server.stats().get("requests", 0),
             **{k: v for k, v in extra.items() if isinstance(v, int | float)},
         })
+        if calls is not None:
+            job = _since(before, calls())
+            history[-1].update(p50_ms=job.quantile(0.5), p99_ms=job.quantile(0.99))
         return {
             key: statistics.median(run[key] for run in history if key in run)
             for key in history[-1]
         } | {"runs": history[:]}
 
     return run_once
+
+
+def _since(before: Any, after: Any) -> LatencySketch:
+    """The values the cumulative sketch ``after`` holds that ``before`` did not (one job's):
+    bucket counts, count, sum and zeros subtracted; min and max stay the cumulative ones, which
+    only loosens the quantiles' clamp, not their 1 % bound."""
+    old, new = before.to_json(), after.to_json()
+    counts = dict(zip(new["buckets"][::2], new["buckets"][1::2], strict=True))
+    for index, count in zip(old["buckets"][::2], old["buckets"][1::2], strict=True):
+        counts[index] -= count
+    buckets = [x for index, count in sorted(counts.items()) if count for x in (index, count)]
+    return LatencySketch.from_json({
+        **new, "buckets": buckets, "count": new["count"] - old["count"],
+        "sum": new["sum"] - old["sum"], "zero": new["zero"] - old["zero"],
+    })
 
 
 def _report(result: ScenarioResult, kind: str, measured: list[Measurement]) -> None:

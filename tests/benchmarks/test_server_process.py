@@ -87,3 +87,23 @@ def test_jit_time_is_read_from_a_child_jvm_s_compiler_threads(tmp_path: Path) ->
     finally:
         child.kill()
         child.wait()
+
+
+def test_one_jobs_latencies_come_from_two_cumulative_sketches() -> None:
+    from asyncio_lookup.runtime.sketch import LatencySketch
+    from benchmarks.http_join import _since
+
+    first, cumulative, second = LatencySketch(), LatencySketch(), LatencySketch()
+    for ms in (1.0, 2.0, 3.0, 500.0, 0.0001):
+        first.add(ms)
+        cumulative.add(ms)
+    before = LatencySketch().merge(cumulative)
+    for ms in np.linspace(10.0, 20.0, 101):
+        second.add(float(ms))
+        cumulative.add(float(ms))
+    job = _since(before, cumulative)
+    assert job.count == 101 and job.zero == 0
+    assert job.sum_ms == pytest.approx(second.sum_ms)
+    for q in (0.5, 0.99):
+        assert job.quantile(q) == pytest.approx(second.quantile(q))
+        assert job.quantile(q) == pytest.approx(np.quantile(np.linspace(10, 20, 101), q), rel=0.02)
