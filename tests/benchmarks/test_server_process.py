@@ -83,6 +83,8 @@ def test_jit_time_is_read_from_a_child_jvm_s_compiler_threads(tmp_path: Path) ->
         deadline = time.monotonic() + 30
         while cpu.jit_s() <= before and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
+        if child.returncode:
+            pytest.skip("this java cannot run a source file (a JRE without jdk.compiler)")
         assert cpu.jit_s() > before
     finally:
         child.kill()
