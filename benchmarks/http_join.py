@@ -132,13 +132,15 @@ def _measure(
         run_to_noop(lookup_join(frame, table, hint=hint))
 
     def spark_variant(
-        label: str, job: Callable[[Any], None], calls: Callable[[], Any] | None = None
+        label: str, job: Callable[[Any], None],
+        calls: Callable[[], LatencySketch] | None = None,
     ) -> Variant:
         return Variant(label, rows, _accounted(server, lambda: job(orders), calls),
                        warmup=lambda: job(warm))
 
-    def calls() -> Any:  # (c)'s lookup calls so far: every finished action through `table`
-        return table.metrics().latency["call"]
+    def calls() -> LatencySketch:  # (c)'s lookup calls so far: every action through `table`
+        sketch: LatencySketch = table.metrics().latency["call"]
+        return sketch
 
     with ClientAlone(base_url, keys, CAPACITY, PARTITIONS) as alone:
         variants = [
@@ -157,7 +159,7 @@ def _measure(
 def _accounted(
     server: ServerProcess,
     action: Callable[[], dict[str, Any] | None],
-    calls: Callable[[], Any] | None = None,
+    calls: Callable[[], LatencySketch] | None = None,
 ) -> Callable[[], dict[str, Any]]:
     """``action`` with the CPU around it: the machine's, the server's, the process tree's
     (per role); each figure the median of every run so far (the harness keeps the last).
@@ -187,7 +189,7 @@ def _accounted(
             "server_requests": server.stats().get("requests", 0),
             **{k: v for k, v in extra.items() if isinstance(v, int | float)},
         })
-        if calls is not None:
+        if calls is not None and before is not None:
             job = _since(before, calls())
             history[-1].update(p50_ms=job.quantile(0.5), p99_ms=job.quantile(0.99))
         return {
@@ -198,7 +200,7 @@ def _accounted(
     return run_once
 
 
-def _since(before: Any, after: Any) -> LatencySketch:
+def _since(before: LatencySketch, after: LatencySketch) -> LatencySketch:
     """The values the cumulative sketch ``after`` holds that ``before`` did not (one job's):
     bucket counts, count, sum and zeros subtracted; min and max stay the cumulative ones, which
     only loosens the quantiles' clamp, not their 1 % bound."""
