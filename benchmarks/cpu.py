@@ -38,22 +38,23 @@ def delta_by_role(
     return spent
 
 
-def jit_s() -> float:
-    """CPU seconds the JIT compiler threads of this process's JVM children have used (a part
-    of their ``jvm`` role): HotSpot's ``C1``/``C2 CompilerThread``s, which keep compiling the
-    driver's and executors' code for many jobs after start (query planning, new code paths)."""
+def jit_s(tree: dict[int, tuple[str, float]]) -> float:
+    """CPU seconds the JIT compiler threads of the ``jvm`` processes of ``tree`` (a
+    :func:`snapshot`) have used, a part of their CPU: HotSpot's ``C1``/``C2 CompilerThread``s,
+    which keep compiling the driver's and executors' code for many jobs after start (query
+    planning, new code paths)."""
     total = 0.0
-    for proc in psutil.Process().children(recursive=True):
+    for pid, (role, _) in tree.items():
+        if role != "jvm":
+            continue
         try:
-            if "java" not in proc.name():
-                continue
-            for task in os.scandir(f"/proc/{proc.pid}/task"):
+            for task in os.scandir(f"/proc/{pid}/task"):
                 with open(f"{task.path}/stat") as stat:
                     text = stat.read()
                 if "CompilerThre" in text[text.index("(") : text.rindex(")")]:
                     fields = text[text.rindex(")") + 2 :].split()
                     total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
-        except (psutil.Error, OSError):
+        except OSError:  # the process or thread ended meanwhile
             continue
     return total
 

@@ -172,10 +172,10 @@ def _accounted(
         before = calls() if calls is not None else None
         server.reset()
         tree0, machine0, server0 = cpu.snapshot(named), cpu.machine_busy_s(), server.cpu_s()
-        jit0 = cpu.jit_s()
+        jit0 = cpu.jit_s(tree0)
         extra = action() or {}
         machine1, server1, tree1 = cpu.machine_busy_s(), server.cpu_s(), cpu.snapshot(named)
-        jit1 = cpu.jit_s()
+        jit1 = cpu.jit_s(tree1)
         roles = cpu.delta_by_role(tree0, tree1)
         server_s = server1 - server0
         history.append({
