@@ -11,9 +11,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev,uvloop]"
+	touch $@ $(NATIVE)
+
+# mypyc's build of the HTTP client's hot path (setup.py; the modules are named in
+# asyncio_lookup/_native.py), in place: built again when one of their sources changes
+NATIVE := $(VENV)/.native
+NATIVE_SOURCES := setup.py asyncio_lookup/_native.py asyncio_lookup/runtime/deadlines.py \
+	$(wildcard asyncio_lookup/connectors/http11*.py)
+$(NATIVE): $(VENV)/.installed $(NATIVE_SOURCES)
+	$(PY) setup.py --quiet build_ext --inplace
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(NATIVE)
 
 demo: setup
 	$(PY) examples/quickstart.py
@@ -54,3 +63,4 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache build dist *.egg-info
+	find asyncio_lookup -name '*.so' -delete

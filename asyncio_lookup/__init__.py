@@ -8,6 +8,7 @@ and every exception (:mod:`asyncio_lookup.errors`). The PySpark adapter (``Looku
 :mod:`asyncio_lookup.connectors`.
 """
 
+from asyncio_lookup import _native  # noqa: F401  (first: the compiled modules' fallback)
 from asyncio_lookup import lookup as _lookup
 from asyncio_lookup import runtime as _runtime
 from asyncio_lookup.errors import (

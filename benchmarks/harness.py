@@ -285,6 +285,8 @@ def machine_info() -> dict[str, Any]:
         spark_version = pyspark.__version__
     except ImportError:
         spark_version = None
+    from asyncio_lookup._native import compiled_modules
+
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
@@ -295,4 +297,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": commit,
         "executable": sys.executable,
+        # the HTTP client's modules as this process (and Spark's workers, same venv and
+        # environment) import them: mypyc's build or the .py sources (asyncio_lookup/_native.py)
+        "http_client_compiled": all(compiled_modules().values()),
     }

@@ -121,6 +121,13 @@ def _bound(target: dict[str, Any]) -> str:
     return " and ".join(parts)
 
 
+def _client_build(meta: dict[str, Any]) -> str:
+    compiled = meta.get("http_client_compiled")
+    if compiled is None:
+        return ""  # a run from before the compiled client
+    return ", HTTP client compiled (mypyc)" if compiled else ", HTTP client pure Python"
+
+
 def render_markdown(document: dict[str, Any]) -> str:
     meta = document.get("meta", {})
     lines = [
@@ -129,7 +136,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"Run {meta.get('date', '?')} on `{meta.get('host', '?')}` ({meta.get('cpus', '?')} CPUs, "
         f"load average at start {meta.get('load_average_at_start', '?')}), Python "
         f"{meta.get('python', '?')}, PySpark {meta.get('pyspark', '?')}, commit "
-        f"`{meta.get('git_commit', '?')}`{' — QUICK smoke run' if meta.get('quick') else ''}"
+        f"`{meta.get('git_commit', '?')}`{_client_build(meta)}"
+        f"{' — QUICK smoke run' if meta.get('quick') else ''}"
         + (f", {meta['total_duration_s']:.0f} s in all." if meta.get("total_duration_s") else "."),
         "Times are medians over repeated runs; every ratio compares variants measured in the same "
         "run. The machine has 2 shared cores, so absolute figures are noisy; ratios less so.",

@@ -20,23 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httptools
 
+from asyncio_lookup.connectors.http11_types import ConnectionClosed, Limits, ProtocolViolation
 from asyncio_lookup.connectors.http_client import Fetched, UnreadableResponse
 from asyncio_lookup.connectors.http_codings import decode
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What the client reads of one answer at most. The header defaults follow h11 and
-    aiohttp (a header block of tens of KiB at most); the body's bounds a lookup's memory."""
-
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 128
-    max_body_size: int = 64 * 1024 * 1024
 
 
 class Headers(Mapping[str, str]):
@@ -70,19 +60,6 @@ class Headers(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"Headers({self._index()!r})"
-
-
-class ConnectionClosed(ConnectionError):
-    """The server closed the connection before the answer was complete."""
-
-    def __init__(self, message: str, *, before_answer: bool) -> None:
-        super().__init__(message)
-        self.before_answer = before_answer
-
-
-class ProtocolViolation(ConnectionError):
-    """The server's answer is not HTTP/1.1 this client can read, or not an answer to the
-    request in flight."""
 
 
 class IdleOwner(Protocol):

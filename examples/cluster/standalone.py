@@ -56,7 +56,9 @@ def spark_env(**extra: str) -> dict[str, str]:
 
 
 def build_zip(out_dir: Path) -> Path:
-    """``pip wheel --no-deps`` the project, then the same archive as ``asyncio_lookup.zip``.
+    """``pip wheel --no-deps`` the project as pure Python (``ASYNCIO_LOOKUP_PURE_PYTHON=1``:
+    no compiled module, so the wheel suits any node), then the same archive as
+    ``asyncio_lookup.zip``.
 
     A pure-Python wheel is a zip with the package at its root; PySpark puts only ``.zip``,
     ``.egg`` and ``.py`` files from ``--py-files`` on the executors' ``sys.path``.
@@ -68,6 +70,7 @@ def build_zip(out_dir: Path) -> Path:
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out_dir), "."],
         cwd=REPO,
         check=True,
+        env={**os.environ, "ASYNCIO_LOOKUP_PURE_PYTHON": "1"},
     )
     (wheel,) = out_dir.glob("asyncio_lookup-*.whl")
     return Path(shutil.copyfile(wheel, out_dir / "asyncio_lookup.zip"))
@@ -290,7 +293,8 @@ class StandaloneCluster:
 def main() -> int:
     workdir = REPO / "build" / "cluster-demo"
     shutil.rmtree(workdir, ignore_errors=True)
-    print("1. build: pip wheel --no-deps . -w dist/, copied to dist/asyncio_lookup.zip")
+    print("1. build: ASYNCIO_LOOKUP_PURE_PYTHON=1 pip wheel --no-deps . -w dist/,")
+    print("   copied to dist/asyncio_lookup.zip")
     package = build_zip(REPO / "dist")
     print(f"   {package}")
     print("2. a cluster node's Python: the core dependencies; no asyncio_lookup, pyspark, pandas")
