@@ -39,6 +39,7 @@ COMPILED = (
     "asyncio_lookup.runtime.deadlines",
 )
 PURE_ENV = "ASYNCIO_LOOKUP_PURE_PYTHON"
+SHARED_LIBRARY = "asyncio_lookup._compiled__mypyc"  # setup.py's group: the modules' C code
 
 
 def is_compiled(module: ModuleType) -> bool:
@@ -81,22 +82,33 @@ def _build(name: str) -> Path | None:
 
 @functools.cache
 def _use_source() -> bool:
-    """Whether to import the sources: asked to, or a build older than an edited source."""
+    """Whether to import the sources: asked to, a build that is not whole, or, in a checkout,
+    a build older than an edited source."""
     if os.environ.get(PURE_ENV) == "1":
         return True
+    built = {name: _build(name) for name in (*COMPILED, SHARED_LIBRARY)}
+    if not any(built.values()):
+        return False  # pure Python: nothing to choose
+    if not all(built.values()):
+        missing = sorted(name for name, path in built.items() if path is None)
+        return _warn(f"the compiled build is not whole (no {', '.join(missing)})")
     if any(part in ("site-packages", "dist-packages") for part in Path(__file__).parts):
         return False  # an installed copy: its files' times are the installer's, not edits
     for name in COMPILED:
-        built = _build(name)
-        if built is not None and built.stat().st_mtime < _source(name).stat().st_mtime:
-            warnings.warn(
-                f"{name}: {_source(name)} is newer than its compiled build {built.name}; "
-                "importing the sources of all compiled modules (`make setup` builds them again)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return True
+        path = built[name]
+        if path is not None and path.stat().st_mtime < _source(name).stat().st_mtime:
+            return _warn(f"{_source(name)} is newer than its compiled build {path.name}")
     return False
+
+
+def _warn(why: str) -> bool:
+    warnings.warn(
+        f"asyncio_lookup: {why}; importing the .py sources of all compiled modules "
+        "(`make setup` or `pip install` builds them again)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return True
 
 
 def install() -> None:

@@ -22,7 +22,8 @@ SHOW = (
 
 
 def _built() -> bool:
-    return all(_native._build(name) is not None for name in _native.COMPILED)
+    names = (*_native.COMPILED, _native.SHARED_LIBRARY)
+    return all(_native._build(name) is not None for name in names)
 
 
 def _run(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -113,3 +114,19 @@ def test_an_edited_source_is_never_shadowed_by_a_stale_build(tmp_path: Path) -> 
     out = _run(SHOW, tmp_path)
     assert out.stdout.strip() == "[False]"  # all of them from source, not a mix
     assert "newer than its compiled build" in out.stderr
+
+
+def test_a_build_that_is_not_whole_is_not_imported(tmp_path: Path) -> None:
+    """The compiled modules call into one shared library: one of them missing (a partial copy,
+    a failed build's leftovers) and none is imported."""
+    if not _built():
+        pytest.skip("no compiled build in this checkout")
+    shutil.copytree(
+        PACKAGE, tmp_path / "asyncio_lookup", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shared = _native._build(_native.SHARED_LIBRARY)
+    assert shared is not None
+    (tmp_path / "asyncio_lookup" / shared.name).unlink()
+    out = _run(SHOW, tmp_path)
+    assert out.stdout.strip() == "[False]"
+    assert "not whole" in out.stderr and _native.SHARED_LIBRARY in out.stderr
