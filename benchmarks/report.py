@@ -144,7 +144,7 @@ def render_markdown(document: dict[str, Any]) -> str:
         "Regenerate with `make bench` (or `python -m benchmarks all`).",
         *[
             f"Re-run later on their own: {', '.join(p['scenarios'])} ({p.get('date', '?')}, load "
-            f"average at start {p.get('load_average_at_start', '?')})."
+            f"average at start {p.get('load_average_at_start', '?')}{_client_build(p)})."
             for p in meta.get("partial_runs", [])
         ],
         "",
