@@ -6,9 +6,10 @@ extension first. The source stays the truth and always works alone:
 
 - ``ASYNCIO_LOOKUP_PURE_PYTHON=1`` in the environment imports the ``.py`` files instead (a
   before/after in one run; a build without a compiler gives the same);
-- in a source checkout (an editable install), a module whose ``.py`` is newer than its
-  extension is imported from the ``.py``, with a warning: an edited module is never shadowed by
-  a stale build (``make setup`` builds again);
+- a build that is not whole (an extension or the shared library missing) and, in a source
+  checkout (an editable install), a build older than an edited ``.py`` are not imported: every
+  module of :data:`COMPILED` then comes from its ``.py``, with a warning, so an edit is never
+  shadowed by a stale build (``make setup`` builds again);
 - a package shipped as a ``.zip`` (``--py-files``) imports no extension at all.
 
 The package's ``__init__`` imports this module first, which installs the fallback's finder.
