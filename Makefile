@@ -16,8 +16,8 @@ $(VENV)/.installed: pyproject.toml
 # mypyc's build of the HTTP client's hot path (setup.py; the modules are named in
 # asyncio_lookup/_native.py), in place: built again when one of their sources changes
 NATIVE := $(VENV)/.native
-NATIVE_SOURCES := setup.py asyncio_lookup/_native.py asyncio_lookup/runtime/deadlines.py \
-	$(wildcard asyncio_lookup/connectors/http11*.py)
+NATIVE_SOURCES := setup.py asyncio_lookup/_native.py $(shell $(PYTHON) -c "import runpy; \
+	print(*(n.replace('.', '/') + '.py' for n in runpy.run_path('asyncio_lookup/_native.py')['COMPILED']))")
 $(NATIVE): $(VENV)/.installed $(NATIVE_SOURCES)
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $@

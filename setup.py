@@ -32,7 +32,7 @@ def compiled_extensions() -> list[Any]:
         from mypyc.build import mypycify
 
         extensions = mypycify(MYPY_FLAGS + paths, opt_level="3", group_name=group)
-    except (ImportError, SystemExit, Exception) as error:  # mypyc exits on a type error
+    except (SystemExit, Exception) as error:  # no mypyc; or mypyc exits on a type error
         print(f"asyncio-lookup: not compiled, pure Python ({error!r})", file=sys.stderr)
         return []
     return list(extensions)
