@@ -14,12 +14,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@ $(NATIVE)
 
 # mypyc's build of the HTTP client's hot path (setup.py; the modules are named in
-# asyncio_lookup/_native.py), in place: built again when one of their sources changes
+# asyncio_lookup/_native.py), in place: built again when one of their sources changes (--force:
+# an unchanged C file would otherwise keep its old build, older than the source it came from)
 NATIVE := $(VENV)/.native
 NATIVE_SOURCES := setup.py asyncio_lookup/_native.py $(shell $(PYTHON) -c "import runpy; \
 	print(*(n.replace('.', '/') + '.py' for n in runpy.run_path('asyncio_lookup/_native.py')['COMPILED']))")
 $(NATIVE): $(VENV)/.installed $(NATIVE_SOURCES)
-	$(PY) setup.py --quiet build_ext --inplace
+	$(PY) setup.py --quiet build_ext --inplace --force
 	touch $@
 
 setup: $(VENV)/.installed $(NATIVE)
