@@ -23,9 +23,9 @@ MYPY_FLAGS = ["--config-file=", "--ignore-missing-imports", "--python-version=3.
 
 
 def compiled_extensions() -> list[Any]:
-    if os.environ.get("ASYNCIO_LOOKUP_PURE_PYTHON") == "1":
-        return []
     native = runpy.run_path("asyncio_lookup/_native.py")
+    if os.environ.get(native["PURE_ENV"]) == "1":
+        return []
     paths = [name.replace(".", "/") + ".py" for name in native["COMPILED"]]
     group = native["SHARED_LIBRARY"].removesuffix("__mypyc")
     try:
@@ -49,7 +49,7 @@ class AllOrNothing(build_ext):
         except Exception as error:  # a compiler's or setuptools' error
             suffix = sysconfig.get_config_var("EXT_SUFFIX")
             for extension in self.extensions:
-                relative = Path(*extension.name.split(".")).with_suffix("")
+                relative = Path(*extension.name.split("."))
                 for root in (Path(self.build_lib), Path(".")):
                     root.joinpath(f"{relative}{suffix}").unlink(missing_ok=True)
             print(f"asyncio-lookup: not compiled, pure Python ({error!r})", file=sys.stderr)
