@@ -19,6 +19,13 @@ POSTGRES_DSN = os.environ.get(
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Every JVM the tests start (the Spark sessions here and in subprocesses, spark-submit, the
+# Connect and standalone servers) lives seconds to minutes and runs tiny jobs: C1 alone and the
+# serial collector cut a Spark program's machine CPU by about a third (22 -> 15 s for a
+# session, a 2,000-row lookup join and its stop), and the suite is CPU-bound on two cores.
+# Semantics do not change with the JIT tier. A JDK_JAVA_OPTIONS of the caller's is kept.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 def _reachable(host: str, port: int) -> bool:
     try:
@@ -70,19 +77,63 @@ def spark_session_kind(nodeid: str) -> str | None:
     return None
 
 
+# The xdist units that hold a Spark session in the worker process, by session kind: PySpark stays
+# in Connect mode in a process once a Connect session started there, so a worker that ran a
+# unit of one kind never gets a unit of the other.
+_UNIT_KIND = {"spark-classic": "classic", "spark-faults": "classic", "spark-connect": "connect"}
+# The units started first, one per worker, before the rest by size: the longest ones.
+_FIRST = ("spark-classic", "spark-connect", "spark-faults")
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its Spark session's unit, the HTTP conformance suite (its
+    servers start once), or the test alone."""
+    if nodeid.startswith("tests/connectors/conformance/"):
+        return "http-conformance"
+    kind = spark_session_kind(nodeid)
+    if kind == "classic" and nodeid.startswith("tests/faults/"):
+        return "spark-faults"  # classic sessions of its own: a worker of its own if one is free
+    return f"spark-{kind}" if kind else nodeid
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``make test`` runs on pytest-xdist workers: the classic Spark tests as one unit on one
-    worker, the Connect ones as one unit on another (PySpark stays in Connect mode once a
-    Connect session started, and one Connect server per machine), the HTTP conformance suite
-    as one unit (its servers start once, on one worker), every other test alone, spread over
-    the workers as they free up."""
+    """``make test`` runs on pytest-xdist workers: the classic Spark tests, the fault tests and
+    the Connect ones as one unit each, started first on workers of their own; the HTTP
+    conformance suite as one unit; every other test alone, spread over the workers as they free
+    up. A worker never runs units of both session kinds (``_UNIT_KIND``) unless it is the only
+    worker."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SparkSessionScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self.kinds: dict[Any, set[str]] = {}  # worker -> the session kinds it ran
+            self.ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith("tests/connectors/conformance/"):
-                return "http-conformance"
-            kind = spark_session_kind(nodeid)
-            return f"spark-{kind}" if kind else nodeid
+            return xdist_unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first assignment: the work queue is complete
+                self.ordered = True
+                for scope in reversed(_FIRST):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+            kinds = self.kinds.setdefault(node, set())
+            alone = len(self.nodes) < 2
+            for scope in self.workqueue:
+                kind = _UNIT_KIND.get(scope)
+                if alone or kind is None or not kinds - {kind}:
+                    break
+            else:
+                return  # only units of the other kind are left: a worker that may run them will
+            work_unit = self.workqueue.pop(scope)
+            if scope in _UNIT_KIND:
+                kinds.add(_UNIT_KIND[scope])
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some(
+                [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
+            )
 
     return SparkSessionScheduling(config, log)
