@@ -77,10 +77,6 @@ def spark_session_kind(nodeid: str) -> str | None:
     return None
 
 
-# The xdist units that hold a Spark session in the worker process, by session kind: PySpark stays
-# in Connect mode in a process once a Connect session started there, so a worker that ran a
-# unit of one kind never gets a unit of the other.
-_UNIT_KIND = {"spark-classic": "classic", "spark-faults": "classic", "spark-connect": "connect"}
 # The units started first, one per worker, before the rest by size: the longest ones.
 _FIRST = ("spark-classic", "spark-connect", "spark-faults")
 
@@ -100,8 +96,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``make test`` runs on pytest-xdist workers: the classic Spark tests, the fault tests and
     the Connect ones as one unit each, started first on workers of their own; the HTTP
     conformance suite as one unit; every other test alone, spread over the workers as they free
-    up. A worker never runs units of both session kinds (``_UNIT_KIND``) unless it is the only
-    worker."""
+    up. A worker never runs units of both session kinds (:func:`spark_session_kind`) unless it is
+    the only worker."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SparkSessionScheduling(LoadScopeScheduling):  # type: ignore[misc]
@@ -114,26 +110,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_unit(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
+            """The first unit in the queue that ``node`` may run (PySpark stays in Connect mode
+            in a process once a Connect session started there), or none."""
             if not self.ordered:  # the first assignment: the work queue is complete
                 self.ordered = True
                 for scope in reversed(_FIRST):
                     if scope in self.workqueue:
                         self.workqueue.move_to_end(scope, last=False)
-            kinds = self.kinds.setdefault(node, set())
+            ran = self.kinds.setdefault(node, set())
             alone = len(self.nodes) < 2
-            for scope in self.workqueue:
-                kind = _UNIT_KIND.get(scope)
-                if alone or kind is None or not kinds - {kind}:
-                    break
-            else:
+
+            def kind_of(scope: str) -> str | None:
+                return spark_session_kind(next(iter(self.workqueue[scope])))
+
+            def may_run(scope: str) -> bool:
+                kind = kind_of(scope)
+                return alone or kind is None or not ran - {kind}
+
+            scope = next((scope for scope in self.workqueue if may_run(scope)), None)
+            if scope is None:
                 return  # only units of the other kind are left: a worker that may run them will
-            work_unit = self.workqueue.pop(scope)
-            if scope in _UNIT_KIND:
-                kinds.add(_UNIT_KIND[scope])
-            self.assigned_work.setdefault(node, {})[scope] = work_unit
-            collection = self.registered_collections[node]
-            node.send_runtest_some(
-                [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
-            )
+            kind = kind_of(scope)
+            if kind is not None:
+                ran.add(kind)
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return SparkSessionScheduling(config, log)

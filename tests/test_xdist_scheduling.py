@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _UNIT_KIND, pytest_xdist_make_scheduler, xdist_unit
+from tests.conftest import pytest_xdist_make_scheduler, spark_session_kind, xdist_unit
 
 # The Connect unit is the shortest Spark unit here: its worker frees up first.
 COLLECTION = [
@@ -86,7 +86,7 @@ def test_every_test_runs_once_and_no_worker_mixes_session_kinds(workers: int) ->
     if workers == 1:
         return
     for tests in ran:
-        kinds = {_UNIT_KIND.get(xdist_unit(t)) for t in tests} - {None}
+        kinds = {spark_session_kind(t) for t in tests} - {None}
         assert len(kinds) <= 1, tests
 
 
