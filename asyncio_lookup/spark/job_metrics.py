@@ -208,6 +208,8 @@ class Fold:
         self._merged: dict[str, Any] = {}
         self._started: set[str] = set()
         self._finished: set[str] = set()
+        self._sealed_tasks = 0  # tasks counted by seal(), their ids forgotten
+        self._sealed_unfinished = 0  # of those, tasks without their final trailer
 
     def add(self, text: str | None) -> None:
         """Merge one trailer (a null trailer is no trailer)."""
@@ -236,6 +238,30 @@ class Fold:
             loaded = section.load(value)
             merged[name] = loaded if name not in merged else section.merge(merged[name], loaded)
 
+    def seal(self) -> None:
+        """Keep the number of tasks added so far, forget their ids: for trailers that are all
+        in (a finished action's), so a fold that takes in one action after another keeps
+        the size of its merged sections, not of its tasks. A trailer of a sealed task added
+        later would count its task again."""
+        self._sealed_tasks += len(self._started)
+        self._sealed_unfinished += len(self._started - self._finished)
+        self._started.clear()
+        self._finished.clear()
+
+    def merge(self, other: Fold) -> None:
+        """Add what ``other`` folded (``other`` is left as it was); its tasks are not this
+        fold's."""
+        merged = self._merged
+        for name, value in other._merged.items():
+            value = copy.deepcopy(value)
+            merged[name] = (
+                value if name not in merged else _sections[name].merge(merged[name], value)
+            )
+        self._started |= other._started
+        self._finished |= other._finished
+        self._sealed_tasks += other._sealed_tasks
+        self._sealed_unfinished += other._sealed_unfinished
+
     def result(self, partial: str | None = None) -> JobMetrics:
         """The metrics of the trailers added. ``partial``: what the caller knows is missing;
         tasks that reported batches but no final trailer (their output was not read to its
@@ -243,7 +269,8 @@ class Fold:
         sections = {name: copy.deepcopy(value) for name, value in self._merged.items()}
         values: dict[str, int | float] = sections.pop("values", {})
         latency: dict[str, LatencySketch] = sections.pop("latency", {})
-        result = JobMetrics(latency=latency, tasks=len(self._started), sections=sections)
+        tasks = len(self._started) + self._sealed_tasks
+        result = JobMetrics(latency=latency, tasks=tasks, sections=sections)
         result.update({k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()})
         # the latency names of each kind the job had: records when the async operator ran,
         # calls when a call was made (counts 0 and no quantiles when none was timed)
@@ -252,10 +279,10 @@ class Fold:
             if ran[kind] or kind in latency:
                 result.update(latency_names(prefix, result.latency[kind]))
         notes = [partial] if partial else []
-        unfinished = len(self._started - self._finished)
+        unfinished = len(self._started - self._finished) + self._sealed_unfinished
         if unfinished:
             notes.append(
-                f"{unfinished} of {len(self._started)} tasks stopped before the end of their "
+                f"{unfinished} of {tasks} tasks stopped before the end of their "
                 "partition (limit, show, take...): their figures cover what they had done by "
                 "the last trailer Spark read, at least half the batches it read"
             )

@@ -34,7 +34,9 @@ from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, Fold, 
 from asyncio_lookup.spark.observations import (
     LISTENER_GRACE_S,
     OBSERVED_TASKS,
+    keeps_first_action,
     session_stopped,
+    stop_scope,
     trailers_of,
 )
 
@@ -127,6 +129,7 @@ def observe(df: DataFrame, metrics_id: str, title: str | None = None) -> DataFra
 
         observation = Observation(observation_name(metrics_id) + ":" + _next_suffix())
         observed = df.observe(observation, tasks)
+        _settle_finished(metrics_id)
         with _lock:
             _observations.setdefault(metrics_id, []).append((df.sparkSession, observation))
         watch(title or metrics_id, df.sparkSession, observation)  # the summary after its action
@@ -153,20 +156,84 @@ def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
             _results.setdefault(metrics_id, []).append((df.sparkSession, (df, name)))
 
 
+class _Settled:
+    """The trailers of a session's observations whose action finished for good (classic:
+    an observation keeps its first action's), folded, and how many observations they were."""
+
+    def __init__(self) -> None:
+        self.fold = Fold()
+        self.reported = 0
+
+
 _lock = threading.Lock()
 # by metrics id: (the session, what it observed); entries of a stopped session are dropped
 _observations: dict[str, list[tuple[Any, Any]]] = {}
 _results: dict[str, list[tuple[Any, tuple[Any, str]]]] = {}
+# by metrics id: (a session, the settled observations of its stop_scope)
+_settled: dict[str, list[tuple[Any, _Settled]]] = {}
 
 
-def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[Any]:
-    """The entries of ``metrics_id`` whose session is still running (call under ``_lock``)."""
+def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[tuple[Any, Any]]:
+    """(session, item) of ``metrics_id`` whose session is still running (call under ``_lock``)."""
     kept = [(s, item) for s, item in entries.get(metrics_id, ()) if not session_stopped(s)]
     if kept:
         entries[metrics_id] = kept
     else:
         entries.pop(metrics_id, None)
-    return [item for _, item in kept]
+    return kept
+
+
+def _settle(metrics_id: str, session: Any, observation: Any, trailers: list[str]) -> None:
+    """Fold a classic observation's trailers (final: its first action's) into the
+    :class:`_Settled` of its session's :func:`stop_scope` and let the observation go, so a
+    session that joins again and again (``foreachBatch``, a loop) keeps one fold per table,
+    not every observation it made."""
+    with _lock:
+        entries = _observations.get(metrics_id, [])
+        for position, (_, held) in enumerate(entries):
+            if held is observation:
+                del entries[position]
+                break
+        else:
+            return  # another call settled it
+        if not entries:
+            _observations.pop(metrics_id, None)
+        sessions = _settled.setdefault(metrics_id, [])
+        scope = stop_scope(session)
+        settled = next((held for s, held in sessions if stop_scope(s) is scope), None)
+        if settled is None:
+            settled = _Settled()
+            sessions.append((session, settled))
+        for text in trailers:
+            settled.fold.add(text)
+        settled.fold.seal()
+        settled.reported += 1
+
+
+#: Held observations :func:`observe` looks at per call, the oldest first; those whose action
+#: has not finished go to the back, so DataFrames never acted on (or a thousand joins unioned
+#: before one action) cost a few py4j calls per join, not one per DataFrame built so far.
+SETTLE_CHECKS = 4
+
+
+def _settle_finished(metrics_id: str) -> None:
+    """Settle the oldest classic observations of ``metrics_id`` whose action has finished
+    (no wait; at most :data:`SETTLE_CHECKS` looked at)."""
+    with _lock:
+        held = _live(_observations, metrics_id)[:SETTLE_CHECKS]
+        entries = _observations.get(metrics_id, [])
+        del entries[: len(held)]
+        entries.extend(held)  # the order of what is held does not matter: the fold sums
+    for session, observation in held:
+        if not keeps_first_action(observation):
+            continue
+        try:
+            trailers = trailers_of(observation, deadline=0.0)
+        except Exception:  # its session stopped meanwhile...: never fail the join being built
+            logger.debug("observation of %s not settled", metrics_id, exc_info=True)
+            continue
+        if trailers is not None:
+            _settle(metrics_id, session, observation, trailers)
 
 
 _counter = iter(range(1 << 62))
@@ -194,29 +261,36 @@ def _result_observed(df: Any, name: str) -> list[str] | None:
 def table_metrics(metrics_id: str) -> JobMetrics:
     """Metrics of every finished action on a DataFrame that ``metrics_id`` joined or mapped;
     ``partial`` says so when no action has reported yet, or tasks stopped early."""
-    with _lock:
-        observations = _live(_observations, metrics_id)
-        results = _live(_results, metrics_id)
-    trailers: list[str] = []
+    folded = Fold()
     reported = 0
+    with _lock:  # one snapshot: an observation is either settled or still held
+        for _, settled in _live(_settled, metrics_id):
+            folded.merge(settled.fold)
+            reported += settled.reported
+        observations = _live(_observations, metrics_id)
+        results = [item for _, item in _live(_results, metrics_id)]
     deadline = time.monotonic() + LISTENER_GRACE_S
-    for observation in observations:
+    for session, observation in observations:
         got = trailers_of(observation, deadline)
         if got is not None:
             reported += 1
-            trailers.extend(got)
+            for text in got:
+                folded.add(text)
+            if keeps_first_action(observation):
+                _settle(metrics_id, session, observation, got)
     for df, name in results:
         got = _result_observed(df, name)
         if got is not None:
             reported += 1
-            trailers.extend(got)
+            for text in got:
+                folded.add(text)
     partial = None
     if not reported:
         partial = (
             "no action on a DataFrame this table was joined into (or mapped by) has finished "
             "and reported its metrics yet"
         )
-    metrics = fold(trailers, partial=partial)
+    metrics = folded.result(partial)
     if metrics.partial is not None and reported:
         logger.info("metrics of %s cover part of the job: %s", metrics_id, metrics.partial)
     return metrics

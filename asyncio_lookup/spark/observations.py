@@ -18,6 +18,15 @@ def session_stopped(session: Any) -> bool:
     return context is None or getattr(context, "_jsc", None) is None
 
 
+def stop_scope(session: Any) -> Any:
+    """What stops together with ``session``: its ``SparkContext`` on a classic session (the
+    new session object ``foreachBatch`` wraps around each micro-batch shares it), the session
+    itself on Connect."""
+    if type(session).__module__.startswith("pyspark.sql.connect"):
+        return session
+    return getattr(session, "_sc", session)
+
+
 #: How long :func:`table_metrics` waits on a classic session for an observation that has no
 #: metrics yet: the session completes it from its listener bus, just after the action returns.
 LISTENER_GRACE_S = 0.25
@@ -37,3 +46,9 @@ def trailers_of(observation: Any, deadline: float) -> list[str] | None:
     if not result or OBSERVED_TASKS not in result:
         return None
     return list(result[OBSERVED_TASKS] or [])
+
+
+def keeps_first_action(observation: Any) -> bool:
+    """Whether ``observation`` keeps its first action's trailers for good (classic), so they
+    can be folded and the observation let go; on Connect each action replaces them."""
+    return getattr(observation, "_jo", None) is not None

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import job_metrics
@@ -198,3 +200,63 @@ def test_causes_warnings_summary_and_views_of_a_job() -> None:
     matplotlib.use("Agg")
     figure = metrics.plot()
     assert figure.axes and figure.axes[0].patches  # the record latency histogram's bars
+
+
+_task_trailers = st.lists(
+    st.tuples(
+        st.integers(0, 50),  # numLookups (a counter)
+        st.integers(0, 9),  # numCachedRecords (a gauge)
+        st.lists(st.integers(1, 500), max_size=3),  # record latencies, ms
+    ),
+    min_size=1,
+    max_size=3,
+)
+#: actions, each a list of tasks: (its trailers, whether its final one came)
+_actions = st.lists(st.lists(st.tuples(_task_trailers, st.booleans()), max_size=3), max_size=5)
+
+
+def _encoded(actions: list[list[tuple[list[tuple[int, int, list[int]]], bool]]]) -> list[list[str]]:
+    encoded = []
+    for action in actions:
+        texts = []
+        for trailers, finished in action:
+            task = uuid.uuid4().hex[:16]
+            for number, (lookups, cached, latencies) in enumerate(trailers, start=1):
+                values = {"numLookups": lookups, "numCachedRecords": cached}
+                final = finished and number == len(trailers)
+                texts.append(encode(task, values, {"record": _sketch(*latencies)}, final=final))
+        encoded.append(texts)
+    return encoded
+
+
+@settings(max_examples=150, deadline=None)
+@given(actions=_actions, split=st.integers(0, 5), sessions=st.integers(1, 3))
+def test_settled_folds_give_what_one_fold_of_every_trailer_gives(
+    actions: list[list[tuple[list[tuple[int, int, list[int]]], bool]]], split: int, sessions: int
+) -> None:
+    """What spark/metrics.py does with classic observations: the first ``split`` actions are
+    folded and sealed one by one into per-session folds, which are merged into the fold the
+    rest is added to; the result is that of folding every trailer at once."""
+    encoded = _encoded(actions)
+    settled = [job_metrics.Fold() for _ in range(sessions)]
+    for number, texts in enumerate(encoded[:split]):
+        for text in texts:
+            settled[number % sessions].add(text)
+        settled[number % sessions].seal()
+    folded = job_metrics.Fold()
+    for fold_ in settled:
+        folded.merge(fold_)
+    for texts in encoded[split:]:
+        for text in texts:
+            folded.add(text)
+    got = folded.result("p")
+    want = fold([text for texts in encoded for text in texts], partial="p")
+    assert dict(got) == dict(want)
+    assert (got.tasks, got.partial) == (want.tasks, want.partial)
+    assert got.latency["record"].to_json() == want.latency["record"].to_json()
+    again = job_metrics.Fold()  # merge left the settled folds as they were
+    for fold_ in settled:
+        again.merge(fold_)
+    settled_only = fold([text for texts in encoded[:split] for text in texts])
+    assert dict(again.result()) == dict(settled_only)
+    assert again.result().latency["record"].to_json() == settled_only.latency["record"].to_json()

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
 from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.spark import metrics as spark_metrics
 from asyncio_lookup.spark.job_metrics import JobMetrics
 from asyncio_lookup.spark.metrics import GAUGES
 from tests.spark.conftest import is_connect
@@ -123,6 +124,40 @@ def test_show_then_metrics_has_real_numbers(spark: SparkSession) -> None:
     assert type(metrics["numLookups"]) is int
     # no cache (the default): nothing hits or misses, as docs/reference.md says
     assert (metrics["hitCount"], metrics["missCount"], metrics["loadCount"]) == (0, 0, 0)
+
+
+def test_joining_again_and_again_sums_every_action_and_holds_no_observation_per_join(
+    spark: SparkSession,
+) -> None:
+    """A session that joins in a loop (``foreachBatch``, a driver loop): ``metrics()`` sums
+    every action; on a classic session, where an observation keeps its first action's
+    metrics, the driver folds those it has read and lets them go, so it holds a fold per
+    table, not an observation per join (on Connect each action replaces an observation's)."""
+    table = LookupTable(
+        "Customers", SCHEMA, InMemoryConnector([r for rows in DIM.values() for r in rows], ["id"])
+    )
+    never_acted = lookup_join(_probe(spark), table, on=[("k", "id")])
+    for number in range(1, 6):
+        session = spark
+        if not is_connect(spark):  # a new session object each time, as foreachBatch gives
+            session = SparkSession(spark.sparkContext, spark._jsparkSession)  # type: ignore[attr-defined]
+        assert lookup_join(_probe(session), table, on=[("k", "id")]).count() == 60
+        if number == 3:
+            midway = table.metrics()
+            assert midway["numLookups"] == 3 * 120 and midway.tasks == 3 * 4
+    metrics = table.metrics()
+    assert metrics["numLookups"] == 5 * 120 and metrics["numCompleted"] == 5 * 120
+    assert metrics.tasks == 5 * 4 and metrics.partial is None
+    assert metrics.latency["record"].count == 5 * 120
+    held = [o for _, o in spark_metrics._observations.get(table.table_id, [])]
+    if is_connect(spark):
+        assert len(held) == 6
+    else:  # only the DataFrame never acted on is still watched
+        assert [o._name for o in held] == [spark_metrics.observed_by(never_acted)[1]]
+        assert len(spark_metrics._settled[table.table_id]) == 1
+    assert table.metrics() == metrics  # reading again changes nothing
+    assert never_acted.count() == 60  # a late first action counts when it comes
+    assert table.metrics()["numLookups"] == 6 * 120
 
 
 def test_no_action_yet_says_so(spark: SparkSession) -> None:
