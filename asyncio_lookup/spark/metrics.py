@@ -34,10 +34,9 @@ from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, Fold, 
 from asyncio_lookup.spark.observations import (
     LISTENER_GRACE_S,
     OBSERVED_TASKS,
-    keeps_first_action,
+    HeldObservation,
     session_stopped,
     stop_scope,
-    trailers_of,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +130,9 @@ def observe(df: DataFrame, metrics_id: str, title: str | None = None) -> DataFra
         observed = df.observe(observation, tasks)
         _settle_finished(metrics_id)
         with _lock:
-            _observations.setdefault(metrics_id, []).append((df.sparkSession, observation))
+            _observations.setdefault(metrics_id, []).append(
+                (df.sparkSession, HeldObservation(observation))
+            )
         watch(title or metrics_id, df.sparkSession, observation)  # the summary after its action
     result = observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
     if not df.isStreaming:
@@ -157,8 +158,8 @@ def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
 
 
 class _Settled:
-    """The trailers of a session's observations whose action finished for good (classic:
-    an observation keeps its first action's), folded, and how many observations they were."""
+    """The final trailers of a session's observations (:meth:`HeldObservation.read`), folded,
+    and how many observations reported them."""
 
     def __init__(self) -> None:
         self.fold = Fold()
@@ -167,24 +168,27 @@ class _Settled:
 
 _lock = threading.Lock()
 # by metrics id: (the session, what it observed); entries of a stopped session are dropped
-_observations: dict[str, list[tuple[Any, Any]]] = {}
+_observations: dict[str, list[tuple[Any, HeldObservation]]] = {}
 _results: dict[str, list[tuple[Any, tuple[Any, str]]]] = {}
 # by metrics id: (a session, the settled observations of its stop_scope)
 _settled: dict[str, list[tuple[Any, _Settled]]] = {}
 
 
 def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[tuple[Any, Any]]:
-    """(session, item) of ``metrics_id`` whose session is still running (call under ``_lock``)."""
+    """(session, item) of ``metrics_id`` whose session is still running (call under ``_lock``),
+    a copy: settling removes from what is held while a caller goes through these."""
     kept = [(s, item) for s, item in entries.get(metrics_id, ()) if not session_stopped(s)]
     if kept:
         entries[metrics_id] = kept
     else:
         entries.pop(metrics_id, None)
-    return kept
+    return list(kept)
 
 
-def _settle(metrics_id: str, session: Any, observation: Any, trailers: list[str]) -> None:
-    """Fold a classic observation's trailers (final: its first action's) into the
+def _settle(
+    metrics_id: str, session: Any, observation: HeldObservation, trailers: list[str] | None
+) -> None:
+    """Fold an observation's final trailers (None: it never reported) into the
     :class:`_Settled` of its session's :func:`stop_scope` and let the observation go, so a
     session that joins again and again (``foreachBatch``, a loop) keeps one fold per table,
     not every observation it made."""
@@ -204,35 +208,34 @@ def _settle(metrics_id: str, session: Any, observation: Any, trailers: list[str]
         if settled is None:
             settled = _Settled()
             sessions.append((session, settled))
-        for text in trailers:
-            settled.fold.add(text)
-        settled.fold.seal()
-        settled.reported += 1
+        if trailers is not None:
+            for text in trailers:
+                settled.fold.add(text)
+            settled.fold.seal()
+            settled.reported += 1
 
 
-#: Held observations :func:`observe` looks at per call, the oldest first; those whose action
-#: has not finished go to the back, so DataFrames never acted on (or a thousand joins unioned
+#: Held observations :func:`observe` looks at per call, the oldest first; those not final
+#: yet go to the back, so DataFrames never acted on (or a thousand joins unioned
 #: before one action) cost a few py4j calls per join, not one per DataFrame built so far.
 SETTLE_CHECKS = 4
 
 
 def _settle_finished(metrics_id: str) -> None:
-    """Settle the oldest classic observations of ``metrics_id`` whose action has finished
-    (no wait; at most :data:`SETTLE_CHECKS` looked at)."""
+    """Settle the oldest observations of ``metrics_id`` whose trailers are final (no wait;
+    at most :data:`SETTLE_CHECKS` looked at)."""
     with _lock:
         held = _live(_observations, metrics_id)[:SETTLE_CHECKS]
         entries = _observations.get(metrics_id, [])
         del entries[: len(held)]
         entries.extend(held)  # the order of what is held does not matter: the fold sums
     for session, observation in held:
-        if not keeps_first_action(observation):
-            continue
         try:
-            trailers = trailers_of(observation, deadline=0.0)
+            trailers, final = observation.read(deadline=0.0)
         except Exception:  # its session stopped meanwhile...: never fail the join being built
             logger.debug("observation of %s not settled", metrics_id, exc_info=True)
             continue
-        if trailers is not None:
+        if final:
             _settle(metrics_id, session, observation, trailers)
 
 
@@ -271,13 +274,13 @@ def table_metrics(metrics_id: str) -> JobMetrics:
         results = [item for _, item in _live(_results, metrics_id)]
     deadline = time.monotonic() + LISTENER_GRACE_S
     for session, observation in observations:
-        got = trailers_of(observation, deadline)
+        got, final = observation.read(deadline)
         if got is not None:
             reported += 1
             for text in got:
                 folded.add(text)
-            if keeps_first_action(observation):
-                _settle(metrics_id, session, observation, got)
+        if final:
+            _settle(metrics_id, session, observation, got)
     for df, name in results:
         got = _result_observed(df, name)
         if got is not None:

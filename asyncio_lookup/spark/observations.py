@@ -4,6 +4,7 @@ Spark Connect session alike, and whether the session that made it still runs."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 #: The observed metric holding the list of trailers (one JSON object per report of a task).
@@ -48,7 +49,42 @@ def trailers_of(observation: Any, deadline: float) -> list[str] | None:
     return list(result[OBSERVED_TASKS] or [])
 
 
-def keeps_first_action(observation: Any) -> bool:
-    """Whether ``observation`` keeps its first action's trailers for good (classic), so they
-    can be folded and the observation let go; on Connect each action replaces them."""
-    return getattr(observation, "_jo", None) is not None
+class HeldObservation:
+    """A batch :class:`Observation` the driver reads (:meth:`read`), and whether what it read
+    is final, so the trailers can be folded and the observation let go.
+
+    Classic: an observation keeps its first action's metrics, final once there. Connect: each
+    action updates the observation's result dict in place, so the observation is held weakly
+    beside that dict: once no DataFrame holds it, no action can change it, and its last
+    action's trailers are final. (Were a PySpark version to replace the dict instead, the
+    observation is held for good from the first read that sees it.)"""
+
+    __slots__ = ("_observation", "_ref", "_result", "name")
+
+    def __init__(self, observation: Any) -> None:
+        self.name: str = observation._name
+        self._observation: Any = observation
+        self._ref: weakref.ref[Any] | None = None
+        self._result: dict[str, Any] | None = None
+        result = getattr(observation, "_result", None)
+        if getattr(observation, "_jo", None) is None and type(result) is dict:
+            self._observation = None
+            self._ref = weakref.ref(observation)
+            self._result = result
+
+    def read(self, deadline: float) -> tuple[list[str] | None, bool]:
+        """The trailers of the finished action (None before one; :func:`trailers_of`), and
+        whether they are final."""
+        observation = self._observation
+        if observation is not None:
+            trailers = trailers_of(observation, deadline)
+            return trailers, trailers is not None and getattr(observation, "_jo", None) is not None
+        assert self._ref is not None and self._result is not None
+        observation = self._ref()
+        if observation is None:  # gone: what its last action left is final
+            if OBSERVED_TASKS not in self._result:
+                return None, True  # never acted on
+            return list(self._result[OBSERVED_TASKS] or []), True
+        if getattr(observation, "_result", None) is not self._result:
+            self._observation = observation  # the client replaced the dict: hold it for good
+        return trailers_of(observation, deadline), False

@@ -1,0 +1,72 @@
+"""HeldObservation without Spark: what is final when, for a Connect-shaped observation (the
+client updates its result dict in place) and a classic-shaped one (first action, for good)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from asyncio_lookup.spark.observations import OBSERVED_TASKS, HeldObservation
+
+
+class ConnectShaped:
+    """As ``pyspark.sql.connect.observation.Observation`` after ``_on``: ``_result`` is ``{}``
+    until an action's metrics are written into it."""
+
+    def __init__(self) -> None:
+        self._name = "o"
+        self._result: dict[str, Any] = {}
+
+
+class _Future:
+    def isCompleted(self) -> bool:  # py4j's name
+        return True
+
+
+class _JavaObservation:
+    def future(self) -> _Future:
+        return _Future()
+
+
+class ClassicShaped:
+    """As a classic ``Observation`` whose first action has finished."""
+
+    def __init__(self, trailers: list[str]) -> None:
+        self._name = "c"
+        self._jo = _JavaObservation()
+        self.get = {OBSERVED_TASKS: trailers}
+
+
+def test_a_connect_observation_is_final_once_gone_with_its_last_action_s_trailers() -> None:
+    observation = ConnectShaped()
+    held = HeldObservation(observation)
+    assert held.read(0.0) == (None, False)  # no action yet
+    observation._result.update({OBSERVED_TASKS: ["a"]})
+    assert held.read(0.0) == (["a"], False)  # another action may replace them
+    observation._result.update({OBSERVED_TASKS: ["b", "c"]})
+    del observation
+    gc.collect()
+    assert held.read(0.0) == (["b", "c"], True)
+
+
+def test_a_connect_observation_gone_before_any_action_is_final_without_trailers() -> None:
+    observation = ConnectShaped()
+    held = HeldObservation(observation)
+    del observation
+    gc.collect()
+    assert held.read(0.0) == (None, True)
+
+
+def test_a_replaced_result_dict_holds_the_observation_for_good() -> None:
+    observation = ConnectShaped()
+    held = HeldObservation(observation)
+    observation._result = {OBSERVED_TASKS: ["new"]}  # a client that rebinds, not updates
+    assert held.read(0.0) == (["new"], False)
+    observation._result = {OBSERVED_TASKS: ["newer"]}
+    del observation
+    gc.collect()
+    assert held.read(0.0) == (["newer"], False)  # still readable, never final
+
+
+def test_a_classic_observation_is_final_at_its_first_action() -> None:
+    assert HeldObservation(ClassicShaped(["t"])).read(0.0) == (["t"], True)
