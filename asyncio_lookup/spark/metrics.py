@@ -155,6 +155,11 @@ def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
     with _lock:
         for metrics_id, name in observed:
             _results.setdefault(metrics_id, []).append((df.sparkSession, (df, name)))
+            # the join's own observation never reports behind a view (or, on Connect, as an
+            # argument of spark.sql): the actions of df do, so it is not held
+            held = _observations.get(metrics_id)
+            if held:
+                held[:] = [(s, o) for s, o in held if o.name != name]
 
 
 class _Settled:

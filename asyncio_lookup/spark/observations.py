@@ -77,7 +77,12 @@ class HeldObservation:
         whether they are final."""
         observation = self._observation
         if observation is not None:
-            trailers = trailers_of(observation, deadline)
+            try:
+                trailers = trailers_of(observation, deadline)
+            except Exception:
+                if _failed(observation):  # classic: no metrics, ever; nothing to hold
+                    return None, True
+                raise
             return trailers, trailers is not None and getattr(observation, "_jo", None) is not None
         assert self._ref is not None and self._result is not None
         observation = self._ref()
@@ -88,3 +93,12 @@ class HeldObservation:
         if getattr(observation, "_result", None) is not self._result:
             self._observation = observation  # the client replaced the dict: hold it for good
         return trailers_of(observation, deadline), False
+
+
+def _failed(observation: Any) -> bool:
+    """Whether a classic observation was completed with a failure (``get`` raises it)."""
+    jo = getattr(observation, "_jo", None)
+    if jo is None:
+        return False
+    future = jo.future()
+    return bool(future.isCompleted() and future.value().get().isFailure())

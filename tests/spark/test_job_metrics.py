@@ -230,19 +230,23 @@ def _encoded(actions: list[list[tuple[list[tuple[int, int, list[int]]], bool]]])
 
 
 @settings(max_examples=150, deadline=None)
-@given(actions=_actions, split=st.integers(0, 5), sessions=st.integers(1, 3))
+@given(actions=_actions, split=st.integers(0, 5), sessions=st.integers(1, 3), seal=st.booleans())
 def test_settled_folds_give_what_one_fold_of_every_trailer_gives(
-    actions: list[list[tuple[list[tuple[int, int, list[int]]], bool]]], split: int, sessions: int
+    actions: list[list[tuple[list[tuple[int, int, list[int]]], bool]]],
+    split: int,
+    sessions: int,
+    seal: bool,
 ) -> None:
-    """What spark/metrics.py does with classic observations: the first ``split`` actions are
-    folded and sealed one by one into per-session folds, which are merged into the fold the
+    """What spark/metrics.py does with final observations: the first ``split`` actions are
+    folded (and sealed) one by one into per-session folds, which are merged into the fold the
     rest is added to; the result is that of folding every trailer at once."""
     encoded = _encoded(actions)
     settled = [job_metrics.Fold() for _ in range(sessions)]
     for number, texts in enumerate(encoded[:split]):
         for text in texts:
             settled[number % sessions].add(text)
-        settled[number % sessions].seal()
+        if seal:
+            settled[number % sessions].seal()
     folded = job_metrics.Fold()
     for fold_ in settled:
         folded.merge(fold_)

@@ -150,6 +150,9 @@ def test_joining_again_and_again_sums_every_action_and_holds_no_observation_per_
             session = SparkSession(spark.sparkContext, spark._jsparkSession)  # type: ignore[attr-defined]
         assert lookup_join(_probe(session), table, on=[("k", "id")]).count() == 60
         if number == 3:
+            if not is_connect(spark):  # each lookup_join settled what the one before it acted
+                held_now = spark_metrics._observations[table.table_id]
+                assert len(held_now) == 2  # the one never acted on, and this loop's
             midway = table.metrics()
             assert midway["numLookups"] == 7 * 120 and midway.tasks == 7 * 4
     names = [spark_metrics.observed_by(df)[1] for df in (never_acted, kept)]

@@ -18,23 +18,51 @@ class ConnectShaped:
         self._result: dict[str, Any] = {}
 
 
+class _Try:  # scala.util.Try, through py4j
+    def __init__(self, failed: bool) -> None:
+        self.failed = failed
+
+    def isFailure(self) -> bool:  # py4j's names, from here on
+        return self.failed
+
+    def get(self) -> _Try:
+        return self
+
+
 class _Future:
-    def isCompleted(self) -> bool:  # py4j's name
-        return True
+    def __init__(self, completed: bool, failed: bool) -> None:
+        self.completed = completed
+        self.failed = failed
+
+    def isCompleted(self) -> bool:
+        return self.completed
+
+    def value(self) -> _Try:
+        return _Try(self.failed)
 
 
 class _JavaObservation:
+    def __init__(self, completed: bool, failed: bool) -> None:
+        self._future = _Future(completed, failed)
+
     def future(self) -> _Future:
-        return _Future()
+        return self._future
 
 
 class ClassicShaped:
-    """As a classic ``Observation`` whose first action has finished."""
+    """As a classic ``Observation``: ``get`` is its first action's metrics, or raises the
+    failure it was completed with."""
 
-    def __init__(self, trailers: list[str]) -> None:
+    def __init__(self, trailers: list[str], *, completed: bool = True, failed: bool = False):
         self._name = "c"
-        self._jo = _JavaObservation()
-        self.get = {OBSERVED_TASKS: trailers}
+        self._jo = _JavaObservation(completed, failed)
+        self.trailers = trailers
+
+    @property
+    def get(self) -> dict[str, Any]:
+        if self._jo.future().failed:
+            raise RuntimeError("the observation's action failed")
+        return {OBSERVED_TASKS: self.trailers}
 
 
 def test_a_connect_observation_is_final_once_gone_with_its_last_action_s_trailers() -> None:
@@ -70,3 +98,11 @@ def test_a_replaced_result_dict_holds_the_observation_for_good() -> None:
 
 def test_a_classic_observation_is_final_at_its_first_action() -> None:
     assert HeldObservation(ClassicShaped(["t"])).read(0.0) == (["t"], True)
+
+
+def test_a_classic_observation_before_its_first_action_is_not_final() -> None:
+    assert HeldObservation(ClassicShaped(["t"], completed=False)).read(0.0) == (None, False)
+
+
+def test_a_classic_observation_completed_with_a_failure_is_final_without_trailers() -> None:
+    assert HeldObservation(ClassicShaped(["t"], failed=True)).read(0.0) == (None, True)

@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from asyncio_lookup.spark import LookupSQL
+from asyncio_lookup.spark import metrics as spark_metrics
 from tests.spark.conftest import no_spark_job
 from tests.spark.helpers import DimService
 
@@ -196,6 +197,8 @@ def test_flip_204_shuffle_hash_one_external_call_per_key(
     metrics = lookup.table("Customers").metrics()
     assert metrics["numExternalKeys"] == distinct
     assert metrics["numExternalCalls"] <= distinct
+    # the join's own observation (behind a view: it never reports) is not held
+    assert not spark_metrics._observations.get(lookup.table("Customers").table_id)
 
 
 def test_left_join_keeps_orders_with_missing_customers(spark: SparkSession, sql: LookupSQL) -> None:
