@@ -334,7 +334,9 @@ RECENT_PROGRESS_DEFAULT = 100
 
 
 class _QueryFold:
-    """A streaming query's trailers folded so far, and which micro-batches they came from."""
+    """A streaming query's trailers folded so far, and which of the micro-batches that
+    ``recentProgress`` may still hold they came from (its size does not grow with the query's
+    age)."""
 
     def __init__(self) -> None:
         self.fold = Fold()
@@ -368,6 +370,10 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
             state.batches.add(batch_id)
             for text in trailers:
                 state.fold.add(text)
+            state.fold.seal()  # a micro-batch's trailers come in one report
+        if ids:  # a report older than those kept now can never be read again
+            oldest = min(ids)
+            state.batches = {batch_id for batch_id in state.batches if batch_id >= oldest}
         partial = None
         if state.missed:
             partial = (

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import job_metrics
+from asyncio_lookup.spark import metrics as spark_metrics
 from asyncio_lookup.spark.job_metrics import JobMetrics, encode, fold, register_section
 from asyncio_lookup.spark.metrics import observation_name, query_metrics
 
@@ -150,6 +151,14 @@ def test_query_metrics_fold_each_micro_batch_once_across_calls() -> None:
     query.run_batch(3, 8)  # batch 0 falls out of recentProgress, but was read before
     metrics = query_metrics(query, "T")
     assert metrics["numLookups"] == 15 and metrics.tasks == 4 and metrics.partial is None
+    for batch_id in range(4, 50):  # a long-running query, read after each micro-batch
+        query.run_batch(batch_id, 1)
+        query_metrics(query, "T")
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 15 + 46 and metrics.tasks == 50 and metrics.partial is None
+    state = spark_metrics._queries[(str(query.id), "T")]
+    assert state.batches == {47, 48, 49}  # what recentProgress holds, not every batch seen
+    assert not state.fold._started  # the tasks counted, their ids not kept
 
 
 def test_query_metrics_say_when_progress_reports_fell_out_unread() -> None:
