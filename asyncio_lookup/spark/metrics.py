@@ -20,7 +20,6 @@ micro-batch's progress carries (``observedMetrics``), folded by :func:`progress_
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ from asyncio_lookup.spark.observations import (
     LISTENER_GRACE_S,
     OBSERVED_TASKS,
     HeldObservation,
+    HeldResult,
     session_stopped,
     stop_scope,
 )
@@ -152,9 +152,12 @@ def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:
     """``df`` reads, through temporary views, DataFrames :func:`observe` returned (the SQL
     front end). An :class:`Observation` does not see through a view, but the actions of ``df``
     itself report the observations of its whole plan by name: count those."""
+    observed = list(observed)
+    for metrics_id in {metrics_id for metrics_id, _ in observed}:
+        _settle_finished(metrics_id)
     with _lock:
         for metrics_id, name in observed:
-            _results.setdefault(metrics_id, []).append((df.sparkSession, (df, name)))
+            _results.setdefault(metrics_id, []).append((df.sparkSession, HeldResult(df, name)))
             # the join's own observation never reports behind a view (or, on Connect, as an
             # argument of spark.sql): the actions of df do, so it is not held
             held = _observations.get(metrics_id)
@@ -174,7 +177,7 @@ class _Settled:
 _lock = threading.Lock()
 # by metrics id: (the session, what it observed); entries of a stopped session are dropped
 _observations: dict[str, list[tuple[Any, HeldObservation]]] = {}
-_results: dict[str, list[tuple[Any, tuple[Any, str]]]] = {}
+_results: dict[str, list[tuple[Any, HeldResult]]] = {}
 # by metrics id: (a session, the settled observations of its stop_scope)
 _settled: dict[str, list[tuple[Any, _Settled]]] = {}
 
@@ -191,14 +194,18 @@ def _live(entries: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[tu
 
 
 def _settle(
-    metrics_id: str, session: Any, observation: HeldObservation, trailers: list[str] | None
+    store: dict[str, list[tuple[Any, Any]]],
+    metrics_id: str,
+    session: Any,
+    observation: HeldObservation | HeldResult,
+    trailers: list[str] | None,
 ) -> None:
-    """Fold an observation's final trailers (None: it never reported) into the
-    :class:`_Settled` of its session's :func:`stop_scope` and let the observation go, so a
-    session that joins again and again (``foreachBatch``, a loop) keeps one fold per table,
-    not every observation it made."""
+    """Fold the final trailers (None: it never reported) of an observation or a SQL result
+    held in ``store`` into the :class:`_Settled` of its session's :func:`stop_scope` and let
+    it go, so a session that joins again and again (``foreachBatch``, a loop) keeps one fold
+    per table, not every observation it made."""
     with _lock:
-        entries = _observations.get(metrics_id, [])
+        entries = store.get(metrics_id, [])
         for position, (_, held) in enumerate(entries):
             if held is observation:
                 del entries[position]
@@ -206,7 +213,7 @@ def _settle(
         else:
             return  # another call settled it
         if not entries:
-            _observations.pop(metrics_id, None)
+            store.pop(metrics_id, None)
         sessions = _settled.setdefault(metrics_id, [])
         scope = stop_scope(session)
         settled = next((held for s, held in sessions if stop_scope(s) is scope), None)
@@ -220,28 +227,44 @@ def _settle(
             settled.reported += 1
 
 
-#: Held observations :func:`observe` looks at per call, the oldest first; those not final
-#: yet go to the back, so DataFrames never acted on (or a thousand joins unioned
-#: before one action) cost a few py4j calls per join, not one per DataFrame built so far.
+#: Held observations (and SQL results) :func:`observe` and :func:`register_result` look at
+#: per call, the oldest first; those not final yet go to the back, so DataFrames never acted
+#: on (or a thousand joins unioned before one action) cost a few py4j calls per join, not one
+#: per DataFrame built so far.
 SETTLE_CHECKS = 4
 
 
 def _settle_finished(metrics_id: str) -> None:
-    """Settle the oldest observations of ``metrics_id`` whose trailers are final (no wait;
-    at most :data:`SETTLE_CHECKS` looked at)."""
+    """Settle the oldest observations and SQL results of ``metrics_id`` whose trailers are
+    final (no wait; at most :data:`SETTLE_CHECKS` of each looked at)."""
     with _lock:
-        held = _live(_observations, metrics_id)[:SETTLE_CHECKS]
-        entries = _observations.get(metrics_id, [])
-        del entries[: len(held)]
-        entries.extend(held)  # the order of what is held does not matter: the fold sums
-    for session, observation in held:
+        observations = _oldest_to_back(_observations, metrics_id)
+        results = _oldest_to_back(_results, metrics_id)
+    checks: list[tuple[dict[str, list[tuple[Any, Any]]], Any, Any]] = [
+        *((_observations, s, o) for s, o in observations),
+        *((_results, s, r) for s, r in results),
+    ]
+    for store, session, held in checks:
         try:
-            trailers, final = observation.read(deadline=0.0)
+            if isinstance(held, HeldResult):
+                trailers, final = held.read() if held.gone() else (None, False)
+            else:
+                trailers, final = held.read(deadline=0.0)
         except Exception:  # its session stopped meanwhile...: never fail the join being built
-            logger.debug("observation of %s not settled", metrics_id, exc_info=True)
+            logger.debug("%r of %s not settled", held, metrics_id, exc_info=True)
             continue
         if final:
-            _settle(metrics_id, session, observation, trailers)
+            _settle(store, metrics_id, session, held, trailers)
+
+
+def _oldest_to_back(store: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[Any]:
+    """The :data:`SETTLE_CHECKS` oldest entries of ``metrics_id``, moved to the back (call
+    under ``_lock``; the order of what is held does not matter: the fold sums)."""
+    oldest = _live(store, metrics_id)[:SETTLE_CHECKS]
+    entries = store.get(metrics_id, [])
+    del entries[: len(oldest)]
+    entries.extend(oldest)
+    return oldest
 
 
 _counter = iter(range(1 << 62))
@@ -250,20 +273,6 @@ _counter = iter(range(1 << 62))
 def _next_suffix() -> str:
     with _lock:
         return str(next(_counter))
-
-
-def _result_observed(df: Any, name: str) -> list[str] | None:
-    """The trailers the latest action of ``df`` observed under ``name``, None before one."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
-        info = getattr(df, "_execution_info", None)
-        for flow, pairs in info.flows if info is not None else ():
-            if flow == name:
-                return list(pairs.get(OBSERVED_TASKS) or [])
-        return None
-    found = df._jdf.queryExecution().observedMetrics().get(name)
-    if found.isEmpty():
-        return None
-    return list(json.loads(found.get().json()).get(OBSERVED_TASKS) or [])
 
 
 def table_metrics(metrics_id: str) -> JobMetrics:
@@ -276,7 +285,7 @@ def table_metrics(metrics_id: str) -> JobMetrics:
             folded.merge(settled.fold)
             reported += settled.reported
         observations = _live(_observations, metrics_id)
-        results = [item for _, item in _live(_results, metrics_id)]
+        results = _live(_results, metrics_id)
     deadline = time.monotonic() + LISTENER_GRACE_S
     for session, observation in observations:
         got, final = observation.read(deadline)
@@ -285,13 +294,15 @@ def table_metrics(metrics_id: str) -> JobMetrics:
             for text in got:
                 folded.add(text)
         if final:
-            _settle(metrics_id, session, observation, got)
-    for df, name in results:
-        got = _result_observed(df, name)
+            _settle(_observations, metrics_id, session, observation, got)
+    for session, result in results:
+        got, final = result.read()
         if got is not None:
             reported += 1
             for text in got:
                 folded.add(text)
+        if final:
+            _settle(_results, metrics_id, session, result, got)
     partial = None
     if not reported:
         partial = (

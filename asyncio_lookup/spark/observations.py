@@ -3,6 +3,7 @@ Spark Connect session alike, and whether the session that made it still runs."""
 
 from __future__ import annotations
 
+import json
 import time
 import weakref
 from typing import Any
@@ -102,3 +103,52 @@ def _failed(observation: Any) -> bool:
         return False
     future = jo.future()
     return bool(future.isCompleted() and future.value().get().isFailure())
+
+
+class HeldResult:
+    """A DataFrame ``LookupSQL.sql()`` returned, whose actions report its joins' metrics
+    under ``name`` (:meth:`read`). Held weakly beside its attributes (``vars(df)``, where
+    each action leaves what it observed: Connect's ``_execution_info``, classic's ``_jdf``), so
+    once no one holds the DataFrame, no action can follow and its latest one's trailers are
+    final; the DataFrame itself is not kept alive."""
+
+    __slots__ = ("_attrs", "_connect", "_df", "_ref", "name")
+
+    def __init__(self, df: Any, name: str) -> None:
+        self.name = name
+        self._connect = type(df).__module__.startswith("pyspark.sql.connect")
+        self._df: Any = None
+        self._ref: weakref.ref[Any] | None = None
+        try:
+            self._ref = weakref.ref(df)
+            self._attrs: dict[str, Any] = vars(df)
+        except TypeError:  # a DataFrame without a __dict__ or weak references: held for good
+            self._df = df
+            self._attrs = {}
+
+    def read(self) -> tuple[list[str] | None, bool]:
+        """The trailers of the DataFrame's latest action (None before one), and whether they
+        are final."""
+        if self._df is not None:
+            return _observed_in(vars(self._df), self._connect, self.name), False
+        gone = self._ref is None or self._ref() is None  # first: then nothing can change them
+        return _observed_in(self._attrs, self._connect, self.name), gone
+
+    def gone(self) -> bool:
+        """Whether no one holds the DataFrame any more (its trailers are final)."""
+        return self._df is None and (self._ref is None or self._ref() is None)
+
+
+def _observed_in(attrs: dict[str, Any], connect: bool, name: str) -> list[str] | None:
+    """The trailers the latest action of the DataFrame whose attributes are ``attrs``
+    observed under ``name``, None before one."""
+    if connect:
+        info = attrs.get("_execution_info")
+        for flow, pairs in info.flows if info is not None else ():
+            if flow == name:
+                return list(pairs.get(OBSERVED_TASKS) or [])
+        return None
+    found = attrs["_jdf"].queryExecution().observedMetrics().get(name)
+    if found.isEmpty():
+        return None
+    return list(json.loads(found.get().json()).get(OBSERVED_TASKS) or [])

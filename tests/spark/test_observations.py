@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from asyncio_lookup.spark.observations import OBSERVED_TASKS, HeldObservation
+from asyncio_lookup.spark.observations import OBSERVED_TASKS, HeldObservation, HeldResult
 
 
 class ConnectShaped:
@@ -106,3 +106,29 @@ def test_a_classic_observation_before_its_first_action_is_not_final() -> None:
 
 def test_a_classic_observation_completed_with_a_failure_is_final_without_trailers() -> None:
     assert HeldObservation(ClassicShaped(["t"], failed=True)).read(0.0) == (None, True)
+
+
+class _Info:  # Connect's ExecutionInfo: (name, observed values) per observation
+    def __init__(self, trailers: list[str]) -> None:
+        self.flows = [("other", {OBSERVED_TASKS: ["x"]}), ("n", {OBSERVED_TASKS: trailers})]
+
+
+class ConnectResult:
+    """As a Connect DataFrame: each action rebinds ``_execution_info``."""
+
+    __module__ = "pyspark.sql.connect.dataframe"
+
+    def __init__(self) -> None:
+        self._execution_info: _Info | None = None
+
+
+def test_a_sql_result_s_latest_action_is_final_once_the_dataframe_is_gone() -> None:
+    df = ConnectResult()
+    held = HeldResult(df, "n")
+    assert held.read() == (None, False) and not held.gone()
+    df._execution_info = _Info(["a"])
+    assert held.read() == (["a"], False)
+    df._execution_info = _Info(["b"])  # a second action replaces the first's
+    del df
+    gc.collect()
+    assert held.gone() and held.read() == (["b"], True)

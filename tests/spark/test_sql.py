@@ -3,6 +3,7 @@ HTTP service, each compared row for row with plain Spark over the same data."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import uuid
@@ -199,6 +200,29 @@ def test_flip_204_shuffle_hash_one_external_call_per_key(
     assert metrics["numExternalCalls"] <= distinct
     # the join's own observation (behind a view: it never reports) is not held
     assert not spark_metrics._observations.get(lookup.table("Customers").table_id)
+
+
+def test_results_run_again_and_again_are_counted_and_let_go(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    """A statement run in a loop (a driver loop, ``foreachBatch``): ``metrics()`` sums the
+    latest action of every result, and a result no one holds any more is folded and let go
+    (the driver does not keep every DataFrame ``sql()`` returned)."""
+    kept = sql.sql(FLIP_234)
+    table_id = sql.table("Customers").table_id  # (it exists once a query joins it)
+    assert rows(kept) == rows(spark.sql(PLAIN))
+    for _ in range(3):
+        assert sum(rows(sql.sql(FLIP_234)).values()) > 200
+    gc.collect()
+    metrics = sql.table("Customers").metrics()
+    assert metrics["numLookups"] == 4 * len(ORDERS) and metrics.partial is None
+    held = spark_metrics._results.get(table_id, [])
+    assert len(held) == 1 and held[0][1]._ref is not None and held[0][1]._ref() is kept
+    assert rows(kept)  # its latest action counts, not both
+    del kept, held
+    gc.collect()
+    assert sql.table("Customers").metrics()["numLookups"] == 4 * len(ORDERS)
+    assert not spark_metrics._results.get(table_id)
 
 
 def test_left_join_keeps_orders_with_missing_customers(spark: SparkSession, sql: LookupSQL) -> None:
