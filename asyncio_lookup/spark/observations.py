@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 #: The observed metric holding the list of trailers (one JSON object per report of a task).
@@ -107,48 +108,57 @@ def _failed(observation: Any) -> bool:
 
 class HeldResult:
     """A DataFrame ``LookupSQL.sql()`` returned, whose actions report its joins' metrics
-    under ``name`` (:meth:`read`). Held weakly beside its attributes (``vars(df)``, where
-    each action leaves what it observed: Connect's ``_execution_info``, classic's ``_jdf``), so
-    once no one holds the DataFrame, no action can follow and its latest one's trailers are
-    final; the DataFrame itself is not kept alive."""
+    under ``name`` (:meth:`read`; its latest action counts).
+
+    Connect: every action goes through the DataFrame object and leaves what it observed in
+    its ``_execution_info`` attribute, so the DataFrame is held weakly beside its attributes
+    (``vars(df)``): once no one holds it, no action can follow, its latest action's trailers
+    are final and the DataFrame is not kept alive. Classic: the Dataset behind it can still run
+    jobs once the Python object is gone (``toLocalIterator()``, its ``rdd``), so it is held
+    for good (until its session stops)."""
 
     __slots__ = ("_attrs", "_connect", "_df", "_ref", "name")
 
     def __init__(self, df: Any, name: str) -> None:
         self.name = name
         self._connect = type(df).__module__.startswith("pyspark.sql.connect")
-        self._df: Any = None
+        self._df: Any = df
         self._ref: weakref.ref[Any] | None = None
-        try:
-            self._ref = weakref.ref(df)
-            self._attrs: dict[str, Any] = vars(df)
-        except TypeError:  # a DataFrame without a __dict__ or weak references: held for good
-            self._df = df
-            self._attrs = {}
+        self._attrs: dict[str, Any] = {}
+        if self._connect and hasattr(df, "__dict__"):
+            try:
+                self._ref = weakref.ref(df)
+            except TypeError:  # no weak references: held for good
+                return
+            self._attrs = vars(df)
+            self._df = None
 
     def read(self) -> tuple[list[str] | None, bool]:
         """The trailers of the DataFrame's latest action (None before one), and whether they
         are final."""
-        if self._df is not None:
-            return _observed_in(vars(self._df), self._connect, self.name), False
-        gone = self._ref is None or self._ref() is None  # first: then nothing can change them
-        return _observed_in(self._attrs, self._connect, self.name), gone
+        df = self._df
+        if df is not None:
+            return _observed_in(
+                lambda attr: getattr(df, attr, None), self._connect, self.name
+            ), False
+        gone = self.gone()  # first: once gone, nothing can change them
+        return _observed_in(self._attrs.get, self._connect, self.name), gone
 
     def gone(self) -> bool:
         """Whether no one holds the DataFrame any more (its trailers are final)."""
-        return self._df is None and (self._ref is None or self._ref() is None)
+        return self._ref is not None and self._ref() is None
 
 
-def _observed_in(attrs: dict[str, Any], connect: bool, name: str) -> list[str] | None:
-    """The trailers the latest action of the DataFrame whose attributes are ``attrs``
+def _observed_in(attr: Callable[[str], Any], connect: bool, name: str) -> list[str] | None:
+    """The trailers the latest action of a DataFrame (``attr``: its attributes by name)
     observed under ``name``, None before one."""
     if connect:
-        info = attrs.get("_execution_info")
+        info = attr("_execution_info")
         for flow, pairs in info.flows if info is not None else ():
             if flow == name:
                 return list(pairs.get(OBSERVED_TASKS) or [])
         return None
-    found = attrs["_jdf"].queryExecution().observedMetrics().get(name)
+    found = attr("_jdf").queryExecution().observedMetrics().get(name)
     if found.isEmpty():
         return None
     return list(json.loads(found.get().json()).get(OBSERVED_TASKS) or [])

@@ -4,6 +4,7 @@ client updates its result dict in place) and a classic-shaped one (first action,
 from __future__ import annotations
 
 import gc
+import json
 from typing import Any
 
 from asyncio_lookup.spark.observations import OBSERVED_TASKS, HeldObservation, HeldResult
@@ -132,3 +133,60 @@ def test_a_sql_result_s_latest_action_is_final_once_the_dataframe_is_gone() -> N
     del df
     gc.collect()
     assert held.gone() and held.read() == (["b"], True)
+
+
+class _Found:  # scala.Option[Row] of observedMetrics().get(name), through py4j
+    def __init__(self, trailers: list[str]) -> None:
+        self.trailers = trailers
+
+    def isEmpty(self) -> bool:
+        return False
+
+    def get(self) -> _Found:
+        return self
+
+    def json(self) -> str:
+        return json.dumps({OBSERVED_TASKS: self.trailers})
+
+
+class _QueryExecution:
+    def __init__(self, trailers: list[str]) -> None:
+        self.trailers = trailers
+
+    def queryExecution(self) -> _QueryExecution:
+        return self
+
+    def observedMetrics(self) -> dict[str, _Found]:
+        return {"n": _Found(self.trailers)}
+
+
+class ClassicResult:
+    """As a classic DataFrame: what its Dataset observed, readable through ``_jdf``."""
+
+    __module__ = "pyspark.sql.classic.dataframe"
+
+    def __init__(self, trailers: list[str]) -> None:
+        self._jdf = _QueryExecution(trailers)
+
+
+class SlottedConnectResult:
+    """A Connect-shaped DataFrame without a ``__dict__``."""
+
+    __module__ = "pyspark.sql.connect.dataframe"
+    __slots__ = ("_execution_info",)
+
+    def __init__(self) -> None:
+        self._execution_info = _Info(["s"])
+
+
+def test_a_classic_sql_result_is_held_for_good() -> None:
+    """Its Dataset can run jobs without the Python object (toLocalIterator, its rdd)."""
+    held = HeldResult(ClassicResult(["c"]), "n")
+    gc.collect()
+    assert held.read() == (["c"], False) and not held.gone()
+
+
+def test_a_result_without_a_dict_is_held_for_good_and_still_read() -> None:
+    held = HeldResult(SlottedConnectResult(), "n")
+    gc.collect()
+    assert held.read() == (["s"], False) and not held.gone()
