@@ -238,23 +238,27 @@ def _settle_finished(metrics_id: str) -> None:
     """Settle the oldest observations and SQL results of ``metrics_id`` whose trailers are
     final (no wait; at most :data:`SETTLE_CHECKS` of each looked at)."""
     with _lock:
-        observations = _oldest_to_back(_observations, metrics_id)
-        results = _oldest_to_back(_results, metrics_id)
-    checks: list[tuple[dict[str, list[tuple[Any, Any]]], Any, Any]] = [
-        *((_observations, s, o) for s, o in observations),
-        *((_results, s, r) for s, r in results),
-    ]
+        checks = _tagged(
+            _oldest_to_back(_observations, metrics_id), _oldest_to_back(_results, metrics_id)
+        )
     for store, session, held in checks:
         try:
-            if isinstance(held, HeldResult):
-                trailers, final = held.read() if held.gone() else (None, False)
-            else:
-                trailers, final = held.read(deadline=0.0)
+            trailers, final = held.poll()
         except Exception:  # its session stopped meanwhile...: never fail the join being built
             logger.debug("%r of %s not settled", held, metrics_id, exc_info=True)
             continue
         if final:
             _settle(store, metrics_id, session, held, trailers)
+
+
+def _tagged(
+    observations: list[tuple[Any, HeldObservation]], results: list[tuple[Any, HeldResult]]
+) -> list[tuple[dict[str, list[tuple[Any, Any]]], Any, HeldObservation | HeldResult]]:
+    """(the store it is held in, session, item) of each entry, observations first."""
+    return [
+        *((_observations, s, o) for s, o in observations),
+        *((_results, s, r) for s, r in results),
+    ]
 
 
 def _oldest_to_back(store: dict[str, list[tuple[Any, Any]]], metrics_id: str) -> list[Any]:
@@ -284,25 +288,16 @@ def table_metrics(metrics_id: str) -> JobMetrics:
         for _, settled in _live(_settled, metrics_id):
             folded.merge(settled.fold)
             reported += settled.reported
-        observations = _live(_observations, metrics_id)
-        results = _live(_results, metrics_id)
+        held = _tagged(_live(_observations, metrics_id), _live(_results, metrics_id))
     deadline = time.monotonic() + LISTENER_GRACE_S
-    for session, observation in observations:
-        got, final = observation.read(deadline)
+    for store, session, item in held:
+        got, final = item.read(deadline)
         if got is not None:
             reported += 1
             for text in got:
                 folded.add(text)
         if final:
-            _settle(_observations, metrics_id, session, observation, got)
-    for session, result in results:
-        got, final = result.read()
-        if got is not None:
-            reported += 1
-            for text in got:
-                folded.add(text)
-        if final:
-            _settle(_results, metrics_id, session, result, got)
+            _settle(store, metrics_id, session, item, got)
     partial = None
     if not reported:
         partial = (

@@ -96,6 +96,10 @@ class HeldObservation:
             self._observation = observation  # the client replaced the dict: hold it for good
         return trailers_of(observation, deadline), False
 
+    def poll(self) -> tuple[list[str] | None, bool]:
+        """:meth:`read` without waiting."""
+        return self.read(deadline=0.0)
+
 
 def _failed(observation: Any) -> bool:
     """Whether a classic observation was completed with a failure (``get`` raises it)."""
@@ -133,9 +137,10 @@ class HeldResult:
             self._attrs = vars(df)
             self._df = None
 
-    def read(self) -> tuple[list[str] | None, bool]:
+    def read(self, deadline: float = 0.0) -> tuple[list[str] | None, bool]:
         """The trailers of the DataFrame's latest action (None before one), and whether they
-        are final."""
+        are final (``deadline``: for the same call as :meth:`HeldObservation.read`; this read
+        does not wait)."""
         df = self._df
         if df is not None:
             return _observed_in(
@@ -147,6 +152,11 @@ class HeldResult:
     def gone(self) -> bool:
         """Whether no one holds the DataFrame any more (its trailers are final)."""
         return self._ref is not None and self._ref() is None
+
+    def poll(self) -> tuple[list[str] | None, bool]:
+        """The final trailers once the DataFrame is gone, else ``(None, False)`` without
+        reading (on classic a read builds the physical plan)."""
+        return self.read() if self.gone() else (None, False)
 
 
 def _observed_in(attr: Callable[[str], Any], connect: bool, name: str) -> list[str] | None:
