@@ -13,7 +13,6 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -184,7 +183,7 @@ def test_no_action_yet_says_so(spark: SparkSession) -> None:
 
 
 #: The known service: key k answers after SLOW_MS when k % 20 == 0 (5 % of keys), else FAST_MS.
-#: Long enough that the client's overhead stays well inside 2 % on a loaded machine (with 10
+#: Long enough that the client's overhead stays well inside 4 % on a loaded machine (with 10
 #: runnable processes per core the median call ended 14 ms late: 0.7 % of 2 s).
 FAST_MS, SLOW_MS = 2000.0, 4000.0
 ROWS = 200  # 4 tasks of 50 rows: all in flight at once (capacity 100), few wakeups at once
@@ -220,12 +219,14 @@ class _KnownLatencyAsync(AsyncLookupFunction):
 
 
 def _assert_true_percentiles(metrics: JobMetrics, rows: int) -> None:
-    """p50 / p99 within 2 % of the service's (190 of 200 keys fast, 10 slow: p50 is FAST_MS,
-    p99 SLOW_MS), for records and for calls."""
+    """p50 / p99 those of the service (190 of 200 keys fast, 10 slow: p50 is FAST_MS, p99
+    SLOW_MS), for records and for calls."""
     assert metrics["latencyCount"] == metrics["callLatencyCount"] == rows, metrics
+    # A late loop only adds to a call (59 ms once, on a loaded 2-core machine), so the bound
+    # above is 4 %, below 1 % (the sketch's accuracy); the mean (2,100 ms) stays outside.
     for prefix in ("latency", "callLatency"):
-        assert metrics[f"{prefix}P50Ms"] == pytest.approx(FAST_MS, rel=0.02), metrics
-        assert metrics[f"{prefix}P99Ms"] == pytest.approx(SLOW_MS, rel=0.02), metrics
+        assert FAST_MS * 0.99 <= metrics[f"{prefix}P50Ms"] < FAST_MS * 1.04, metrics
+        assert SLOW_MS * 0.99 <= metrics[f"{prefix}P99Ms"] < SLOW_MS * 1.04, metrics
         assert metrics[f"{prefix}MaxMs"] >= SLOW_MS
     assert metrics.latency["record"].count == rows and metrics.latency["call"].count == rows
 
