@@ -173,7 +173,9 @@ class PartitionRouting:
         kind = type(self.partitioner)
         # object's repr holds an address, which differs in every unpickled copy
         name = repr(self.partitioner) if kind.__repr__ is not object.__repr__ else kind.__qualname__
-        return f"{self.num_partitions}:{name}:{hot}"
+        # a partition's FULL cache holds only the rows of the literals' values (accepts)
+        literals = ",".join(f"{p}={type(v).__qualname__}:{v!r}" for p, v in self.literals)
+        return f"{self.num_partitions}:{name}:{hot}:{literals}"
 
     def partitions(self, key: Key) -> frozenset[int]:
         """Every partition ``key`` may be looked up in."""

@@ -217,20 +217,24 @@ def test_literal_bound_key_parts_are_kept_out_of_the_hash_and_filter_the_snapsho
         InMemoryConnector(dim, ["id", "region"]),
         FULL,
     )
-    out = lookup_join(
-        df,
-        table,
-        on=[("cid", "id")],
-        literals={"region": "EU"},
-        hints="SHUFFLE_HASH('Customers')",
-        shuffle_partitions=2,
-        skew=False,
-    )
-    rows = out.collect()
-    assert Counter((r["order_id"], r["name"]) for r in rows) == Counter(
-        (n, f"EU{n % 120}") for n in range(300) if n % 120 < 100
-    )
+
+    def join(region: str) -> Counter[tuple[int, str]]:
+        out = lookup_join(
+            df,
+            table,
+            on=[("cid", "id")],
+            literals={"region": region},
+            hints="SHUFFLE_HASH('Customers')",
+            shuffle_partitions=2,
+            skew=False,
+        )
+        return Counter((r["order_id"], r["name"]) for r in out.collect())
+
+    assert join("EU") == Counter((n, f"EU{n % 120}") for n in range(300) if n % 120 < 100)
     assert table.metrics()["numCachedRecords"] <= 100 / 2 * 1.5  # EU rows only, half of them
+    # the same table with another literal: its own snapshots, not the EU rows' (the workers
+    # that held those run the next job's tasks)
+    assert join("US") == Counter((n, f"US{n % 120}") for n in range(300) if n % 120 < 100)
 
 
 def test_shuffle_partitions_default_to_the_task_slots_and_can_be_overridden(
