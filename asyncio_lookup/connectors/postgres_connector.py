@@ -3,9 +3,14 @@
 SQL is built only from quoted identifiers (table, columns) and, for composite batches, type
 names the server itself returns (``format_type``); key values are always bind parameters.
 Statements are prepared (asyncpg's per-connection statement cache). Every session is read-only
-(``default_transaction_read_only``), so a ``query`` source cannot write. Batches are one
-``= ANY($1)`` query (single key column) or one join against ``unnest($1, $2, ...) WITH
-ORDINALITY`` (composite keys). A scan streams through a server-side cursor.
+(``default_transaction_read_only``), so a ``query`` source cannot write. A batch is one join
+against ``unnest($1, $2, ...) WITH ORDINALITY`` (the distinct values for a single key column,
+every key for composite ones); each row comes back tagged, in its last column, with the
+ordinal of its key, so a batch matches exactly what the point lookups match (``=`` on the
+server decides, never Python equality: ``char(n)`` padding, ``citext``, NaN, time zones). A
+key an integral key column cannot hold (a fraction, out of the type's range) is a miss, never
+sent (the driver would truncate 1.5 to 1 or fail the statement). A scan streams through a
+server-side cursor.
 
 Failures of the connection kind (refused, closed, dropped mid-query, admin shutdown, too many
 connections, timeouts) raise :class:`~asyncio_lookup.errors.TransientError`, whether they happen
@@ -18,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import asyncpg
 
@@ -36,11 +44,18 @@ from asyncio_lookup.connectors.postgres_schema import check_columns
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.masking import SECRET_PARAM
 from asyncio_lookup.runtime.loop import new_event_loop
 
 log = logging.getLogger(__name__)
 
-_KEY = "__asyncio_lookup_key"
+_KEY = "__asyncio_lookup_key"  # the batch tag's alias; read by position (a column may share it)
+# An integral key column's type (format_type) -> its bound: values v with -bound <= v < bound.
+_INTEGRAL_BOUNDS = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
+# format_type names whose bare form in a cast means length 1 (char(1), bit(1)): their
+# unconstrained spelling, so a key array keeps every character (char(n) keys are padded).
+_CAST_NAMES = {"character": "bpchar", "bit": '"bit"'}
+_IDENTITY_VERSION = 1  # bumped when the connector's answers to the same configuration change
 
 
 def _names(option: str, value: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -119,6 +134,32 @@ class PostgresConnector(AsyncFirstSource):
         source = f"table {'.'.join(self.table)}" if self.table else "query"
         return f"PostgreSQL {mask_url(self.dsn)}, {source}"
 
+    @property
+    def cache_identity(self) -> str:
+        """Stable text (no password, no addresses) that differs whenever the answers may."""
+        parts = urlsplit(self.url)
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        return json.dumps(
+            {
+                "connector": "postgresql",
+                "version": _IDENTITY_VERSION,
+                "hosts": [_host_port(h) for h in hosts.lower().split(",")],
+                "database": unquote(parts.path.lstrip("/")),
+                "user": unquote(userinfo.split(":", 1)[0]),
+                "params": sorted(  # options=-c search_path=... may change the rows
+                    (k, v)
+                    for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                    if not SECRET_PARAM.search(k)
+                ),
+                "table": list(self.table) if self.table is not None else None,
+                "query": self.query,
+                "key_columns": list(self.key_columns),
+                "columns": list(self.columns) if self.columns is not None else None,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
     # -- LookupTableSource -------------------------------------------------------------------
 
     def async_lookup_function(self) -> AsyncLookupFunction:
@@ -128,7 +169,9 @@ class PostgresConnector(AsyncFirstSource):
 
     def check_schema(self, fields: Sequence[tuple[str, Any]] | Mapping[str, Any]) -> None:
         """Check, with one catalog query, that the table (or query) exists and has the declared
-        columns with types their values convert to losslessly.
+        columns with types their values convert to losslessly, a key column's declared so its
+        keys compare exactly (an integral type or ``decimal(p,0)`` for an integer column,
+        ``timestamp_ntz`` for a ``timestamp without time zone`` one).
 
         ``fields``: the declared dim columns, ``(name, type)`` pairs or a mapping, each type a
         Spark SQL type name (``"bigint"``, ``"decimal(12,2)"``), a pyspark ``DataType`` or a
@@ -154,7 +197,7 @@ class PostgresConnector(AsyncFirstSource):
         finally:
             conn.terminate()
         needed = [name for name in self.key_columns + (self.columns or ()) if name]
-        check_columns(self.relation_name(), actual, declared, needed)
+        check_columns(self.relation_name(), actual, declared, needed, self.key_columns)
 
     def relation_name(self) -> str:
         return ".".join(self.table) if self.table is not None else "query"
@@ -201,20 +244,15 @@ class PostgresConnector(AsyncFirstSource):
         return f"SELECT {self.select_sql()} FROM {self.source_sql()} WHERE {where}"
 
     def batch_sql(self, key_types: Sequence[str]) -> str:
-        """One query for many keys; each result row carries which key it belongs to."""
-        if len(self.key_columns) == 1:
-            key = f"src.{quote_ident(self.key_columns[0])}"
-            return (
-                f"SELECT {self.select_sql()}, {key} AS {_KEY} FROM {self.source_sql()} "
-                f"WHERE {key} = ANY($1::{key_types[0]}[])"
-            )
-        arrays = ", ".join(f"${i + 1}::{t}[]" for i, t in enumerate(key_types))
+        """One query for many keys: one array per key column, joined by ``=`` as the point
+        lookup compares; each result row carries, in its last column, its key's ordinal."""
+        arrays = ", ".join(f"${i + 1}::{_cast_name(t)}[]" for i, t in enumerate(key_types))
         names = ", ".join(f"k{i}" for i in range(len(key_types)))
         on = " AND ".join(f"src.{quote_ident(c)} = k.k{i}" for i, c in enumerate(self.key_columns))
         return (
             f"SELECT {self.select_sql()}, k.ord AS {_KEY} "
             f"FROM unnest({arrays}) WITH ORDINALITY AS k({names}, ord) "
-            f"JOIN {self.source_sql()} ON {on} ORDER BY k.ord"
+            f"JOIN {self.source_sql()} ON {on}"
         )
 
     def key_type_probe_sql(self) -> str:
@@ -276,22 +314,48 @@ def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
     }
 
 
+def _cast_name(pg_type: str) -> str:
+    """A ``format_type`` name (``character``, ``integer[]``) as a cast takes it unconstrained."""
+    base, bracket, dims = pg_type.partition("[")
+    return _CAST_NAMES.get(base, base) + bracket + dims
+
+
+def _host_port(host: str) -> str:
+    """``host:port`` with PostgreSQL's default port made explicit (``[::1]`` stays bracketed)."""
+    tail = host.rsplit("]", 1)[-1]
+    return host if ":" in tail else f"{host}:5432"
+
+
+def _integral_key(value: Any, bound: int) -> bool:
+    """Whether an integral key column (values in ``[-bound, bound)``) can hold ``value``
+    exactly; a value of another type is left to the driver's encoder (its error names it)."""
+    if isinstance(value, float):
+        return value.is_integer() and -bound <= value < bound
+    if isinstance(value, Decimal):
+        return value.is_finite() and value == value.to_integral_value() and -bound <= value < bound
+    if isinstance(value, int):
+        return -bound <= value < bound
+    return True
+
+
 def _group(
-    keys: Sequence[Key], records: Sequence[Any], single: bool
+    keys: Sequence[Key], records: Sequence[Any], targets: Sequence[Sequence[int]] | None
 ) -> list[Collection[Row] | BaseException]:
-    """Results aligned with ``keys`` from rows tagged with their key (single) or ordinal."""
+    """Results aligned with ``keys`` from rows tagged (last column) with the ordinal of their
+    array element: element ``o`` is for ``keys[i]`` for each ``i`` in ``targets[o - 1]``
+    (``targets`` None: element ``o`` is ``keys[o - 1]``)."""
     out: list[list[Row]] = [[] for _ in keys]
-    positions: dict[Any, list[int]] = {}
-    if single:
-        for i, key in enumerate(keys):
-            if not has_null(key):
-                positions.setdefault(key[0], []).append(i)
+    if not records:
+        return list(out)
+    names = list(records[0].keys())[:-1]  # zip drops the tag; a column may share its name
     for record in records:
-        row = dict(record)
-        tag = row.pop(_KEY)
-        targets = positions.get(tag, ()) if single else (tag - 1,)
-        for i in targets:
-            out[i].append(row if len(targets) == 1 else dict(row))
+        row = dict(zip(names, record, strict=False))
+        if targets is None:
+            out[record[-1] - 1].append(row)
+            continue
+        indices = targets[record[-1] - 1]
+        for i in indices:
+            out[i].append(row if len(indices) == 1 else dict(row))
     return list(out)
 
 
@@ -315,6 +379,8 @@ class _PostgresLookup(AsyncLookupFunction):
         self.pool: asyncpg.Pool | None = None
         self.batch_sql: str | None = None
         self.point_sql = connector.point_sql()
+        # (position, bound) of each integral key column, known once the pool has opened
+        self.integral: list[tuple[int, int]] = []
         self._opening: asyncio.Lock | None = None
 
     async def open(self) -> None:
@@ -345,7 +411,11 @@ class _PostgresLookup(AsyncLookupFunction):
                 raise
             raise c.transient(error, "connect") from error
         try:
-            self.batch_sql = c.batch_sql(await self._key_types(pool))
+            key_types = await self._key_types(pool)
+            self.batch_sql = c.batch_sql(key_types)
+            self.integral = [
+                (i, _INTEGRAL_BOUNDS[t]) for i, t in enumerate(key_types) if t in _INTEGRAL_BOUNDS
+            ]
         except BaseException as error:
             pool.terminate()
             if isinstance(error, Exception) and is_connection_error(error):
@@ -397,7 +467,20 @@ class _PostgresLookup(AsyncLookupFunction):
             raise ConfigurationError("key", key, f"a tuple for key columns {list(c.key_columns)}")
         if has_null(key):
             return []
+        if self.pool is None:
+            await self._pool()  # the check below needs the probed key types
+        if not self._holdable(key):
+            return []  # an integral key column holds no such value: nothing matches
         return [dict(r) for r in await self._fetch(self.point_sql, key, "lookup")]
+
+    def _holdable(self, key: Key) -> bool:
+        """Whether each integral key column can hold its part of ``key`` exactly."""
+        for i, bound in self.integral:
+            value = key[i]
+            fast = type(value) is int and -bound <= value < bound
+            if not fast and not _integral_key(value, bound):
+                return False
+        return True
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
@@ -414,14 +497,37 @@ class _PostgresLookup(AsyncLookupFunction):
             return [[] for _ in keys]
         await self._pool()  # the batch statement needs the probed key types
         assert self.batch_sql is not None
-        single = width == 1
-        if single:
-            args: list[Any] = [list({k[0] for k in keys if k[0] is not None})]
-        else:
-            # A NULL-containing key is sent as NULLs: `=` never matches, positions stay aligned.
-            args = [[None if has_null(k) else k[i] for k in keys] for i in range(width)]
+        if width == 1:
+            values, targets = self._distinct(keys)
+            if not values:
+                return [[] for _ in keys]
+            records = await self._fetch(self.batch_sql, [values], "batch lookup")
+            return _group(keys, records, targets)
+        # A NULL-containing key (or one an integral column cannot hold) is sent as NULLs: `=`
+        # never matches, positions stay aligned.
+        sent = [None if has_null(k) or not self._holdable(k) else k for k in keys]
+        args = [[None if k is None else k[i] for k in sent] for i in range(width)]
         records = await self._fetch(self.batch_sql, args, "batch lookup")
-        return _group(keys, records, single)
+        return _group(keys, records, None)
+
+    def _distinct(self, keys: Sequence[Key]) -> tuple[list[Any], list[list[int]]]:
+        """The distinct values of single-column ``keys`` to send (NULLs and values an integral
+        key column cannot hold left out), and for each the positions of the keys that have it."""
+        bound = self.integral[0][1] if self.integral else 0
+        ordinals: dict[Any, int] = {}
+        targets: list[list[int]] = []
+        for i, (value,) in enumerate(keys):
+            if value is None:
+                continue
+            o = ordinals.get(value)
+            if o is not None:
+                targets[o].append(i)
+            elif not bound or (
+                -bound <= value < bound if type(value) is int else _integral_key(value, bound)
+            ):
+                ordinals[value] = len(targets)
+                targets.append([i])
+        return list(ordinals), targets
 
     async def close(self) -> None:
         if self.pool is not None:

@@ -57,6 +57,7 @@ _PG_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
 _PG_INTEGERS = {"smallint": "smallint", "integer": "int", "bigint": "bigint"}
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _NUMERIC = re.compile(r"^numeric\((\d+),(\d+)\)$")
+_MODIFIER = re.compile(r"\([^)]*\)")  # "(3)" in "timestamp(3) without time zone"
 
 
 def spark_type_name(declared: Any) -> str:
@@ -82,9 +83,15 @@ def _decimal(name: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def _base(pg_type: str) -> str:
+    """A PostgreSQL type name without modifiers: ``timestamp(3) with time zone`` ->
+    ``timestamp with time zone``, ``character varying(8)`` -> ``character varying``."""
+    return " ".join(_MODIFIER.sub("", pg_type).split("[", 1)[0].split())
+
+
 def _fits(pg_type: str, declared: str) -> tuple[bool, str]:
     """(whether ``declared`` holds every value of ``pg_type`` losslessly, the type to suggest)."""
-    base = pg_type.split("(", 1)[0].split("[", 1)[0].strip()
+    base = _base(pg_type)
     if pg_type.endswith("[]"):
         return declared.startswith("array<"), "array<...> of the element type"
     if base in _PG_INTEGERS:
@@ -114,14 +121,45 @@ def _fits(pg_type: str, declared: str) -> tuple[bool, str]:
     return declared in allowed, suggestion
 
 
+def _key_fits(pg_type: str, declared: str) -> tuple[bool, str, str]:
+    """(whether a key of type ``declared`` matches ``pg_type`` values exactly, what is allowed,
+    why not). Stricter than :func:`_fits`: a key value is sent to PostgreSQL, so it must not be
+    truncated (1.5 sent to an integer column matches 1) nor shifted by a time zone."""
+    if pg_type.endswith("[]"):
+        return True, "", ""
+    base = _base(pg_type)
+    if base in _PG_INTEGERS:
+        dec = _decimal(declared)
+        if declared in _INTEGERS or (dec is not None and dec[1] == 0):
+            return True, "", ""
+        own = _PG_INTEGERS[base]
+        wider = ", ".join(_INTEGERS[_INTEGERS.index(own) :])
+        digits = _INTEGER_DIGITS[own]
+        return (
+            False,
+            f"an integral type: {wider} or decimal(p,0) with p >= {digits}",
+            f"a {declared} key with a fraction would be truncated and match the wrong row",
+        )
+    if base == "timestamp without time zone" and declared != "timestamp_ntz":
+        return (
+            False,
+            "timestamp_ntz",
+            f"a Spark {declared} key is a UTC instant, which PostgreSQL does not compare with "
+            f"{base} values",
+        )
+    return True, "", ""
+
+
 def check_columns(
     relation: str,
     actual: Mapping[str, str] | None,
     declared: Sequence[tuple[str, Any]],
     needed: Sequence[str] = (),
+    key_columns: Sequence[str] = (),
 ) -> None:
     """Raise :class:`ConfigurationError` unless ``relation`` exists (``actual`` is not None),
-    has every declared and ``needed`` column, and each declared type fits its column's type."""
+    has every declared and ``needed`` column, and each declared type fits its column's type
+    (a declared ``key_columns`` column: matches its values exactly, see :func:`_key_fits`)."""
     if actual is None:
         raise ConfigurationError(
             "table", relation, "an existing table or view", "PostgreSQL has no such relation"
@@ -147,6 +185,16 @@ def check_columns(
                 f"PostgreSQL column {relation}.{name} is {pg_type}, whose values do not convert "
                 f"to {spark} without loss; declare {suggestion}",
             )
+        if name in key_columns:
+            ok, allowed, why = _key_fits(pg_type, spark)
+            if not ok:
+                raise ConfigurationError(
+                    f"schema key column {name!r}",
+                    spark,
+                    allowed,
+                    f"PostgreSQL key column {relation}.{name} is {pg_type}: {why}; declare "
+                    f"{allowed}",
+                )
 
 
 __all__ = ["check_columns", "spark_type_name"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import pickle
 import uuid
@@ -322,3 +323,164 @@ async def test_full_cache_through_the_lookup_chain(postgres_dsn: str, customers:
         assert await chain.async_lookup((404, "EU")) == []
     finally:
         await chain.close()
+
+
+async def test_fraction_keys_miss_on_integral_key_columns(postgres_dsn: str, pg_table: str) -> None:
+    """asyncpg's integer encoder truncates 1.5 to 1: such a key is a miss, never id=1's row;
+    an integral float or Decimal still matches."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id int, tag text, v text)',
+        f"""INSERT INTO "{pg_table}" VALUES (1, 't', 'one'), (2, 't', 'two')""",
+    )
+    values = [Decimal("1.50"), 1.5, Decimal("2.7"), 2.7, float("nan"), float("inf")]
+    values += [Decimal("NaN"), Decimal("1E+400"), 2.0, Decimal("2.00"), 1]
+    expected = [[] for _ in values[:-3]] + [[{"v": "two"}], [{"v": "two"}], [{"v": "one"}]]
+    single = PostgresConnector(postgres_dsn, pg_table, "id", ["v"])
+    assert (await _all_paths(single, [(v,) for v in values])) == expected
+    composite = PostgresConnector(postgres_dsn, pg_table, ["id", "tag"], ["v"])
+    assert (await _all_paths(composite, [(v, "t") for v in values])) == expected
+
+
+async def test_out_of_range_keys_miss(postgres_dsn: str, pg_table: str) -> None:
+    """A key outside the key column's type (70000 for a smallint) is a miss, not a DataError
+    that fails the lookup and its whole batch."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (small smallint, big bigint, v text)',
+        f"""INSERT INTO "{pg_table}" VALUES (1, 1, 'one'),
+            (32767, 9223372036854775807, 'max'), (-32768, -9223372036854775808, 'min')""",
+    )
+    small = PostgresConnector(postgres_dsn, pg_table, "small", ["v"])
+    keys = [(1,), (70000,), (32768,), (-32769,), (32767,), (-32768,), (70000.0,)]
+    hit_miss = [[{"v": "one"}], [], [], [], [{"v": "max"}], [{"v": "min"}], []]
+    assert (await _all_paths(small, keys)) == hit_miss
+    big = PostgresConnector(postgres_dsn, pg_table, "big", ["v"])
+    keys = [(1,), (2**63,), (-(2**63) - 1,), (2**63 - 1,), (-(2**63),), (Decimal(2**64),)]
+    assert (await _all_paths(big, keys)) == [
+        [{"v": "one"}],
+        [],
+        [],
+        [{"v": "max"}],
+        [{"v": "min"}],
+        [],
+    ]
+    composite = PostgresConnector(postgres_dsn, pg_table, ["small", "big"], ["v"])
+    assert (await _all_paths(composite, [(1, 1), (70000, 1), (1, 2**63), (32767, 2**63 - 1)])) == [
+        [{"v": "one"}],
+        [],
+        [],
+        [{"v": "max"}],
+    ]
+
+
+async def test_batch_matches_what_the_server_compares_equal(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    """A batch finds what the point lookups find where PostgreSQL's `=` differs from Python's:
+    char(n) padding, a case-insensitive collation, NaN, a naive key for a timestamptz column."""
+    collation = f"{pg_table}_ci"
+    _exec(
+        postgres_dsn,
+        f'CREATE COLLATION "{collation}" '
+        "(provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        f'CREATE TABLE "{pg_table}" (ch char(5), ci text COLLATE "{collation}", '
+        "fl double precision, tz timestamptz, v text)",
+        f"""INSERT INTO "{pg_table}" VALUES ('ab', 'abc', 'NaN', '2024-01-01 12:00+00', 'a'),
+            ('xyz', 'ABC', 1.5, '2024-01-02 12:00+00', 'b')""",
+    )
+    try:
+        ch = PostgresConnector(postgres_dsn, pg_table, "ch", ["v"])
+        assert (await _all_paths(ch, [("ab",), ("xyz",), ("ab   ",), ("zz",)])) == [
+            [{"v": "a"}],
+            [{"v": "b"}],
+            [{"v": "a"}],
+            [],
+        ]
+        ci = PostgresConnector(postgres_dsn, pg_table, "ci", ["v"])
+        both = [{"v": "a"}, {"v": "b"}]
+        assert (await _all_paths(ci, [("ABC",), ("abc",), ("Abc",), ("abd",)])) == [
+            both,
+            both,
+            both,
+            [],
+        ]
+        fl = PostgresConnector(postgres_dsn, pg_table, "fl", ["v"])
+        nan = [(float("nan"),), (float("nan"),), (1.5,)]
+        assert (await _all_paths(fl, nan)) == [[{"v": "a"}], [{"v": "a"}], [{"v": "b"}]]
+        tz = PostgresConnector(postgres_dsn, pg_table, "tz", ["v"])
+        naive = [(dt.datetime(2024, 1, 1, 12),), (dt.datetime(2024, 1, 2, 12),)]
+        assert (await _all_paths(tz, naive)) == [[{"v": "a"}], [{"v": "b"}]]
+        composite = PostgresConnector(postgres_dsn, pg_table, ["ch", "ci"], ["v"])
+        assert (await _all_paths(composite, [("ab", "ABC"), ("xyz", "abc")])) == [
+            [{"v": "a"}],
+            [{"v": "b"}],
+        ]
+    finally:
+        _exec(
+            postgres_dsn,
+            f'DROP TABLE IF EXISTS "{pg_table}"',
+            f'DROP COLLATION IF EXISTS "{collation}"',
+        )
+
+
+async def test_a_column_named_like_the_batch_tag_is_kept(postgres_dsn: str, pg_table: str) -> None:
+    tag = "__asyncio_lookup_key"
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id int, "{tag}" text)',
+        f"""INSERT INTO "{pg_table}" VALUES (1, 'user data'), (2, 'more'), (2, 'again')""",
+    )
+    for key_columns, keys in (
+        ("id", [(1,), (2,), (3,)]),
+        (["id", tag], [(1, "user data"), (2, "more"), (3, "none")]),
+    ):
+        for columns in (None, ["id", tag], [tag]):
+            c = PostgresConnector(postgres_dsn, pg_table, key_columns, columns)
+            rows = await _all_paths(c, keys)
+            assert [r[tag] for r in rows[0]] == ["user data"], columns
+            assert all(list(r) == (columns or ["id", tag]) for found in rows for r in found)
+            assert [len(found) for found in rows] == (
+                [1, 2, 0] if key_columns == "id" else [1, 1, 0]
+            )
+
+
+def test_cache_identity() -> None:
+    """Stable text of what the answers depend on: equal for equal configurations (a pickled
+    copy included), different when the query text, database or columns differ; no password."""
+    dsn = "postgresql://app:S3cret@db.example:5432/shop?sslmode=require&password=Other"
+    base = PostgresConnector(dsn, query="SELECT id, name FROM t", key_columns="id")
+    same = PostgresConnector(
+        "host=db.example port=5432 user=app password=X dbname=shop sslmode=require",
+        query="SELECT id, name FROM t;",
+        key_columns=["id"],
+    )
+    assert base.cache_identity == same.cache_identity
+    assert pickle.loads(pickle.dumps(base)).cache_identity == base.cache_identity
+    assert "S3cret" not in base.cache_identity and "Other" not in base.cache_identity
+    assert "0x" not in base.cache_identity
+    others = [
+        PostgresConnector(dsn, query="SELECT id, name FROM t WHERE id > 0", key_columns="id"),
+        PostgresConnector(dsn, "t", "id"),
+        PostgresConnector(dsn.replace("/shop", "/shop2"), query=base.query, key_columns="id"),
+        PostgresConnector(dsn.replace("app:", "other:"), query=base.query, key_columns="id"),
+        PostgresConnector(dsn.replace(":5432", ":5433"), query=base.query, key_columns="id"),
+        PostgresConnector(dsn.replace("db.", "db2."), query=base.query, key_columns="id"),
+        PostgresConnector(dsn.replace("require", "disable"), query=base.query, key_columns="id"),
+        PostgresConnector(dsn, query=base.query, key_columns="name"),
+        PostgresConnector(dsn, query=base.query, key_columns="id", columns=["name"]),
+    ]
+    identities = {base.cache_identity} | {c.cache_identity for c in others}
+    assert len(identities) == len(others) + 1
+    # settings that do not change the rows do not change it
+    tuned = PostgresConnector(
+        dsn, query=base.query, key_columns="id", pool_size=3, command_timeout=None
+    )
+    assert tuned.cache_identity == base.cache_identity
+    assert (
+        PostgresConnector("postgresql://app@db.example/shop", "public.t", "id").cache_identity
+        == PostgresConnector(
+            "postgresql://app@db.example:5432/shop", ("public", "t"), "id"
+        ).cache_identity
+        != PostgresConnector("postgresql://app@db.example/shop", "other.t", "id").cache_identity
+    )

@@ -22,7 +22,7 @@ def typed(postgres_dsn: str, pg_table: str) -> str:
         f'CREATE TABLE "{pg_table}" (id integer, big bigint, small smallint, '
         "price double precision, amount numeric(12,2), ratio numeric, name text, "
         "code varchar(8), ok boolean, day date, at timestamp, atz timestamptz, blob bytea, "
-        '"Odd Name" integer)',
+        '"Odd Name" integer, at3 timestamp(3), atz3 timestamptz(3))',
     )
     return pg_table
 
@@ -75,6 +75,60 @@ def test_lossy_declarations_name_table_column_types_and_the_fix(
     assert f"{typed}.{column}" in message and pg_type in message
     assert repr(declared) in message and f"declare {suggestion}" in message
     assert info.value.allowed == suggestion
+
+
+@pytest.mark.parametrize(
+    ("column", "declared", "pg_type", "allowed"),
+    [
+        ("id", "double", "integer", "an integral type: int, bigint or decimal(p,0) with p >= 10"),
+        ("id", "decimal(12,2)", "integer", "an integral type: int, bigint or decimal(p,0)"),
+        ("small", "double", "smallint", "an integral type: smallint, int, bigint or decimal(p,0)"),
+        ("at", "timestamp", "timestamp without time zone", "timestamp_ntz"),
+        ("at3", "timestamp", "timestamp(3) without time zone", "timestamp_ntz"),
+    ],
+)
+def test_key_columns_must_match_exactly(
+    postgres_dsn: str, typed: str, column: str, declared: str, pg_type: str, allowed: str
+) -> None:
+    """A key is sent to PostgreSQL: an integral key column takes no key with a fraction (the
+    driver truncates 1.5 to 1), a timestamp-without-time-zone one no UTC instant. The same
+    declarations pass for a column that is not a key."""
+    with pytest.raises(ConfigurationError) as info:
+        PostgresConnector(postgres_dsn, typed, column).check_schema([(column, declared)])
+    message = str(info.value)
+    assert f"key column {typed}.{column} is {pg_type}" in message and repr(declared) in message
+    assert info.value.option == f"schema key column {column!r}"
+    assert info.value.allowed.startswith(allowed)
+    PostgresConnector(postgres_dsn, typed, "name").check_schema([(column, declared)])
+
+
+def test_exact_key_declarations_pass(postgres_dsn: str, typed: str) -> None:
+    for column, declared in [
+        ("id", "int"),
+        ("id", "bigint"),
+        ("id", "decimal(10,0)"),
+        ("small", "smallint"),
+        ("small", "decimal(5,0)"),
+        ("big", "bigint"),
+        ("at", "timestamp_ntz"),
+        ("at3", "timestamp_ntz"),
+        ("atz", "timestamp"),
+        ("atz3", "timestamp"),
+        ("price", "double"),
+    ]:
+        PostgresConnector(postgres_dsn, typed, column).check_schema([(column, declared)])
+
+
+@pytest.mark.parametrize("key", [True, False])
+@pytest.mark.parametrize("column", ["atz", "atz3"])
+def test_timestamptz_takes_timestamp_not_ntz(
+    postgres_dsn: str, typed: str, column: str, key: bool
+) -> None:
+    """The converse of a UTC key for a timestamp column: a timestamptz column's values are
+    instants, which a timestamp_ntz declaration cannot hold (key or not)."""
+    c = PostgresConnector(postgres_dsn, typed, column if key else "id")
+    with pytest.raises(ConfigurationError, match=r"declare timestamp; allowed: timestamp$"):
+        c.check_schema([(column, "timestamp_ntz")])
 
 
 def test_missing_relation_and_columns(postgres_dsn: str, typed: str) -> None:
