@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
@@ -44,6 +46,8 @@ from asyncio_lookup.connectors.http_urls import (
     check_headers,
     encode_value,
     fixed_url,
+    number_text,
+    path_fields,
     status_set,
     url_template,
 )
@@ -61,6 +65,7 @@ from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 log = logging.getLogger(__name__)
 
 BATCH_MODES = ("post_json", "query")
+_NUMBERS = (int, float, Decimal)
 
 
 def open_client(c: HttpConnector) -> HttpClient:
@@ -114,6 +119,17 @@ class HttpConnector(AsyncFirstSource):
     ) -> None:
         self.template, url_auth = url_template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
+        unplaced = [c for c in self.key_columns if c not in self.template.fields]
+        if unplaced:
+            raise ConfigurationError(
+                "key_columns",
+                list(self.key_columns),
+                f"columns that each have a {{placeholder}} in url {mask_url(url)!r}",
+                f"{unplaced} would not be in the request: keys that differ only there would "
+                "get one another's rows",
+            )
+        # a placeholder in the path given "" would address the collection (a miss instead)
+        self.path_fields = path_fields(self.template)
         # one key column in one placeholder: a point URL is prefix + value + suffix
         self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.basic_auth = basic_auth or url_auth
@@ -171,6 +187,22 @@ class HttpConnector(AsyncFirstSource):
         """What run-time errors name: the URL template (secrets masked)."""
         return f"HTTP {mask_url(self.template.template)}"
 
+    @property
+    def cache_identity(self) -> str:
+        """What its answers depend on (the shared cache's namespace): URLs, key columns, rows
+        fields, statuses, headers and credentials (digested, never in clear)."""
+        settings = (
+            self.template.template,
+            self.key_columns,
+            (self.rows_field, self.batch_rows_field, self.scan_rows_field),
+            sorted(self.miss_statuses),
+            sorted(self.request_headers().items()),
+            (self.batch_url, self.batch_mode, self.batch_field),
+            (self.scan_url, self.next_field, self.cursor_param),
+        )
+        text = json.dumps(settings, default=str)
+        return "http:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
     # -- LookupTableSource -------------------------------------------------------------------
 
     def async_lookup_function(self) -> AsyncLookupFunction:
@@ -212,14 +244,14 @@ class HttpConnector(AsyncFirstSource):
         columns = self.key_columns
         if len(columns) == 1 and len(key) == 1:
             (value,) = key
-            if value is None:
+            if value is None or (value == "" and self.path_fields):
                 return None
             affixes = self.point_affixes
             if affixes is not None:
                 return affixes[0] + encode_value(value) + affixes[1]
             return self.template.format({columns[0]: value}, encode_value)
         values = key_dict(columns, tuple(key))
-        if has_null(tuple(values.values())):
+        if has_null(tuple(values.values())) or any(values[f] == "" for f in self.path_fields):
             return None
         return self.template.format(values, encode_value)
 
@@ -301,13 +333,27 @@ class HttpConnector(AsyncFirstSource):
         )
 
     def group(self, keys: Sequence[Key], rows: Sequence[Row]) -> list[Collection[Row]]:
-        def norm(values: Sequence[Any]) -> tuple[str, ...]:
-            return tuple(str(v) for v in values)
-
-        by_key: dict[tuple[str, ...], list[Row]] = {}
+        """Each key's rows of a batch answer, matched on the key columns' values as text
+        (``str()`` of both) or, for a key with a number, by value (:func:`number_text`: the
+        key ``2.0`` matches ``2``); a row without all the key columns, or with a null among
+        them, belongs to no key."""
+        columns = self.key_columns
+        by_text: dict[tuple[str, ...], list[Row]] = {}
+        by_number: dict[tuple[str, ...], list[Row]] = {}
         for row in rows:
-            by_key.setdefault(norm([row.get(c) for c in self.key_columns]), []).append(row)
-        return [[dict(r) for r in by_key.get(norm(k), ())] for k in keys]
+            values = [row.get(c) for c in columns]
+            if None not in values:
+                by_text.setdefault(tuple(map(str, values)), []).append(row)
+                by_number.setdefault(tuple(map(number_text, values)), []).append(row)
+        out: list[Collection[Row]] = []
+        for key in keys:
+            found = by_text.get(tuple(map(str, key)), [])
+            if any(type(v) in _NUMBERS for v in key):
+                more = by_number.get(tuple(map(number_text, key)), [])
+                seen = set(map(id, found))
+                found = found + [r for r in more if id(r) not in seen]
+            out.append([dict(r) for r in found])
+        return out
 
     def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
         if self.next_field:

@@ -4,7 +4,9 @@ fragment, a header or change the host), fixed batch and scan URLs, status sets, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -21,6 +23,26 @@ def encode_value(value: Any) -> str:
     if type(value) is int:
         return str(value)  # digits and "-" only: nothing to encode
     return quote(str(value), safe="").replace(".", "%2E")
+
+
+def number_text(value: Any) -> str:
+    """A number's value as text, one text per value (``2``, ``2.0``, ``Decimal("2.00")`` and
+    ``-0.0``/``0.0`` alike); anything else as ``str()``."""
+    kind = type(value)
+    if kind is float or kind is Decimal:
+        if not math.isfinite(value):
+            return str(float(value))
+        if value == int(value):
+            return str(int(value))
+        return repr(float(value)) if kind is float else str(value.normalize())
+    return str(value)
+
+
+def path_fields(template: KeyTemplate) -> frozenset[str]:
+    """The template's placeholders in the URL's path (not its query)."""
+    marks = {field: f"\x00{n}\x00" for n, field in enumerate(template.fields)}
+    path = urlsplit(template.format(marks, lambda mark: mark)).path
+    return frozenset(field for field, mark in marks.items() if mark in path)
 
 
 def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:

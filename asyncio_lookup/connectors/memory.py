@@ -6,6 +6,7 @@ For tests, demos and notebooks.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,12 @@ class InMemoryConnector(AsyncFirstSource):
     def target(self) -> str:
         """What run-time errors name."""
         return f"in-memory rows ({len(self.rows)})"
+
+    @property
+    def cache_identity(self) -> str:
+        """What its answers depend on (the shared cache's namespace): the rows and key columns."""
+        text = repr((self.key_columns, self.rows))
+        return "memory:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def _index(self) -> dict[Key, list[Row]]:
         index: dict[Key, list[Row]] = {}

@@ -35,6 +35,22 @@ def target_of(source: object) -> str:
     return target if isinstance(target, str) else type(source).__name__
 
 
+def shared_namespace_of(name: str, source: object, schema: str = "") -> str:
+    """The shared cache's default namespace of a table: a digest of its name, its source's
+    ``cache_identity`` (what its answers depend on: service, query or template, headers...)
+    and its declared schema. A source without one needs ``lookup.shared-cache.namespace``."""
+    identity = getattr(source, "cache_identity", None)
+    if not isinstance(identity, str):
+        raise ConfigurationError(
+            "lookup.shared-cache.namespace",
+            None,
+            "a namespace naming this table's data (e.g. 'customers.v1'), unique per source",
+            f"lookup table {name!r}: {type(source).__name__} has no cache_identity, so two "
+            "tables of this name over different sources could read each other's entries",
+        )
+    return default_namespace(name, identity, schema)
+
+
 @dataclass(frozen=True)
 class SourcePlan:
     """What :meth:`LookupChain.create` builds: a FULL cache over ``scan``, or the function of
@@ -166,7 +182,7 @@ def build_parts(
     shared: SharedTier | None = None
     settings = options.shared_cache()
     if settings is not None:
-        namespace = settings.namespace or shared_namespace or default_namespace(name, target, "")
+        namespace = settings.namespace or shared_namespace or shared_namespace_of(name, source)
         shared = SharedTier(settings, namespace, key_columns, name=name)
     sync_function, async_function = plan.sync_function, plan.async_function
     if rate is not None:

@@ -12,8 +12,8 @@ from pyspark.sql.types import StructType
 
 from asyncio_lookup.errors import ConfigurationError, LookupFailedError
 from asyncio_lookup.lookup.chain import LookupChain
-from asyncio_lookup.lookup.chain_build import target_of
-from asyncio_lookup.lookup.l2.settings import default_namespace, namespace_pattern
+from asyncio_lookup.lookup.chain_build import shared_namespace_of
+from asyncio_lookup.lookup.l2.settings import namespace_pattern
 from asyncio_lookup.lookup.l2.stores import open_admin
 from asyncio_lookup.lookup.option_names import SHARED_URL
 from asyncio_lookup.lookup.options import LookupOptions
@@ -129,12 +129,13 @@ class LookupTable:
     @property
     def shared_namespace(self) -> str:
         """The shared cache's namespace: ``lookup.shared-cache.namespace``, else a digest of
-        the table's name, its connector's target and its declared schema (so a changed schema
-        never reads entries written under the old one)."""
+        the table's name, its connector's ``cache_identity`` (everything its answers depend on)
+        and its declared schema (so a changed schema never reads entries written under the old
+        one); ConfigurationError for a connector without ``cache_identity`` and no namespace."""
         given = self.options.shared_namespace
         if given is not None:
             return given
-        return default_namespace(self.name, target_of(self.connector), self.schema.simpleString())
+        return shared_namespace_of(self.name, self.connector, self.schema.simpleString())
 
     def invalidate_shared_cache(self) -> int:
         """Delete every entry of this table's namespace from the shared cache (on the driver,

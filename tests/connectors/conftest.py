@@ -82,6 +82,11 @@ def _app(service: Service) -> web.Application:
             return web.Response(status=404)
         return web.json_response(rows[0] if len(rows) == 1 else rows)
 
+    async def collection(request: web.Request) -> web.Response:
+        # what a REST service answers at its collection's URL: every row
+        record(request)
+        return web.json_response([r for rows in service.rows.values() for r in rows])
+
     async def order(request: web.Request) -> web.Response:
         record(request)
         cid, oid = request.match_info["cid"], request.match_info["oid"]
@@ -131,16 +136,18 @@ def _app(service: Service) -> web.Application:
         return web.json_response({"items": [{"id": 1}], "next": "http://example.invalid/steal"})
 
     async def raw(request: web.Request) -> web.Response:
-        # /raw/<status>/<body>: answers that status with that body, as it is
+        # /raw/<status>/<body> (or ?body=<body>): answers that status with that body, as it is
         record(request)
         status = int(request.match_info["status"])
-        return web.Response(status=status, body=request.match_info["body"].encode() or None)
+        body = request.match_info["body"] or request.query.get("body", "")
+        return web.Response(status=status, body=body.encode() or None)
 
     app = web.Application()
     app.router.add_get("/raw/{status}/{body:.*}", raw)
     app.router.add_get("/slow/{id}", slow)
     app.router.add_get("/elsewhere", elsewhere)
     app.router.add_get("/customers/{id}", customer)
+    app.router.add_get("/customers/", collection)
     app.router.add_get("/orders/{cid}/{oid}", order)
     app.router.add_post("/customers:batchGet", batch_post)
     app.router.add_get("/customers", batch_query)

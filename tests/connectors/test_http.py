@@ -6,6 +6,7 @@ import asyncio
 import logging
 import pickle
 import time
+from decimal import Decimal
 from email.utils import formatdate
 from urllib.parse import quote
 
@@ -52,6 +53,53 @@ async def test_point_missing_multi_row_and_null(http_service: Service) -> None:
     before = len(http_service.requests)
     assert await _both(c, (None,)) == []
     assert len(http_service.requests) == before, "a NULL key is a miss without a request"
+
+
+async def test_an_empty_key_in_the_path_is_a_miss_not_the_collection(http_service: Service) -> None:
+    """``/customers/{id}`` with ``""`` would be ``GET /customers/``: the collection's rows."""
+    c = HttpConnector(f"{http_service.base}/customers/{{id}}")
+    composite = HttpConnector(f"{http_service.base}/orders/{{cid}}/{{oid}}", ["cid", "oid"])
+    before = len(http_service.requests)
+    assert await _both(c, ("",)) == []
+    assert await _both(composite, (5, "")) == []
+    assert len(http_service.requests) == before
+    # in the query an empty value is a value like any other
+    in_query = HttpConnector(f"{http_service.base}/raw/200/?body={{id}}")
+    assert await _both(in_query, ("",)) == []
+    assert len(http_service.requests) == before + 2  # asked, by both paths
+
+
+def test_every_key_column_must_be_in_the_url() -> None:
+    with pytest.raises(ConfigurationError, match=r"\['region'\] would not be in the request"):
+        HttpConnector("http://h/customers/{id}", ["id", "region"])
+    with pytest.raises(ConfigurationError, match="key_columns"):
+        HttpConnector("http://h/customers", "id", batch_url="http://h/batch")
+    HttpConnector("http://h/customers/{id}?region={region}", ["region", "id"])  # any order
+
+
+def test_batch_rows_are_matched_to_keys_by_text_and_numbers_by_value() -> None:
+    c = HttpConnector("http://h/c/{code}", batch_url="http://h/batch")
+    rows = [
+        {"name": "no code"},
+        {"code": None, "name": "null code"},
+        {"code": "None", "name": "the text None"},
+        {"code": 2, "name": "two"},
+        {"code": "x", "name": "x"},
+        {"code": 1.5, "name": "one and a half"},
+        {"code": 0, "name": "zero"},
+    ]
+    names = [
+        [r["name"] for r in found]
+        for found in c.group(
+            [("None",), ("x",), (2.0,), (Decimal("1.50"),), (-0.0,), ("2",), ("2.0",)], rows
+        )
+    ]
+    # a row without its key (or a null one) is no key's row; numbers match by value; text
+    # keys by text only ("2.0" is not the text of 2)
+    assert names == [["the text None"], ["x"], ["two"], ["one and a half"], ["zero"], ["two"], []]
+    composite = HttpConnector("http://h/c/{a}/{b}", ["a", "b"], batch_url="http://h/batch")
+    found = composite.group([(1, "y"), (1, None)], [{"a": 1, "b": "y"}, {"a": 1}])
+    assert found == [[{"a": 1, "b": "y"}], []]
 
 
 async def test_a_2xx_status_listed_as_a_miss_is_a_miss(http_service: Service) -> None:
@@ -435,8 +483,9 @@ def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
 async def test_answers_of_every_kind(
     http_service: Service, status: int, body: str, expected: object
 ) -> None:
-    c = HttpConnector(f"{http_service.base}/raw/{status}/{{id}}")
-    key = (body,) if body else ("",)
+    # the body in the query: an empty key in a path placeholder would be a miss, no request
+    c = HttpConnector(f"{http_service.base}/raw/{status}/?body={{id}}")
+    key = (body,)
     if isinstance(expected, type):
         with pytest.raises(expected):
             await _both(c, key)

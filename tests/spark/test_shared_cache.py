@@ -19,7 +19,7 @@ import redis
 from aiohttp import web
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from asyncio_lookup.connectors import HttpConnector
+from asyncio_lookup.connectors import HttpConnector, InMemoryConnector
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.l2.settings import namespace_pattern
 from asyncio_lookup.lookup.l2.stores import open_admin
@@ -35,12 +35,12 @@ TASKS = 8
 # -- the driver's checks -----------------------------------------------------------------------
 
 
-def _table(options: dict[str, str], v: Any = None) -> LookupTable:
+def _table(options: dict[str, str], v: Any = None, connector: Any = None) -> LookupTable:
     schema = StructType([StructField("id", LongType()), StructField("v", v or StringType())])
     return LookupTable(
         "Items",
         schema,
-        HttpConnector("http://127.0.0.1:1/items/{id}"),
+        connector or HttpConnector("http://127.0.0.1:1/items/{id}"),
         {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10", **options},
         verify_target=False,
     )
@@ -62,6 +62,39 @@ def test_the_default_namespace_changes_with_the_schema() -> None:
     assert _table(url, IntegerType()).shared_namespace != a.shared_namespace
     named = _table({**url, "lookup.shared-cache.namespace": "items.v2"})
     assert named.shared_namespace == "items.v2"
+
+
+def test_the_default_namespace_changes_with_what_the_answers_depend_on() -> None:
+    """Two tables of one name over different sources never read each other's entries."""
+    url = {"lookup.shared-cache.url": "redis://127.0.0.1:6379/15"}
+    base = "http://127.0.0.1:1/items/{id}"
+    tenants = [
+        HttpConnector(base, headers={"X-Tenant": "acme"}),
+        HttpConnector(base, headers={"X-Tenant": "globex"}),
+        HttpConnector(base, bearer_token="token-a"),
+        HttpConnector(base, bearer_token="token-b"),
+        HttpConnector(base, rows_field="data"),
+        HttpConnector(base + "?region=eu"),
+        HttpConnector(base, batch_url="http://127.0.0.1:1/items:batch"),
+        InMemoryConnector([{"id": 1, "v": "a"}], ["id"]),
+        InMemoryConnector([{"id": 1, "v": "b"}], ["id"]),
+    ]
+    namespaces = [_table(url, connector=c).shared_namespace for c in tenants]
+    assert len(set(namespaces)) == len(tenants)
+    again = HttpConnector(base, headers={"X-Tenant": "acme"})
+    assert _table(url, connector=again).shared_namespace == namespaces[0]
+    assert "token-a" not in tenants[2].cache_identity
+
+
+def test_a_connector_that_cannot_say_what_its_answers_depend_on_needs_a_namespace() -> None:
+    class Plain(InMemoryConnector):
+        cache_identity = None  # type: ignore[assignment]
+
+    url = {"lookup.shared-cache.url": "redis://127.0.0.1:6379/15"}
+    with pytest.raises(ConfigurationError, match=r"lookup\.shared-cache\.namespace.*Plain"):
+        _table(url, connector=Plain([], ["id"])).shared_namespace  # noqa: B018
+    named = {**url, "lookup.shared-cache.namespace": "items.v3"}
+    assert _table(named, connector=Plain([], ["id"])).shared_namespace == "items.v3"
 
 
 def test_hint_options_override_the_tables() -> None:
