@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors._secrets import mask_url
 from asyncio_lookup.connectors.http11_request import header_block
-from asyncio_lookup.connectors.keys import KeyTemplate
+from asyncio_lookup.connectors.keys import KeyTemplate, key_text
 from asyncio_lookup.errors import ConfigurationError
 
 _MARK = "\x00placeholder\x00"
@@ -22,7 +22,7 @@ def encode_value(value: Any) -> str:
     """A key value as an opaque path/query piece: every reserved character and dot encoded."""
     if type(value) is int:
         return str(value)  # digits and "-" only: nothing to encode
-    return quote(str(value), safe="").replace(".", "%2E")
+    return quote(key_text(value), safe="").replace(".", "%2E")
 
 
 def number_text(value: Any) -> str:
@@ -40,15 +40,17 @@ def number_text(value: Any) -> str:
 
 def path_fields(template: KeyTemplate) -> frozenset[str]:
     """The template's placeholders in the URL's path (not its query)."""
-    marks = {field: f"\x00{n}\x00" for n, field in enumerate(template.fields)}
-    path = urlsplit(template.format(marks, lambda mark: mark)).path
-    return frozenset(field for field, mark in marks.items() if mark in path)
+    pieces = [template.literals[0]]
+    for n, literal in enumerate(template.literals[1:]):
+        pieces += (f"\x00{n}\x00", literal)  # a mark per placeholder, formatted unchecked
+    path = urlsplit("".join(pieces)).path
+    return frozenset(f for n, f in enumerate(template.fields) if f"\x00{n}\x00" in path)
 
 
 def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
     """The URL template without userinfo (returned apart as basic auth), validated."""
     template = KeyTemplate(url, option)
-    probe = urlsplit(template.format(dict.fromkeys(template.fields, ""), lambda _: _MARK))
+    probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
     if probe.scheme not in ("http", "https") or not probe.hostname:
         raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
     if _MARK in probe.scheme + probe.netloc + probe.fragment:

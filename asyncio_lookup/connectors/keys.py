@@ -7,8 +7,9 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import ConfigurationError, DataFormatError
 from asyncio_lookup.lookup.functions import Key
+from asyncio_lookup.masking import mask_url
 
 
 def has_null(key: Key) -> bool:
@@ -20,7 +21,12 @@ class KeyTemplate:
     """A template whose ``{field}`` placeholders are key columns.
 
     Only plain named fields are allowed (no ``{0}``, ``{id!r}`` or ``{id:>5}``), so formatting
-    cannot run user-chosen conversions.
+    cannot run user-chosen conversions. Two placeholders need a non-empty literal between them
+    (``{a}{b}`` is refused), and a formatted key is unambiguous: with several placeholders, each
+    value but the last one's must not contain the first character of the literal after its
+    placeholder (its *separator*), else :meth:`format` raises :class:`DataFormatError`. A value
+    then ends at its separator's first occurrence, so two different keys never format to the
+    same string and :meth:`parser` reads every formatted key back.
     """
 
     def __init__(self, template: str, option: str) -> None:
@@ -49,6 +55,24 @@ class KeyTemplate:
             self.fields.append(field)
         if len(self.literals) == len(self.fields):
             self.literals.append("")
+        for before, after, literal in zip(
+            self.fields[:-1], self.fields[1:], self.literals[1:-1], strict=True
+        ):
+            if not literal:
+                raise ConfigurationError(
+                    option,
+                    mask_url(template),
+                    "placeholders separated by a literal that their values cannot contain, "
+                    "e.g. 'c:{a}:{b}'",
+                    f"placeholders {{{before}}} and {{{after}}} are adjacent, so different "
+                    "keys could format to the same string",
+                )
+        # (field, literal after it, its separator: "" for the last placeholder, never checked)
+        self._parts = tuple(
+            (field, literal, literal[0] if i < len(self.fields) - 1 else "")
+            for i, (field, literal) in enumerate(zip(self.fields, self.literals[1:], strict=True))
+        )
+        self._parser: re.Pattern[str] | None = None
 
     def key_columns(self, key_columns: Sequence[str] | str | None) -> tuple[str, ...]:
         """The key columns: given ones (each must appear in the template) or the template's."""
@@ -83,32 +107,75 @@ class KeyTemplate:
         return self.literals[0], self.literals[1]
 
     def format(self, values: Mapping[str, Any], encode: Callable[[Any], str]) -> str:
+        """The template with each placeholder replaced by ``encode(value)``.
+
+        Raises :class:`DataFormatError` (for this key only) when a value but the last one's,
+        as encoded, contains its separator: the key would be ambiguous.
+        """
+        parts = self._parts
+        if len(parts) == 1:  # one placeholder: never ambiguous
+            field, literal, _ = parts[0]
+            return self.literals[0] + encode(values[field]) + literal
         out = [self.literals[0]]
-        for field, literal in zip(self.fields, self.literals[1:], strict=True):
-            out.append(encode(values[field]))
+        for field, literal, separator in parts:
+            text = encode(values[field])
+            if separator and separator in text:
+                raise self._ambiguous(values, field, text, separator)
+            out.append(text)
             out.append(literal)
         return "".join(out)
+
+    def _ambiguous(
+        self, values: Mapping[str, Any], field: str, text: str, separator: str
+    ) -> DataFormatError:
+        return DataFormatError(
+            f"key {dict(values)!r} cannot be written with the {self.option} "
+            f"{mask_url(self.template)!r}: the value of {field!r} ({text!r}) contains "
+            f"{separator!r}, the character after its placeholder, so another key could give the "
+            "same text; choose a separator the values cannot contain"
+        )
 
     def glob(self) -> str:
         """A Redis ``SCAN MATCH`` pattern: literals escaped, each placeholder ``*``."""
         return "*".join(re.sub(r"([\\*?\[\]])", r"\\\1", lit) for lit in self.literals)
 
     def parser(self) -> re.Pattern[str]:
-        """A regex that parses a formatted string back into its placeholder values.
+        """A regex that parses a string :meth:`format` wrote (with ``str`` values) back into its
+        placeholder values; compiled once.
 
-        With several placeholders a value containing the separator between them is ambiguous:
-        the earlier placeholder takes the shortest match.
+        It follows :meth:`format`'s rule: a value but the last one's holds none of its
+        separators, so it ends at the first one (``'c:x:y:z'`` for ``'c:{a}:{b}'`` reads
+        ``a='x', b='y:z'``; ``a='x:y'`` could not have been written). Every string
+        :meth:`format` writes parses back to its values, and parsing is unique.
         """
+        if self._parser is not None:
+            return self._parser
+        excluded: dict[str, set[str]] = {}
+        for field, _, separator in self._parts:
+            if separator:
+                excluded.setdefault(field, set()).add(separator)
         parts = [re.escape(self.literals[0])]
         seen: set[str] = set()
-        for field, literal in zip(self.fields, self.literals[1:], strict=True):
+        for field, literal, _ in self._parts:
             if field in seen:
                 parts.append(f"(?P={field})")
+            elif field in excluded:
+                chars = "".join(re.escape(c) for c in sorted(excluded[field]))
+                parts.append(f"(?P<{field}>[^{chars}]*)")
             else:
-                parts.append(f"(?P<{field}>.*?)")
-                seen.add(field)
+                parts.append(f"(?P<{field}>.*)")
+            seen.add(field)
             parts.append(re.escape(literal))
-        return re.compile("".join(parts) + r"\Z", re.DOTALL)
+        self._parser = re.compile("".join(parts) + r"\Z", re.DOTALL)
+        return self._parser
+
+
+def key_text(value: Any) -> str:
+    """A key value as key text: ``str``, with ``-0.0`` written ``0.0`` (the two are one key in
+    Python's equality, the lookup batcher and caches, and Spark SQL joins)."""
+    if isinstance(value, float) and value == 0.0:
+        return "0.0"
+    return str(value)
 
 
 def key_dict(columns: Sequence[str], key: Key) -> dict[str, Any]:

@@ -6,17 +6,24 @@ One key per dim key, named by a template (``"customer:{id}"``). The value is
 - ``json_list``: a string holding a JSON list of objects (several rows per key); ``MGET``;
 - ``hash``: a hash (``HGETALL``; field values are strings); batched with a pipeline.
 
-Each returned row also carries the key columns (unless the value already has them). A scan
-(``SCAN MATCH`` in batches) parses the key columns back from the key name: they come back as
-strings unless ``key_types`` names a converter (``{"id": int}``), and a composite template is
-only unambiguous when its values do not contain the literal between two placeholders; store
-the key columns inside the value when that matters (values win over the parsed key).
-hiredis is used by redis-py automatically when installed.
+Each returned row carries the key columns of its key, whatever the value holds under those
+names: the lookup key for point and batch lookups; for a scan (``SCAN MATCH`` in batches) the
+key parsed back from the key name, as strings unless ``key_types`` names a converter
+(``{"id": int}``). So point, batch and FULL-cache lookups agree, and a row never joins another
+key than its key name's. A scan skips a key name that does not parse or convert (another
+table's key sharing the prefix, ``customer:1:orders`` for ``customer:{id}`` with ``int`` ids).
+A composite key is unambiguous: a value holding the character that follows its placeholder is
+an error for that key (:class:`~asyncio_lookup.connectors.keys.KeyTemplate`). A key holding
+another Redis type than ``value_format`` reads is a miss on every path, point, batch and scan
+(``MGET`` cannot tell it from a missing key without another round trip); a value that is not
+UTF-8 text is a :class:`DataFormatError` naming its key. hiredis is used by redis-py
+automatically when installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import (
@@ -32,12 +39,14 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.connection import parse_url
 from redis.backoff import NoBackoff
+from redis.client import NEVER_DECODE
 from redis.retry import Retry
 
 from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, text
 from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
-from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict
+from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict, key_text
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
@@ -62,6 +71,32 @@ _CAUGHT = (*_TRANSIENT, RuntimeError)
 def _reraise_unless_transient(error: BaseException) -> None:
     if isinstance(error, RuntimeError) and "closed" not in str(error):
         raise error
+
+
+def _wrong_type(error: BaseException) -> bool:
+    """The reply to a read of a key that holds another Redis type (a miss for this table)."""
+    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("WRONGTYPE")
+
+
+def _text(redis_key: str, raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as error:
+        raise DataFormatError(
+            f"Redis key {redis_key!r} does not hold UTF-8 text ({error})"
+        ) from None
+
+
+def _callable_name(convert: Callable[..., Any]) -> str:
+    """A converter named the same in every process: module and name, and for a function its
+    bytecode's digest (two lambdas differ)."""
+    name = f"{getattr(convert, '__module__', '')}.{getattr(convert, '__qualname__', '')}"
+    if not name.strip("."):
+        name = f"{type(convert).__module__}.{type(convert).__qualname__}"
+    code = getattr(convert, "__code__", None)
+    if code is not None:
+        name += ":" + hashlib.sha256(code.co_code).hexdigest()[:16]
+    return name
 
 
 class RedisConnector(AsyncFirstSource):
@@ -115,6 +150,34 @@ class RedisConnector(AsyncFirstSource):
         )
 
     @property
+    def cache_identity(self) -> str:
+        """Stable text that changes with the answers: server (password hashed), db, keys, format."""
+        try:
+            server: dict[str, Any] = dict(parse_url(self.url))
+        except ValueError:
+            server = {"url": self.url}
+        for name, value in list(server.items()):
+            if isinstance(value, type):
+                server[name] = value.__name__
+            elif value is not None and ("password" in name or name == "url"):
+                server[name] = "sha256:" + hashlib.sha256(str(value).encode()).hexdigest()
+        if "host" in server:
+            server.setdefault("port", 6379)
+        server.setdefault("db", 0)
+        return json.dumps(
+            {
+                "connector": "redis",
+                "server": server,
+                "key_template": self.template.template,
+                "key_columns": list(self.key_columns),
+                "value_format": self.value_format,
+                "key_types": {c: _callable_name(f) for c, f in sorted(self.key_types.items())},
+            },
+            sort_keys=True,
+            default=str,
+        )
+
+    @property
     def target(self) -> str:
         """What run-time errors name: the server and the key pattern (password masked)."""
         return f"Redis {mask_url(self.url)}, keys {self.template.template!r}"
@@ -143,7 +206,9 @@ class RedisConnector(AsyncFirstSource):
         return redis.asyncio.Redis.from_pool(pool)
 
     def redis_key(self, key: Key) -> str:
-        return self.template.format(key_dict(self.key_columns, key), str)
+        """The key name of ``key``; :class:`DataFormatError` when the template cannot write it
+        unambiguously (a value holding its separator)."""
+        return self.template.format(key_dict(self.key_columns, key), key_text)
 
     def transient(self, error: BaseException, action: str) -> TransientError:
         message = redact(
@@ -153,7 +218,9 @@ class RedisConnector(AsyncFirstSource):
         log.debug("%s", message)  # per attempt; the error that ends the retries says it once
         return TransientError(message)
 
-    def decode(self, key_values: Mapping[str, Any], raw: Any, redis_key: str) -> list[Row]:
+    def decode(
+        self, key_values: Mapping[str, Any], raw: Any, redis_key: str
+    ) -> list[dict[str, Any]]:
         """Rows from one stored value (``None`` is a miss), with the key columns filled in."""
         if raw is None or raw == {}:
             return []
@@ -177,17 +244,21 @@ class RedisConnector(AsyncFirstSource):
                 )
             rows = [dict(r) for r in value] if isinstance(value, list) else [dict(value)]
         for row in rows:
-            for column, v in key_values.items():
-                row.setdefault(column, v)
-        return list(rows)
+            row.update(key_values)  # the key's columns, not what the value holds under them
+        return rows
 
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:
+        """The key columns of a scanned key name; ``None`` for a name that the template does
+        not match or ``key_types`` cannot convert (another table's key sharing the prefix)."""
         match = self.template.parser().match(redis_key)
         if match is None:
             return None
         values: dict[str, Any] = match.groupdict()
         for column, convert in self.key_types.items():
-            values[column] = convert(values[column])
+            try:
+                values[column] = convert(values[column])
+            except (ValueError, TypeError, ArithmeticError):
+                return None
         return values
 
     async def _scan(self) -> AsyncIterator[Row]:
@@ -197,7 +268,7 @@ class RedisConnector(AsyncFirstSource):
             cursor = 0
             while True:
                 try:
-                    cursor, keys = await client.scan(cursor, match=pattern, count=self.scan_count)
+                    cursor, keys = await self._scan_step(client, cursor, pattern)
                     keys = [k for k in keys if k not in seen]
                     seen.update(keys)
                     values = await self.fetch(client, keys)
@@ -213,24 +284,67 @@ class RedisConnector(AsyncFirstSource):
         finally:
             await client.aclose()
 
+    async def _scan_step(
+        self, client: redis.asyncio.Redis, cursor: int, pattern: str
+    ) -> tuple[int, list[str]]:
+        """One ``SCAN`` step; key names that are not UTF-8 text (not ours) are left out."""
+        try:
+            step = await client.scan(cursor, match=pattern, count=self.scan_count)
+            return int(step[0]), list(step[1])
+        except UnicodeDecodeError:  # redis-py dropped that connection; read the bytes again
+            cursor, names = await cast(Any, client).execute_command(
+                "SCAN", cursor, "MATCH", pattern, "COUNT", self.scan_count, **{NEVER_DECODE: True}
+            )
+        keys = []
+        for name in names:
+            try:
+                keys.append(name.decode())
+            except UnicodeDecodeError:
+                continue
+        return cursor, keys
+
     def _scan_rows(self, keys: Sequence[str], values: Sequence[Any]) -> Iterator[Row]:
         for redis_key, raw in zip(keys, values, strict=True):
-            if isinstance(raw, redis.exceptions.ResponseError):  # WRONGTYPE: not one of ours
+            if _wrong_type(raw):  # not one of ours
                 continue
+            if isinstance(raw, Exception):
+                raise raw
             key_values = self.parse_key(redis_key)
             if key_values is None:
                 continue
             yield from self.decode(key_values, raw, redis_key)
 
     async def fetch(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:
+        """The values of ``keys`` (``MGET`` or a pipeline of ``HGETALL``); a key's value that
+        is not UTF-8 text is a :class:`DataFormatError` naming it, in its place."""
         if not keys:
             return []
+        try:
+            return await self._fetch(client, keys, {})
+        except UnicodeDecodeError:  # redis-py dropped that connection; read the bytes again
+            raw = await self._fetch(client, keys, {NEVER_DECODE: True})
+        return [self._decoded(k, v) for k, v in zip(keys, raw, strict=True)]
+
+    async def _fetch(
+        self, client: redis.asyncio.Redis, keys: Sequence[str], options: dict[str, Any]
+    ) -> list[Any]:
         if self.value_format != "hash":
-            return list(await client.mget(keys))
+            return list(await cast(Any, client).execute_command("MGET", *keys, **options))
         pipe = client.pipeline(transaction=False)
         for k in keys:
-            pipe.hgetall(k)
+            cast(Any, pipe).execute_command("HGETALL", k, **options)
         return list(await pipe.execute(raise_on_error=False))
+
+    @staticmethod
+    def _decoded(redis_key: str, raw: Any) -> Any:
+        try:
+            if isinstance(raw, bytes):
+                return _text(redis_key, raw)
+            if isinstance(raw, dict):
+                return {_text(redis_key, f): _text(redis_key, v) for f, v in raw.items()}
+        except DataFormatError as error:
+            return error
+        return raw
 
     def results(
         self, keys: Sequence[Key], redis_keys: Sequence[str | None], values: Sequence[Any]
@@ -243,7 +357,7 @@ class RedisConnector(AsyncFirstSource):
                 continue
             raw = next(fetched)
             if isinstance(raw, Exception):
-                out.append(raw)
+                out.append([] if _wrong_type(raw) else raw)
                 continue
             try:
                 out.append(self.decode(key_dict(self.key_columns, key), raw, redis_key))
@@ -308,7 +422,16 @@ class _RedisLookup(AsyncLookupFunction):
         c = self.connector
         redis_key = c.redis_key(key)
         command = client.hgetall if c.value_format == "hash" else client.get
-        raw = await self._on_connection("lookup", lambda: cast(Any, command)(redis_key))
+        try:
+            raw = await self._on_connection("lookup", lambda: cast(Any, command)(redis_key))
+        except redis.exceptions.ResponseError as error:
+            if _wrong_type(error):  # another Redis type: a miss, as MGET answers it
+                return []
+            raise
+        except UnicodeDecodeError as error:
+            raise DataFormatError(
+                f"Redis key {redis_key!r} does not hold UTF-8 text ({error})"
+            ) from None
         return c.decode(key_dict(c.key_columns, key), raw, redis_key)
 
     async def async_lookup_batch(
@@ -317,10 +440,23 @@ class _RedisLookup(AsyncLookupFunction):
         keys = [tuple(k) for k in keys]
         client = await self._client()
         c = self.connector
-        redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
+        refused: dict[int, DataFormatError] = {}
+        try:
+            redis_keys = [None if has_null(k) else c.redis_key(k) for k in keys]
+        except DataFormatError:  # an ambiguous key: an error for that key only
+            redis_keys = []
+            for i, k in enumerate(keys):
+                try:
+                    redis_keys.append(None if has_null(k) else c.redis_key(k))
+                except DataFormatError as error:
+                    refused[i] = error
+                    redis_keys.append(None)
         wanted = [k for k in redis_keys if k is not None]
         values = await self._on_connection("batch lookup", lambda: c.fetch(client, wanted))
-        return c.results(keys, redis_keys, values)
+        results = c.results(keys, redis_keys, values)
+        for i, refusal in refused.items():
+            results[i] = refusal
+        return results
 
     async def close(self) -> None:
         if self.client is not None:

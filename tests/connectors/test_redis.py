@@ -62,17 +62,14 @@ async def test_hash_values_with_pipeline(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
     redis_client.hset(f"{redis_prefix}h:1", mapping={"name": "Ada", "tier": "gold"})
-    redis_client.set(f"{redis_prefix}h:9", "not a hash")
+    redis_client.set(f"{redis_prefix}h:9", "not a hash")  # another type: a miss on every path
     c = RedisConnector(redis_url, redis_prefix + "h:{id}", value_format="hash")
-    assert (await _both(c, [("1",), ("2",)])) == [[{"name": "Ada", "tier": "gold", "id": "1"}], []]
-    fn = c.async_lookup_function()
-    await fn.open()
-    try:
-        ok, wrong = await fn.async_lookup_batch([("1",), ("9",)])
-    finally:
-        await fn.close()
-    assert list(ok) == [{"name": "Ada", "tier": "gold", "id": "1"}]
-    assert isinstance(wrong, redis.exceptions.ResponseError)  # WRONGTYPE, for that key only
+    assert (await _both(c, [("1",), ("2",), ("9",)])) == [
+        [{"name": "Ada", "tier": "gold", "id": "1"}],
+        [],
+        [],
+    ]
+    assert [r async for r in c.scan()] == [{"name": "Ada", "tier": "gold", "id": "1"}]
 
 
 async def test_json_list_multi_row_and_composite_key(
@@ -149,7 +146,7 @@ async def test_scan_hash_glob_escaping_and_key_parsing(
         key_types={"n": int},
     )
     rows = sorted([r async for r in c.scan()], key=lambda r: r["n"])
-    assert rows == [{"f": "1", "g": "a", "n": 1}, {"f": "2", "g": "x", "n": 2}]  # value wins
+    assert rows == [{"f": "1", "g": "a", "n": 1}, {"f": "2", "g": "b", "n": 2}]  # the key wins
 
 
 async def test_restart_mid_run_recovers_without_loss_or_duplicates(
@@ -289,3 +286,181 @@ async def test_pool_timeout_bounds_the_wait_for_a_connection(
             assert list(await stuck) == [{"v": 1, "id": 1}]
         finally:
             await fn.close()
+
+
+# -- keys: unambiguous, typed from the key, -0.0, odd values -----------------------------------
+
+
+async def test_composite_keys_that_would_collide_are_refused(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    """('x:y', 'z') and ('x', 'y:z') used to be one Redis key under 'c:{a}:{b}': the first is
+    now an error for that key alone, the second reads its own row, and a scan agrees."""
+    redis_client.set(f"{redis_prefix}c:x:y:z", json.dumps({"v": "row of ('x', 'y:z')"}))
+    c = RedisConnector(redis_url, redis_prefix + "c:{a}:{b}", ["a", "b"])
+    with pytest.raises(DataFormatError, match=r"':'.*separator"):
+        c.redis_key(("x:y", "z"))
+    with pytest.raises(DataFormatError, match="'x:y'"):
+        await blocking(c.lookup_function().lookup, ("x:y", "z"))
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(DataFormatError):
+            await fn.async_lookup(("x:y", "z"))
+        refused, found, absent = await fn.async_lookup_batch(
+            [("x:y", "z"), ("x", "y:z"), ("q", "r")]
+        )
+    finally:
+        await fn.close()
+    assert isinstance(refused, DataFormatError)
+    assert list(found) == [{"v": "row of ('x', 'y:z')", "a": "x", "b": "y:z"}]
+    assert list(absent) == []
+    assert [r async for r in c.scan()] == [{"v": "row of ('x', 'y:z')", "a": "x", "b": "y:z"}]
+    with pytest.raises(ConfigurationError, match=r"key_template.*adjacent"):
+        RedisConnector(redis_url, redis_prefix + "n:{a}{b}", ["a", "b"])  # (1, 23) vs (12, 3)
+
+
+async def test_rows_take_their_key_columns_from_the_key(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    """A hash (or JSON) value holding the key column as a string, or a different one: point,
+    batch and FULL-cache lookups all give the key's typed value, never the value's."""
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    redis_client.hset(f"{redis_prefix}h:1", mapping={"id": "1", "name": "Ada"})
+    redis_client.hset(f"{redis_prefix}h:2", mapping={"id": "7", "name": "Grace"})  # disagrees
+    redis_client.set(f"{redis_prefix}j:1", json.dumps({"id": "1", "name": "Ada"}))
+    redis_client.set(f"{redis_prefix}j:2", json.dumps({"id": 7, "name": "Grace"}))
+    expected = [[{"id": 1, "name": "Ada"}], [{"id": 2, "name": "Grace"}], []]
+    for fmt, letter in (("hash", "h"), ("json", "j")):
+        c = RedisConnector(
+            redis_url, f"{redis_prefix}{letter}:{{id}}", value_format=fmt, key_types={"id": int}
+        )
+        assert await _both(c, [(1,), (2,), (7,)]) == expected
+        assert sorted([r async for r in c.scan()], key=lambda r: r["id"]) == [
+            {"id": 1, "name": "Ada"},
+            {"id": 2, "name": "Grace"},
+        ]
+        options = LookupOptions.from_dict(
+            {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+        )
+        chain = LookupChain.create(c, options, prefer_async=True, key_columns=["id"], name="T")
+        await chain.open()
+        try:
+            assert [list(await chain.async_lookup((k,))) for k in (1, 2, 7)] == expected
+        finally:
+            await chain.close()
+
+
+async def test_scan_skips_other_tables_keys_sharing_the_prefix(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}cu:1", json.dumps({"name": "Ada"}))
+    redis_client.set(f"{redis_prefix}cu:1:orders", json.dumps({"name": "orders of 1"}))
+    redis_client.hset(f"{redis_prefix}cu:2", mapping={"name": "a hash"})  # another type
+    c = RedisConnector(redis_url, redis_prefix + "cu:{id}", key_types={"id": int})
+    assert [r async for r in c.scan()] == [{"name": "Ada", "id": 1}]
+
+
+async def test_negative_zero_and_zero_are_one_key(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}z:0.0", json.dumps({"v": "zero"}))
+    c = RedisConnector(redis_url, redis_prefix + "z:{x}")
+    assert c.redis_key((-0.0,)) == c.redis_key((0.0,)) == f"{redis_prefix}z:0.0"
+    rows = await _both(c, [(-0.0,), (0.0,)])
+    assert [[r["v"] for r in found] for found in rows] == [["zero"], ["zero"]]
+
+
+async def test_wrong_type_is_a_miss_on_every_path(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    """MGET answers a key of another type as missing; a point GET now does the same."""
+    redis_client.hset(f"{redis_prefix}o:h", mapping={"v": "hash"})
+    redis_client.set(f"{redis_prefix}o:1", json.dumps({"v": 1}))
+    c = RedisConnector(redis_url, redis_prefix + "o:{id}")
+    assert await _both(c, [("h",), ("1",)]) == [[], [{"v": 1, "id": "1"}]]
+    assert [r async for r in c.scan()] == [{"v": 1, "id": "1"}]
+
+
+async def test_value_that_is_not_utf8_fails_only_its_key(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        raw.set(f"{redis_prefix}u:bin", b'{"v": "\xff\xfe"}')
+        raw.hset(f"{redis_prefix}hu:bin", mapping={"v": b"\xff"})
+    finally:
+        raw.close()
+    redis_client.set(f"{redis_prefix}u:1", json.dumps({"v": 1}))
+    redis_client.hset(f"{redis_prefix}hu:1", mapping={"v": "1"})
+    for template, fmt, one in (("u:{id}", "json", 1), ("hu:{id}", "hash", "1")):
+        c = RedisConnector(redis_url, redis_prefix + template, value_format=fmt, max_connections=1)
+        key = f"{redis_prefix}{template.split(':')[0]}:bin"
+        with pytest.raises(DataFormatError, match=f"{key!r}.*UTF-8"):
+            await blocking(c.lookup_function().lookup, ("bin",))
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            with pytest.raises(DataFormatError, match=f"{key!r}.*UTF-8"):
+                await fn.async_lookup(("bin",))
+            bad, good = await fn.async_lookup_batch([("bin",), ("1",)])
+            assert isinstance(bad, DataFormatError) and repr(key) in str(bad)
+            assert list(good) == [{"v": one, "id": "1"}]
+            assert [list(r) for r in await fn.async_lookup_batch([("1",)])] == [
+                [{"v": one, "id": "1"}]
+            ]  # the pool still answers each key with its own value
+        finally:
+            await fn.close()
+        with pytest.raises(DataFormatError, match=f"{key!r}.*UTF-8"):
+            [r async for r in c.scan()]
+
+
+async def test_scan_skips_key_names_that_are_not_utf8(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        raw.set(redis_prefix.encode() + b"k:\xff", b"{}")
+    finally:
+        raw.close()
+    redis_client.set(f"{redis_prefix}k:1", json.dumps({"v": 1}))
+    c = RedisConnector(redis_url, redis_prefix + "k:{id}")
+    assert [r async for r in c.scan()] == [{"v": 1, "id": "1"}]
+
+
+def test_cache_identity(redis_url: str) -> None:
+    def identity(
+        url: str = "redis://127.0.0.1:6379/15", template: str = "c:{id}", **kw: object
+    ) -> str:
+        return RedisConnector(url, template, **kw).cache_identity  # type: ignore[arg-type]
+
+    base = identity()
+    assert base == identity() == identity(max_connections=3, scan_count=10, client_name="x")
+    assert (
+        base
+        == pickle.loads(
+            pickle.dumps(RedisConnector("redis://127.0.0.1:6379/15", "c:{id}"))
+        ).cache_identity
+    )
+    assert "0x" not in base
+    others = [
+        identity(template="d:{id}"),
+        identity("redis://127.0.0.1:6379/14"),
+        identity("redis://127.0.0.1:6380/15"),
+        identity(value_format="hash"),
+        identity(key_types={"id": int}),
+        identity(key_types={"id": float}),
+        identity(template="c:{a}:{b}", key_columns=["a", "b"]),
+        identity(template="c:{a}:{b}", key_columns=["b", "a"]),
+        identity("redis://:pw1@127.0.0.1:6379/15"),
+        identity("redis://:pw2@127.0.0.1:6379/15"),
+    ]
+    assert len({base, *others}) == len(others) + 1
+    assert identity("redis://127.0.0.1:6379") == identity("redis://127.0.0.1:6379/0")
+    for text in (
+        identity("redis://:s3cr3t-pw@127.0.0.1:6379/15"),
+        identity("redis://127.0.0.1/1?password=s3cr3t-pw"),
+    ):
+        assert "s3cr3t" not in text and "sha256:" in text

@@ -1,0 +1,170 @@
+"""KeyTemplate: composite keys format unambiguously, and parser() reads them back."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncio_lookup.connectors.http_urls import encode_value
+from asyncio_lookup.connectors.keys import KeyTemplate, key_text
+from asyncio_lookup.errors import ConfigurationError, DataFormatError
+
+
+def test_adjacent_placeholders_are_refused_on_construction() -> None:
+    for template in ("T:{a}{b}", "{a}{b}", "{a}{a}", "T:{a}:{b}{c}"):
+        with pytest.raises(ConfigurationError, match="key_template") as info:
+            KeyTemplate(template, "key_template")
+        assert template in str(info.value) and "adjacent" in str(info.value)
+    with pytest.raises(ConfigurationError, match="'url'"):
+        KeyTemplate("http://h/c/{a}{b}", "url")
+    KeyTemplate("T:{a}:{a}", "key_template")  # the same field twice, separated: fine
+
+
+def test_separator_in_a_value_is_refused_for_that_key() -> None:
+    t = KeyTemplate("T:{a}:{b}", "key_template")
+    with pytest.raises(DataFormatError) as info:
+        t.format({"a": "x:y", "b": "z"}, str)
+    message = str(info.value)
+    assert "'x:y'" in message and "T:{a}:{b}" in message and "':'" in message
+    assert "separator" in message
+    assert t.format({"a": "x", "b": "y:z"}, str) == "T:x:y:z"  # the last value may hold it
+    assert t.parser().match("T:x:y:z").groupdict() == {"a": "x", "b": "y:z"}
+    # adjacent placeholders used to give one key for (1, 23) and (12, 3): now refused on the driver
+    with pytest.raises(ConfigurationError):
+        KeyTemplate("T:{a}{b}", "key_template")
+    one = KeyTemplate("T:{a}", "key_template")  # one placeholder: any value
+    assert one.format({"a": "x:y}"}, str) == "T:x:y}"
+    assert one.parser().match("T:x:y}").groupdict() == {"a": "x:y}"}
+
+
+def test_http_percent_encoded_values_that_would_collide_are_refused() -> None:
+    t = KeyTemplate("http://svc/c/{a}-{b}", "url")
+    with pytest.raises(DataFormatError, match="'-'"):
+        t.format({"a": "x-y", "b": "z"}, encode_value)
+    assert t.format({"a": "x", "b": "y-z"}, encode_value) == "http://svc/c/x-y-z"
+    # a separator that encoding escapes can never be in a value: nothing is refused
+    q = KeyTemplate("http://svc/c?a={a}&b={b}", "url")
+    assert q.format({"a": "x&b=y", "b": "z"}, encode_value) == "http://svc/c?a=x%26b%3Dy&b=z"
+    dot = KeyTemplate("http://svc/c/{a}.{b}", "url")
+    assert dot.format({"a": "1.5", "b": 2}, encode_value) == "http://svc/c/1%2E5.2"
+
+
+def test_repeated_field_is_checked_at_every_place_but_the_last() -> None:
+    t = KeyTemplate("{a}-{b}/{a}.{c}", "key_template")
+    assert t.format({"a": "x", "b": "y", "c": "z.w"}, str) == "x-y/x.z.w"
+    for bad in ({"a": "x.1", "b": "y", "c": "z"}, {"a": "x-1", "b": "y", "c": "z"}):
+        with pytest.raises(DataFormatError):
+            t.format(bad, str)
+    p = t.parser()
+    assert p.match("x-y/x.z.w").groupdict() == {"a": "x", "b": "y", "c": "z.w"}
+    assert p.match("x.1-y/x.1.z") is None  # could not have been written
+
+
+def test_negative_zero_is_written_as_zero() -> None:
+    assert key_text(-0.0) == key_text(0.0) == "0.0"
+    assert [key_text(v) for v in (1.5, -1.5, 0, "-0.0", float("nan"))] == [
+        "1.5",
+        "-1.5",
+        "0",
+        "-0.0",
+        "nan",
+    ]
+
+
+def test_template_pickles_with_its_parser() -> None:
+    t = KeyTemplate("o:{cid}:{oid}", "key_template")
+    t.parser()
+    copy = pickle.loads(pickle.dumps(t))
+    assert copy.parser().match("o:1:x:y").groupdict() == {"cid": "1", "oid": "x:y"}
+
+
+# -- properties ------------------------------------------------------------------------------
+
+CHARS = "x:-/a"  # separators and value characters overlap on purpose
+
+
+@st.composite
+def templates(draw: st.DrawFn) -> KeyTemplate:
+    n = draw(st.integers(2, 4))
+    fields = draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n))
+    text = draw(st.text(CHARS, max_size=2))
+    for i, field in enumerate(fields):
+        last = i == n - 1
+        text += "{" + field + "}" + draw(st.text(CHARS, min_size=0 if last else 1, max_size=2))
+    return KeyTemplate(text, "key_template")
+
+
+def value_dicts(t: KeyTemplate) -> st.SearchStrategy[dict[str, str]]:
+    return st.fixed_dictionaries({f: st.text(CHARS, max_size=4) for f in dict.fromkeys(t.fields)})
+
+
+def splits(t: KeyTemplate, s: str) -> Iterator[dict[str, str]]:
+    """Every assignment of values whose plain formatting (no check) is ``s``."""
+
+    def go(i: int, pos: int, values: dict[str, str]) -> Iterator[dict[str, str]]:
+        if i == len(t.fields):
+            if pos == len(s):
+                yield values
+            return
+        field, literal = t.fields[i], t.literals[i + 1]
+        for end in range(pos, len(s) + 1):
+            if s.startswith(literal, end):
+                value = s[pos:end]
+                if values.get(field, value) == value:
+                    yield from go(i + 1, end + len(literal), {**values, field: value})
+
+    if s.startswith(t.literals[0]):
+        yield from go(0, len(t.literals[0]), {})
+
+
+def formatted(t: KeyTemplate, values: dict[str, Any], encode: Any = str) -> str | None:
+    try:
+        return t.format(values, encode)
+    except DataFormatError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_accepted_keys_never_collide_and_parse_back(data: st.DataObject) -> None:
+    t = data.draw(templates())
+    values = data.draw(value_dicts(t))
+    s = formatted(t, values)
+    if s is None:
+        return
+    # of all the value assignments that write the same text, only this one is accepted
+    accepted = [v for v in splits(t, s) if formatted(t, v) is not None]
+    assert accepted == [values]
+    match = t.parser().match(s)
+    assert match is not None and match.groupdict() == values
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_parser_accepts_only_what_format_writes(data: st.DataObject) -> None:
+    t = data.draw(templates())
+    s = data.draw(st.text(CHARS, max_size=12))
+    match = t.parser().match(s)
+    if match is not None:
+        assert formatted(t, match.groupdict()) == s
+    else:
+        assert all(formatted(t, v) is None for v in splits(t, s))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_http_encoded_keys_never_collide(data: st.DataObject) -> None:
+    t = data.draw(templates())
+    url = KeyTemplate("http://svc/" + t.template, "url")
+    values = data.draw(value_dicts(t))
+    s = formatted(url, values, encode_value)
+    if s is None:
+        return
+    decoded = [{f: unquote(v) for f, v in split.items()} for split in splits(url, s)]
+    assert [v for v in decoded if formatted(url, v, encode_value) == s] == [values]
