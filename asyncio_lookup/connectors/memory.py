@@ -13,7 +13,7 @@ from typing import Any
 from asyncio_lookup.connectors._args import seconds
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row, same_nan
 
 
 class InMemoryConnector(AsyncFirstSource):
@@ -58,7 +58,8 @@ class InMemoryConnector(AsyncFirstSource):
     def _index(self) -> dict[Key, list[Row]]:
         index: dict[Key, list[Row]] = {}
         for row in self.rows:
-            index.setdefault(tuple(row.get(c) for c in self.key_columns), []).append(row)
+            key = [row.get(c) for c in self.key_columns]
+            index.setdefault(tuple(same_nan(key)), []).append(row)
         return index
 
     def async_lookup_function(self) -> AsyncLookupFunction:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from asyncio_lookup.errors import CacheLoadError
 from asyncio_lookup.lookup.clock import WALL, Clock
-from asyncio_lookup.lookup.functions import Key, Row, ScanResult, scan_rows
+from asyncio_lookup.lookup.functions import Key, Row, ScanResult, same_nan, scan_rows
 from asyncio_lookup.lookup.metrics import (
     HIT_COUNT,
     LATEST_LOAD_TIME,
@@ -161,6 +161,8 @@ class FullCache:
                 ) from None
             if any(v is None for v in key):
                 continue  # a NULL key never matches a lookup
+            if any(v != v for v in key):  # a NaN: the one every lookup's key holds
+                key = tuple(same_nan(list(key)))
             index.setdefault(key, []).append(row)
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())

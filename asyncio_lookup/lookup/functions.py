@@ -21,6 +21,18 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 Key: TypeAlias = tuple[Any, ...]
 Row: TypeAlias = Mapping[str, Any]
 
+#: The one NaN every key holds: Spark SQL joins NaN with NaN, but two NaN floats are neither
+#: equal nor hashed alike in Python unless they are the same object (dicts test identity first).
+NAN = float("nan")
+
+
+def same_nan(values: list[Any]) -> list[Any]:
+    """``values`` with every NaN float replaced by :data:`NAN` (in place; returned)."""
+    for i, value in enumerate(values):
+        if value != value and type(value) is float:
+            values[i] = NAN
+    return values
+
 
 class LookupFunction(ABC):
     """A synchronous point lookup: ``lookup(key) -> rows``. Opened on the executor."""

@@ -11,7 +11,12 @@ from pyspark.sql.types import StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.join import KeyBinding
-from asyncio_lookup.spark.schema import arrow_type, check_literal, key_types_compatible
+from asyncio_lookup.spark.schema import (
+    arrow_type,
+    check_key_type,
+    check_literal,
+    key_types_compatible,
+)
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import DimColumn
 
@@ -74,6 +79,8 @@ def key_bindings(
             raise ConfigurationError(
                 "on", dim_name, "each dim key column bound once", reason="bound twice"
             )
+        check_key_type(left_field.dataType, "on", left_name)
+        check_key_type(dim_field.dataType, "on", dim_name)
         if not key_types_compatible(left_field.dataType, dim_field.dataType):
             raise ConfigurationError(
                 "on",
@@ -92,7 +99,8 @@ def key_bindings(
             raise ConfigurationError(
                 "literals", dim_name, "a dim column not already bound by 'on'", reason="bound twice"
             )
-        check_literal(value, dim_field.dataType, f"literals[{dim_name!r}]")
+        check_key_type(dim_field.dataType, "literals", dim_name)
+        value = check_literal(value, dim_field.dataType, f"literals[{dim_name!r}]")
         bound[dim_name] = KeyBinding(dim_name, literal=value)
     if not bound:
         raise ConfigurationError("on", on, _ON_ALLOWED, reason="no key column given")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     ByteType,
     CharType,
@@ -16,6 +18,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructType,
@@ -97,28 +100,59 @@ def key_family(data_type: DataType) -> str:
     return _family(data_type)
 
 
+def check_key_type(data_type: DataType, option: str, column: str) -> None:
+    """ConfigurationError for a key column whose values Python cannot compare as Spark does:
+    a string with a non-binary collation (``UTF8_LCASE`` joins 'ABC' and 'abc'), and nested
+    types (struct, array, map: not hashable as they arrive)."""
+    collation = (
+        getattr(data_type, "collation", "UTF8_BINARY")
+        if isinstance(data_type, StringType)
+        else "UTF8_BINARY"
+    )
+    if collation != "UTF8_BINARY":
+        raise ConfigurationError(
+            option,
+            column,
+            "a key column of binary collation (plain STRING, UTF8_BINARY)",
+            reason=f"{column!r} is {data_type.simpleString()}: its equality is not Python's; "
+            f"use collate({column!r}, 'UTF8_BINARY') or lower() on both sides",
+        )
+    if isinstance(data_type, (StructType, ArrayType, MapType)):
+        raise ConfigurationError(
+            option,
+            column,
+            "a key column of an atomic type (numbers, strings, binary, dates, timestamps)",
+            reason=f"{column!r} is {data_type.simpleString()}",
+        )
+
+
 def key_types_compatible(left: DataType, dim: DataType) -> bool:
     """Whether equal values of the two types compare equal as Python key values."""
     return _family(left) == _family(dim)
 
 
-def check_literal(value: Any, data_type: DataType, option: str) -> None:
-    """Raise unless ``value`` converts exactly to ``data_type``."""
+def check_literal(value: Any, data_type: DataType, option: str) -> Any:
+    """``value`` as the dim key column's values arrive (``1.0`` for a BIGINT column is ``1``);
+    ConfigurationError unless it converts to ``data_type`` exactly (``1.5`` for a BIGINT, text
+    for a BINARY column, bytes for a STRING one)."""
+    allowed = f"a {data_type.simpleString()} value"
     if value is None:
         raise ConfigurationError(
-            option,
-            value,
-            f"a non-NULL {data_type.simpleString()} value",
-            reason="a NULL key never matches",
+            option, value, f"a non-NULL {allowed[2:]}", "a NULL key never matches"
         )
     if isinstance(value, bool) and _family(data_type) != "boolean":
-        raise ConfigurationError(option, value, f"a {data_type.simpleString()} value")
+        raise ConfigurationError(option, value, allowed)
     try:
-        pa.array([value], type=arrow_type(data_type, option))
+        (converted,) = pa.array([value], type=arrow_type(data_type, option)).to_pylist()
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        converted = _INEXACT
+    # Arrow truncates 1.5 to 1 for an integer type and reads bytes as text: exact only if equal
+    # (a datetime is the same instant in the column's time zone)
+    if converted is _INEXACT or (not isinstance(value, datetime.datetime) and converted != value):
         raise ConfigurationError(
-            option,
-            value,
-            f"a {data_type.simpleString()} value",
-            reason="does not convert to the dim key column's type",
-        ) from None
+            option, value, allowed, reason="does not convert exactly to the dim key column's type"
+        )
+    return converted
+
+
+_INEXACT = object()

@@ -18,6 +18,7 @@ from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.chain_build import target_of
 from asyncio_lookup.lookup.failed_rows import RowFailure
+from asyncio_lookup.lookup.functions import same_nan
 from asyncio_lookup.lookup.hint_resolve import ResolvedLookup
 from asyncio_lookup.lookup.join import JoinedBatch, JoinSpec, LookupJoinRunner, ProbeBatch
 from asyncio_lookup.lookup.metrics import merge_metrics
@@ -39,6 +40,14 @@ from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.otel_switch import export_otel
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
+
+
+def _key_values(column: pa.Array) -> list[Any]:
+    """A key column's values; NaNs as the one :data:`NAN` (looked for in Arrow, in C)."""
+    values: list[Any] = column.to_pylist()
+    if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+        same_nan(values)
+    return values
 
 
 @dataclass(frozen=True)
@@ -169,7 +178,7 @@ class LookupJoinTask:
     def probe(self, batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
         """Keys of one input batch, read column-wise (only the key columns become Python)."""
         spec = self.spec
-        columns = {name: batch.column(name).to_pylist() for name in spec.left_key_columns}
+        columns = {name: _key_values(batch.column(name)) for name in spec.left_key_columns}
         left_rows = batch.to_pylist() if spec.needs_left_rows else None
         return ProbeBatch(batch, spec.build_keys(columns, batch.num_rows, left_rows), left_rows)
 

@@ -118,6 +118,68 @@ def test_literal_key_columns(spark: SparkSession) -> None:
     ]
 
 
+def test_a_literal_is_the_key_columns_value_or_refused(spark: SparkSession) -> None:
+    rows = [{"id": 7, "ver": v, "label": f"seven-v{v}"} for v in (1, 2)]
+    versions = LookupTable(
+        "Versions", "id BIGINT, ver BIGINT, label STRING", InMemoryConnector(rows, ["id", "ver"])
+    )
+    df = spark.createDataFrame([(7,)], "cid BIGINT")
+    # Spark SQL joins ver = 1.0 with the BIGINT 1; so does the literal, as the key's 1
+    sql = spark.createDataFrame(rows).where(F.col("ver") == F.lit(1.0)).select("label").collect()
+    joined = lookup_join(
+        df, versions, on=[("cid", "id")], literals={"ver": 1.0}, columns=["label"]
+    ).collect()
+    assert [tuple(r) for r in joined] == [(7, "seven-v1")] and [r[0] for r in sql] == ["seven-v1"]
+    for bad in (1.5, "1", b"1"):
+        with pytest.raises(ConfigurationError, match=r"literals\['ver'\].*exactly"):
+            lookup_join(df, versions, on=[("cid", "id")], literals={"ver": bad})
+    texts = LookupTable("Texts", "t STRING, b BINARY", InMemoryConnector([], ["t", "b"]))
+    with pytest.raises(ConfigurationError, match=r"literals\['b'\]"):
+        lookup_join(df, texts, on=[], literals={"t": "x", "b": "x"})
+    with pytest.raises(ConfigurationError, match=r"literals\['t'\]"):
+        lookup_join(df, texts, on=[], literals={"t": b"x", "b": b"x"})
+
+
+def test_nan_keys_join_as_in_spark_sql(spark: SparkSession) -> None:
+    nan = float("nan")
+    dim = [{"k": nan, "v": "nan-row"}, {"k": 0.0, "v": "zero-row"}, {"k": 1.5, "v": "one"}]
+    df = spark.createDataFrame([(nan,), (-0.0,), (1.5,), (nan,), (None,)], "x DOUBLE")
+    right = spark.createDataFrame([tuple(r.values()) for r in dim], "k DOUBLE, v STRING")
+    sql = df.join(right, df.x == right.k).select("x", "v").collect()
+    expected = Counter(str(tuple(r)) for r in sql)
+    assert sum(expected.values()) == 4  # both NaNs, -0.0 with 0.0, 1.5
+    for options in (
+        {},
+        {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"},
+        {
+            "lookup.cache": "FULL",
+            "lookup.full-cache.periodic-reload.interval": "1 h",
+        },
+    ):
+        nans = LookupTable("Nans", "k DOUBLE, v STRING", InMemoryConnector(dim, ["k"]), options)
+        out = lookup_join(df.coalesce(1), nans, on=[("x", "k")], columns=["v"]).collect()
+        assert Counter(str(tuple(r)) for r in out) == expected, options
+
+
+def test_keys_python_cannot_compare_as_spark_does_are_refused(spark: SparkSession) -> None:
+    lcase = spark.createDataFrame([("ABC",)], "c STRING").select(
+        F.col("c").cast("string collate UTF8_LCASE").alias("c")
+    )
+    codes = LookupTable("Codes", "code STRING, v STRING", InMemoryConnector([], ["code"]))
+    with pytest.raises(ConfigurationError, match="UTF8_LCASE"):
+        lookup_join(lcase, codes, on=[("c", "code")])
+    lcase_dim = LookupTable(
+        "Codes", "code STRING COLLATE UTF8_LCASE, v STRING", InMemoryConnector([], ["code"])
+    )
+    plain = spark.createDataFrame([("ABC",)], "c STRING")
+    with pytest.raises(ConfigurationError, match="collation"):
+        lookup_join(plain, lcase_dim, on=[("c", "code")])
+    nested = spark.createDataFrame([((1,),)], "k STRUCT<a: INT>")
+    structs = LookupTable("S", "s STRUCT<a: INT>, v STRING", InMemoryConnector([], ["s"]))
+    with pytest.raises(ConfigurationError, match="atomic type"):
+        lookup_join(nested, structs, on=[("k", "s")])
+
+
 def test_post_lookup_filters_and_left_condition(
     spark: SparkSession, dim_service: DimService
 ) -> None:
