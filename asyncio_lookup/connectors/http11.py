@@ -19,7 +19,7 @@ which fails the request's future and aborts its connection.
   server's idle timeout raced the request; every request of a lookup connector is a read) or
   the method is idempotent (``GET``, ``HEAD``: a server may close a fresh connection it has not
   read in time, as hypercorn does after its keep-alive timeout). aiohttp does the same (RFC 9112
-  §9.3.1).
+  §9.3.1). Not once the request's deadline has passed: then it is a ``TimeoutError``.
 - **Requests:** targets percent-encoded as RFC 3986 allows (what is legal is kept); control
   characters in a URL or a header are refused before anything is sent. ``Accept-Encoding``
   names the codings :mod:`~asyncio_lookup.connectors.http_codings` decodes.
@@ -28,8 +28,8 @@ which fails the request's future and aborts its connection.
   ``NO_PROXY``): absolute-form requests for ``http://``, a ``CONNECT`` tunnel for ``https://``,
   ``Proxy-Authorization`` from the proxy URL's credentials.
 - Not done: redirects (credentials never go to another host), cookies, HTTP/2, pipelining.
-  A response without a length ends at the connection's close; ``Connection: close`` is
-  honoured.
+  A response without a length ends at the connection's clean close (a reset fails it:
+  :class:`ConnectionClosed`, not resent); ``Connection: close`` is honoured.
 """
 
 from __future__ import annotations
@@ -183,20 +183,34 @@ class ConnectionPool:
             self._wake()
 
     def _retire_expired(self) -> None:
-        """The sweep timer: close the idle connections past their time (oldest first in each
-        list), then wait for the next one to expire."""
+        """The sweep timer: close the idle connections past their time, then wait for the next
+        one to expire. A list is not in order of expiry (a connection's lifetime counts from
+        its request's start, and the server's ``Keep-Alive: timeout=`` shortens it), so every
+        connection is looked at: one expired behind a live one would re-arm the timer in the
+        past for ever."""
         self._sweep = None
         loop = asyncio.get_running_loop()
         now, next_at = loop.time(), math.inf
         for connections in self.idle.values():
-            while connections and connections[0].expires <= now:
-                connection = connections.pop(0)
-                connection.idle = False
-                connection.abort()
-                self.open -= 1
-                self._wake()
-            if connections:
-                next_at = min(next_at, min(c.expires for c in connections))
+            soonest = math.inf
+            expired = 0
+            for connection in connections:
+                if connection.expires <= now:
+                    expired += 1
+                elif connection.expires < soonest:
+                    soonest = connection.expires
+            if expired:
+                kept: list[Http11Connection] = []
+                for connection in connections:
+                    if connection.expires <= now:
+                        connection.idle = False
+                        connection.abort()
+                        self.open -= 1
+                        self._wake()
+                    else:
+                        kept.append(connection)
+                connections[:] = kept
+            next_at = min(next_at, soonest)
         if next_at < math.inf:
             self._sweep = loop.call_at(next_at + _SWEEP_SLACK, self._retire_expired)
 
@@ -385,6 +399,10 @@ class Http11Client:
         self.deadlines.add(exchange)
         try:
             for attempt in (1, 2):
+                if attempt == 2 and not exchange.armed:
+                    # the deadline passed as the close came in (expire() found the request
+                    # failed already): the resend would run with no deadline
+                    raise TimeoutError()
                 connection = self.pool.take_idle(origin, now)
                 if connection is None:
                     async with asyncio.timeout_at(exchange.at):

@@ -12,6 +12,10 @@ answers lives here, so no caller ever sees a half-read or a foreign answer:
 - **HEAD** answers end with their header block (their ``Content-Length`` announces no body).
 - **Limits** (:class:`Limits`): the header block's size and count, the body's size (decoded
   too); over one, the request fails with :class:`UnreadableResponse`.
+- **Trailers** of a chunked body are held to the header block's limits and dropped (RFC 9110
+  §6.5.1): none changes the answer's headers, coding or keep-alive.
+- **An answer without a length** (no ``Content-Length``, not chunked) ends at a clean close
+  only; a reset fails it (:class:`ConnectionClosed`, ``before_answer=False``).
 - **Content codings** are undone (:mod:`~asyncio_lookup.connectors.http_codings`).
 - ``Keep-Alive: timeout=N`` is kept (the pool retires the connection before the server does).
 """
@@ -81,7 +85,9 @@ class Http11Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[Fetched] | None = None
         self.head_only = False  # the request in flight is a HEAD
         self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.head_seen = 0  # bytes received while the header block is incomplete
+        self.head_seen = 0  # bytes received while the header block is incomplete (then: of
+        # the trailer section, as on_header counts it)
+        self.trailers = 0  # trailer fields of the answer read
         self.coding: bytes | None = None  # the answer's Content-Encoding
         self.body: list[bytes] = []
         self.body_size = 0
@@ -151,7 +157,9 @@ class Http11Connection(asyncio.Protocol):
         waiter = self.waiter
         if waiter is None or waiter.done():
             return
-        if self.headers_done and self._reads_to_close():
+        if exc is None and self.headers_done and self._reads_to_close():
+            # an answer without a length ends at a clean close only: a reset (or any error)
+            # may have cut it, and a cut body must not pass for the whole one
             status, headers = self.parser.get_status_code(), Headers(self.raw_headers)
             self.answer = (status, headers, self._body())
             self._hand_over()
@@ -171,6 +179,9 @@ class Http11Connection(asyncio.Protocol):
             raise ProtocolViolation("the server sent a second answer to one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.headers_done:  # a trailer field of a chunked body
+            self._trailer(name, value)
+            return
         self.raw_headers.append((name, value))
         size = len(name)
         if size == 16 and name.lower() == b"content-encoding":
@@ -185,6 +196,19 @@ class Http11Connection(asyncio.Protocol):
         ):
             raise self._too_large_head()
         self.headers_done = True
+        self.head_seen = self.trailers = 0  # from here on: the trailer section's size, count
+
+    def _trailer(self, name: bytes, value: bytes) -> None:
+        """A trailer field: held to the header block's limits and dropped (RFC 9110 §6.5.1:
+        not merged into the headers, so none of them, ``Content-Encoding``, ``Keep-Alive``
+        or ``Content-Length`` above all, changes how the answer is read)."""
+        self.head_seen += len(name) + len(value) + 4
+        self.trailers += 1
+        if self.trailers > self.max_headers or self.head_seen > self.limits.max_header_bytes:
+            raise UnreadableResponse(
+                f"the trailer section is over {self.limits.max_header_bytes:,} bytes or "
+                f"{self.limits.max_headers} fields"
+            )
 
     def on_body(self, body: bytes) -> None:
         self.body_size += len(body)

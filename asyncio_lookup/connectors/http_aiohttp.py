@@ -6,6 +6,7 @@ another host); aiohttp decodes gzip, deflate (and br with ``brotli``) itself."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import urllib.request
 from collections.abc import Mapping
@@ -54,12 +55,14 @@ class AiohttpClient:
         self._codings = {"", "identity", "gzip", "x-gzip", "deflate"}
         self._codings |= {"br"} if compression_utils.HAS_BROTLI else set()
         self._codings |= {"zstd"} if compression_utils.HAS_ZSTD else set()
+        # a verifying context of this client's own: the trust store as SSL_CERT_FILE /
+        # SSL_CERT_DIR name it now (aiohttp's shared one is read when aiohttp is imported)
+        connector = aiohttp.TCPConnector(
+            limit=owner.max_connections, ssl=ssl.create_default_context()
+        )
+        _fail_cut_bodies(connector)
         self.session = aiohttp.ClientSession(
-            # a verifying context of this client's own: the trust store as SSL_CERT_FILE /
-            # SSL_CERT_DIR name it now (aiohttp's shared one is read when aiohttp is imported)
-            connector=aiohttp.TCPConnector(
-                limit=owner.max_connections, ssl=ssl.create_default_context()
-            ),
+            connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
             headers=owner.request_headers(),
             raise_for_status=False,
@@ -131,3 +134,45 @@ class AiohttpClient:
     async def close(self) -> None:
         self.deadlines.close()
         await self.session.close()
+
+
+def _fail_cut_bodies(connector: Any) -> None:
+    """Make ``connector``'s connections fail a body that a reset (any close but a clean EOF)
+    cut. aiohttp ends an answer without a length (no ``Content-Length``, not chunked) at the
+    close of its connection however it closed: a body cut by a reset would pass for the whole
+    one (an empty one for no answer at all). With this, reading it raises
+    ``ClientPayloadError`` (a :class:`TransientError`, retried), as the asyncio client's
+    ``ConnectionClosed`` does. It replaces the connector's protocol factory (``_factory``, a
+    private attribute of aiohttp's ``BaseConnector``); an aiohttp without one keeps its own
+    behaviour (the tests hold the installed one to this)."""
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is _base_handler():
+        connector._factory = functools.partial(
+            _cut_body_handler(), *factory.args, **factory.keywords
+        )
+
+
+@functools.cache
+def _base_handler() -> Any:
+    from aiohttp.client_proto import ResponseHandler
+
+    return ResponseHandler
+
+
+@functools.cache
+def _cut_body_handler() -> Any:
+    from aiohttp import ClientPayloadError
+
+    class CutBodyHandler(_base_handler()):  # type: ignore[misc]
+        """aiohttp's ``ResponseHandler``; a body still being read fails when the connection
+        is lost with an error."""
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            payload = self._payload
+            if exc is not None and payload is not None and not payload.is_eof():
+                payload.set_exception(
+                    ClientPayloadError(f"Response payload is not completed: {exc!r}")
+                )
+            super().connection_lost(exc)
+
+    return CutBodyHandler
