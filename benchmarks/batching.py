@@ -1,9 +1,9 @@
 """Batched lookups inside ``lookup_join`` on the machine's Redis and PostgreSQL.
 
 The lookup layer gathers the keys that concurrent lookups ask for in one event-loop iteration
-into one ``async_lookup_batch`` call (MGET on Redis, ``= ANY($1)`` on PostgreSQL), up to
-``lookup.batch.max-size`` keys. ``lookup.batch.max-size = 1`` turns batching off. Same rows, same
-run, no cache; the ratio batched / per-key is the figure.
+into one ``async_lookup_batch`` call (MGET on Redis, a join against ``unnest($1) WITH
+ORDINALITY`` on PostgreSQL), up to ``lookup.batch.max-size`` keys; ``lookup.batch.max-size = 1``
+turns batching off. Same rows, same run, no cache; the ratio batched / per-key is the figure.
 """
 
 from __future__ import annotations

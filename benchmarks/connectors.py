@@ -7,7 +7,8 @@ PostgreSQL table, removed afterwards), then look every key up
 
 - per key: ``async_lookup(key)``, ``--concurrency`` calls in flight (the operator's capacity);
 - batched: ``async_lookup_batch(keys)`` with ``--batch-size`` keys per call and
-  ``--batch-concurrency`` calls in flight (Redis ``MGET`` / PostgreSQL ``= ANY($1)``).
+  ``--batch-concurrency`` calls in flight (Redis ``MGET`` / PostgreSQL: a join against
+  ``unnest($1) WITH ORDINALITY``).
 
 Each figure is the median of ``--runs`` passes over all keys; the ratio is batched / per-key
 from the same run. Targets on the project machine: Redis >= 4x, PostgreSQL >= 5x.
