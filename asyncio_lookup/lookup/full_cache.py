@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
-from asyncio_lookup.errors import CacheLoadError
+from asyncio_lookup.errors import CacheLoadError, DataFormatError
 from asyncio_lookup.lookup.clock import WALL, Clock
 from asyncio_lookup.lookup.functions import Key, Row, ScanResult, same_nan, scan_rows
 from asyncio_lookup.lookup.metrics import (
@@ -36,6 +38,19 @@ ScanFactory = Callable[[], "ScanResult | None"]
 class _State:
     snapshot: dict[Key, tuple[Row, ...]]
     error: BaseException | None
+    #: Per key column, the kinds (:func:`_kind`) of its values in the snapshot.
+    kinds: tuple[frozenset[object], ...] = ()
+
+
+def _kind(value: object) -> object:
+    """What a key value compares equal within: numbers with numbers (1 == 1.0 ==
+    Decimal(1)), datetimes with datetimes of the same awareness, else values of one type."""
+    kind = type(value)
+    if kind is int or kind is float or kind is Decimal:
+        return "number"
+    if kind is datetime.datetime:
+        return ("datetime", value.tzinfo is not None)  # type: ignore[attr-defined]
+    return kind
 
 
 class FullCache:
@@ -58,6 +73,7 @@ class FullCache:
         self.clock = clock
         self.name = name
         self._state = _State({}, None)
+        self._comparable: set[tuple[object, ...]] = set()  # key kinds checked against _state
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -90,7 +106,29 @@ class FullCache:
         if state.error is not None:
             raise self._load_error(state.error)
         self.metrics.inc(HIT_COUNT)
-        return list(state.snapshot.get(key, ()))
+        rows = state.snapshot.get(key)
+        if rows is None:
+            if state.kinds and tuple(map(_kind, key)) not in self._comparable:
+                self._check_comparable(key, state)
+            return []
+        return list(rows)
+
+    def _check_comparable(self, key: Key, state: _State) -> None:
+        """DataFormatError when a part of ``key`` can equal no key column value of the
+        snapshot (``1`` against the text ``'1'`` a Redis key name gives, a date against the
+        text a JSON scan gives): every lookup would miss, silently."""
+        for position, (value, kinds) in enumerate(zip(key, state.kinds, strict=False)):
+            if value is not None and _kind(value) not in kinds:
+                column = self.key_columns[position]
+                sample = next(k[position] for k in state.snapshot)
+                raise DataFormatError(
+                    f"full cache of {self.name or 'lookup table'}: the key {key!r} cannot match "
+                    f"any scanned row: its {column!r} is {type(value).__name__} but the scan's "
+                    f"{column!r} values are {type(sample).__name__} (e.g. {sample!r}); have the "
+                    "connector return the dim schema's type (RedisConnector key_types=...)"
+                )
+        if len(self._comparable) < 64:  # a few kinds of keys at most
+            self._comparable.add(tuple(map(_kind, key)))
 
     def close(self, timeout: float | None = None) -> None:
         """Stop reloading; wait up to ``timeout`` seconds for a running load to finish."""
@@ -125,20 +163,21 @@ class FullCache:
     def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
         started = self.clock.now()
         try:
-            snapshot, nbytes = self._build()
+            snapshot, nbytes, kinds = self._build()
         except Exception as error:
             self.metrics.inc(NUM_LOAD_FAILURES)
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
         ended = self.clock.now()
-        self._state = _State(snapshot, None)
+        self._comparable = set()
+        self._state = _State(snapshot, None, kinds)
         self.metrics.set_gauge(NUM_CACHED_RECORDS, len(snapshot))
         self.metrics.set_gauge(NUM_CACHED_BYTES, nbytes)
         self.metrics.set_gauge(LATEST_LOAD_TIME, (ended - started) * 1000.0)
         self.metrics.inc(LOAD_COUNT)
         return LoadTimes(scheduled, started, ended, initial)
 
-    def _build(self) -> tuple[dict[Key, tuple[Row, ...]], int]:
+    def _build(self) -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
         rows = self._scan()
         if rows is None:
             raise CacheLoadError("the source's scan() returned None: it cannot be fully cached")
@@ -149,7 +188,9 @@ class FullCache:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(self._index(rows))
 
-    async def _index(self, rows: ScanResult) -> tuple[dict[Key, tuple[Row, ...]], int]:
+    async def _index(
+        self, rows: ScanResult
+    ) -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
         index: dict[Key, list[Row]] = {}
         columns = self.key_columns
         async for row in scan_rows(rows):
@@ -166,4 +207,5 @@ class FullCache:
             index.setdefault(key, []).append(row)
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
-        return snapshot, nbytes
+        kinds = tuple(frozenset(map(_kind, values)) for values in zip(*snapshot, strict=True))
+        return snapshot, nbytes, kinds

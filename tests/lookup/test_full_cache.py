@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime, time
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from asyncio_lookup.errors import CacheLoadError
+from asyncio_lookup.errors import CacheLoadError, DataFormatError
 from asyncio_lookup.lookup.clock import WALL
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.metrics import CacheMetricGroup
@@ -118,6 +119,29 @@ def test_snapshot_skips_null_keys_keeps_duplicates_and_counts() -> None:
     assert snap["hitCount"] == 3 and snap["missCount"] == 0
     assert snap["loadCount"] == 1 and snap["latestLoadTime"] == 2500
     assert snap["numCachedRecords"] == 2 and snap["numCachedBytes"] > 0
+
+
+def test_a_key_no_scanned_key_can_equal_is_an_error_not_a_silent_miss() -> None:
+    """A Redis key name parsed without key_types gives '1'; a JSON scan gives dates as text:
+    every lookup of the INT 1 or of a date would miss."""
+    rows = [{"id": "1", "at": "2024-01-01", "n": 2, "ts": datetime(2024, 1, 1)}]
+    cache = FullCache(lambda: rows, ["id"], None, CacheMetricGroup(), name="Customers")
+    cache.start().result(timeout=10)
+    assert cache.get(("1",)) == [rows[0]] and cache.get(("2",)) == []
+    with pytest.raises(DataFormatError, match=r"Customers.*'id' is int.*str \(e\.g\. '1'\)"):
+        cache.get((1,))
+    numbers = FullCache(lambda: rows, ["n"], None, CacheMetricGroup())
+    numbers.start().result(timeout=10)
+    assert numbers.get((2.0,)) == [rows[0]] and numbers.get((Decimal(3),)) == []  # numbers
+    times = FullCache(lambda: rows, ["ts"], None, CacheMetricGroup())
+    times.start().result(timeout=10)
+    assert times.get((datetime(2024, 1, 2),)) == []
+    with pytest.raises(DataFormatError, match="'ts'"):
+        times.get((datetime(2024, 1, 1, tzinfo=UTC),))  # an aware key never equals a naive one
+    dates = FullCache(lambda: rows, ["at"], None, CacheMetricGroup())
+    dates.start().result(timeout=10)
+    with pytest.raises(DataFormatError, match="'at' is date"):
+        dates.get((date(2024, 1, 1),))
 
 
 async def test_async_scan_runs_on_the_reload_thread() -> None:
