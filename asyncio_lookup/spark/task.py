@@ -41,6 +41,9 @@ from asyncio_lookup.spark.otel_switch import export_otel
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
 
+#: The partition of a partitioned FULL cache's task that received no rows.
+NO_ROWS = -1
+
 
 def _key_values(column: pa.Array) -> list[Any]:
     """A key column's values; NaNs as the one :data:`NAN` (looked for in Arrow, in C)."""
@@ -154,7 +157,7 @@ class LookupJoinTask:
             return batches, None
         first = next(batches, None)
         if first is None:
-            return iter(()), None
+            return iter(()), NO_ROWS
         values = first.column(column)
         partition = values[0].as_py() if len(values) else None
         if partition is None:
@@ -300,6 +303,9 @@ class LookupJoinTask:
         """Output batches, some with the trailer of the work done since the previous one
         (:func:`reports_before`), then the final trailer."""
         batches, partition = self._partition_of(batches)
+        if partition == NO_ROWS:  # no key to look up: no snapshot (it would be the whole table)
+            yield encode(uuid.uuid4().hex[:16], {"numFailedRows": 0}, {}, final=True)
+            return
         chain_id = self.chain_id(partition)
         chain = bridge.run(acquire_chain(chain_id, lambda: self.new_chain(partition)))
         if chain.shared is not None:

@@ -237,6 +237,26 @@ def test_literal_bound_key_parts_are_kept_out_of_the_hash_and_filter_the_snapsho
     assert join("US") == Counter((n, f"US{n % 120}") for n in range(300) if n % 120 < 100)
 
 
+def test_a_partition_that_receives_no_rows_loads_no_snapshot(spark: SparkSession) -> None:
+    """An empty task of a partitioned FULL cache has no partition to load: before, it loaded
+    the whole table (and kept it in its process)."""
+    dim = [{"id": i, "name": f"c{i}"} for i in range(200)]
+    table = LookupTable("Customers", "id INT, name STRING", InMemoryConnector(dim, ["id"]), FULL)
+    df = spark.createDataFrame([(n, 7) for n in range(20)], "order_id INT, cid INT")
+    out = lookup_join(
+        df,
+        table,
+        on=[("cid", "id")],
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=4,
+        skew=False,
+    )
+    assert sorted(tuple(r) for r in out.collect()) == [(n, 7, 7, "c7") for n in range(20)]
+    metrics = table.metrics()
+    assert metrics.tasks == 4  # every task reported, the three empty ones too
+    assert metrics["loadCount"] == 1 and metrics["numCachedRecords"] <= 200 / 4 * 1.5
+
+
 def test_shuffle_partitions_default_to_the_task_slots_and_can_be_overridden(
     spark: SparkSession,
 ) -> None:
