@@ -92,11 +92,18 @@ class DeadlineQueue(Generic[E]):
             entry = queue.popleft()
             if entry.armed:
                 entry.expire()
+        self._rearm(loop, now)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop, now: float) -> None:
+        # A method of its own: in _fire, after `self._timer = None`, mypy narrows the attribute
+        # to None and mypyc compiles the check below to expect None (a TypeError in the timer
+        # callback, and no timer for the head, when expire() armed one through add()).
         if self._timer is not None:
             # an entry added while others expired (key-ordered mode starts a key's next record
             # when its predecessor times out) armed a timer: the one below replaces it
             self._timer.cancel()
             self._timer = None
+        queue = self._queue
         if queue and queue[0].at != math.inf:
             # not sooner than one clock step from now: an early timer must not spin (TIMER_STEP)
             self._timer = loop.call_at(max(queue[0].at, now + TIMER_STEP), self._fire)

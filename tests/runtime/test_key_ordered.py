@@ -414,3 +414,41 @@ def test_a_timed_out_call_unwinds_before_the_next_call_of_its_key() -> None:
     timed = run_virtual(collect(op, [1, 2]))
     assert [(round(t, 6), item) for t, item in timed] == [(1.0, (1, ["E"])), (1.6, (2, [2]))]
     assert [(c.element, round(c.at, 6)) for c in fn.calls] == [(1, 0.0), (2, 1.5)]
+
+
+def test_a_deadline_armed_while_others_expire_keeps_every_later_deadline_on_time() -> None:
+    """A's deadline passes in its retry backoff (final at once, on_error), which starts its
+    key's next record B inside the deadline timer's callback; C's deadline must still fire on
+    time (the compiled timer callback once raised there and left C to B's deadline)."""
+
+    async def invoke(item: tuple[str, int]) -> list[str]:
+        if item[0] == "A":
+            return []  # retried after 5 s: the deadline comes first
+        await asyncio.Event().wait()  # B and C hang until their deadlines
+        return []
+
+    async def source() -> Any:
+        yield ("A", 0)
+        yield ("B", 0)
+        await asyncio.sleep(0.5)
+        yield ("C", 1)
+
+    async def run() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        operator = AsyncWaitOperator(
+            invoke,
+            timeout=1.0,
+            capacity=10,
+            output_mode=OutputMode.KEY_ORDERED,
+            key_selector=lambda item: item[1],
+            retry_strategy=RetryStrategies.fixed_delay(
+                3, 5.0, result_predicate=RetryPredicates.EMPTY_RESULT
+            ),
+            on_error=lambda _item, error, _attempts: [type(error).__name__],
+        )
+        return [(item[0], loop.time()) async for item, _ in operator.process(source())]
+
+    ended = dict(run_virtual(run()))
+    assert ended["A"] == pytest.approx(1.0, abs=0.01)
+    assert ended["C"] == pytest.approx(1.5, abs=0.01)  # admitted at 0.5, timeout 1 s
+    assert ended["B"] == pytest.approx(2.0, abs=0.01)  # started at A's deadline

@@ -46,10 +46,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 def run_virtual(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on a fresh virtual-time loop and close it."""
+    """Run ``coro`` on a fresh virtual-time loop and close it; an error that reached the loop's
+    exception handler (raised in a callback, such as a timer's) fails the run: it would only be
+    logged, and what the callback did not finish would go unseen."""
     loop = VirtualTimeLoop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
     try:
-        return loop.run_until_complete(coro)
+        result = loop.run_until_complete(coro)
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+    if reported:
+        raise AssertionError(f"errors reached the loop's exception handler: {reported}")
+    return result
