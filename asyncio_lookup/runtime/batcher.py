@@ -144,8 +144,10 @@ class TimedBatches:
                     self._timer = loop.call_later(timeout, self.flush)
         except asyncio.CancelledError:
             raise
-        except Exception as error:
+        except BaseException as error:  # a BaseException too: the consumer must not wait on
             self._error = error
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
         finally:
             self._wake()
 

@@ -157,6 +157,9 @@ class ResultHandler:
             if self.state is _PENDING and not run.closed:
                 receiver.complete_exceptionally(error)
             return
+        except BaseException as error:
+            _end_stream(run, error)  # no Exception: never retried, never given to on_error
+            return
         if calls is not None:
             calls.add((run.clock() - started) * 1000.0)
         if self.state is _PENDING and not run.closed:
@@ -210,6 +213,9 @@ class ResultHandler:
             if output_error.__cause__ is None:
                 output_error.__cause__ = error
             run.fail(output_error)
+            return
+        except BaseException as output_error:
+            _end_stream(run, output_error)
             return
         type_error = result_type_error(self.element, outputs)
         if type_error is not None:
@@ -269,6 +275,9 @@ class ResultHandler:
             if not run.closed:
                 self.complete_exceptionally(error)
             return
+        except BaseException as error:
+            _end_stream(run, error)
+            return
         finally:
             run.timing_out -= 1
         if not run.closed:
@@ -276,6 +285,16 @@ class ResultHandler:
 
     def __repr__(self) -> str:
         return f"ResultHandler({self.element!r}, {self.state.name})"
+
+
+def _end_stream(run: RunContext, error: BaseException) -> None:
+    """A BaseException that is no CancelledError (KeyboardInterrupt, SystemExit, a test
+    framework's outcome) from a user's function ends the stream with it; left in the task, no
+    one would read it and the record would stay pending for ever."""
+    if not run.closed:
+        run.fail(error)
+    if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        raise error  # asyncio propagates these out of the loop whatever a task does
 
 
 class WatermarkEntry:

@@ -9,6 +9,7 @@ import pytest
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime import (
+    AsyncBatchWaitOperator,
     AsyncFunction,
     AsyncWaitOperator,
     OutputMode,
@@ -470,3 +471,71 @@ def test_in_flight_is_zero_after_a_failure_during_a_timeout_hook(mode: OutputMod
     assert error is boom and at == 3.5
     assert op.metrics.timeouts == 1 and fn.attempts_of(2) == 1
     assert op.metrics.in_flight == 0
+
+
+class Abort(BaseException):
+    """Neither an Exception nor a CancelledError: pytest's outcomes, gevent.Timeout..."""
+
+
+class _AbortingHook(AsyncFunction[int, int]):
+    async def async_invoke(self, element: int) -> list[int]:
+        await asyncio.sleep(1.0)
+        return [element]
+
+    async def timeout(self, element: int) -> list[int]:
+        raise Abort("the timeout hook")
+
+
+async def _abort_at_one(element: int) -> list[int]:
+    if element == 1:
+        raise Abort("the function")
+    return [element]
+
+
+async def _value_error_at_one(element: int) -> list[int]:
+    if element == 1:
+        raise ValueError(element)
+    return [element]
+
+
+def _abort_on_error(_element: int, _error: BaseException, _attempts: int) -> list[int]:
+    raise Abort("on_error")
+
+
+async def _aborting_source() -> Any:
+    yield 0
+    yield 1
+    raise Abort("the source")
+
+
+async def _one_batch(elements: list[int]) -> list[list[int]]:
+    return [[e] for e in elements]
+
+
+@pytest.mark.parametrize(
+    ("make", "source", "where"),
+    [
+        (lambda: AsyncWaitOperator(_abort_at_one, timeout=None), [0, 1, 2], "the function"),
+        (lambda: AsyncWaitOperator(_abort_at_one, timeout=0.5), [0, 1, 2], "the function"),
+        (lambda: AsyncWaitOperator(_AbortingHook(), timeout=0.2), [0], "the timeout hook"),
+        (
+            lambda: AsyncWaitOperator(_value_error_at_one, timeout=None, on_error=_abort_on_error),
+            [0, 1, 2],
+            "on_error",
+        ),
+        (
+            lambda: AsyncBatchWaitOperator(_one_batch, batch_size=5, timeout=None),
+            None,
+            "the source",
+        ),
+    ],
+    ids=["function", "function-with-timeout", "timeout-hook", "on_error", "batch-source"],
+)
+def test_a_base_exception_from_user_code_ends_the_stream_with_it(
+    make: Any, source: Any, where: str
+) -> None:
+    """Left in the attempt's task, no one read it: the record stayed pending for ever (a hang,
+    or a TimeoutError in place of the real error)."""
+    operator = make()
+    _, error = run_virtual(failing_at(operator, _aborting_source() if source is None else source))
+    assert type(error) is Abort and str(error) == where
