@@ -20,7 +20,7 @@ from asyncio_lookup.runtime.batch_operator import AsyncBatchWaitOperator, BatchF
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
 from asyncio_lookup.runtime.handler import WatermarkEntry
-from asyncio_lookup.runtime.loop import new_event_loop
+from asyncio_lookup.runtime.loop import new_event_loop, run_to_end
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.operator import AsyncWaitOperator
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, RetryStrategies
@@ -103,8 +103,8 @@ class AsyncStream(Generic[IN, OUT]):
                 yield from batch
         finally:
             try:
-                loop.run_until_complete(batches.aclose())
-                loop.run_until_complete(loop.shutdown_asyncgens())
+                run_to_end(loop, batches.aclose())
+                run_to_end(loop, loop.shutdown_asyncgens())
             finally:
                 loop.close()
 

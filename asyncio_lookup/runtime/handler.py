@@ -288,13 +288,15 @@ class ResultHandler:
 
 
 def _end_stream(run: RunContext, error: BaseException) -> None:
-    """A BaseException that is no CancelledError (KeyboardInterrupt, SystemExit, a test
-    framework's outcome) from a user's function ends the stream with it; left in the task, no
-    one would read it and the record would stay pending for ever."""
+    """A BaseException that is no CancelledError from a user's function: KeyboardInterrupt and
+    SystemExit go on out of the loop (asyncio raises them out of run_until_complete, and the
+    caller's clean-up closes the stream); any other (a test framework's outcome) ends the
+    stream with it: left in the task, no one would read it and the record would stay pending
+    for ever."""
+    if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        raise error
     if not run.closed:
         run.fail(error)
-    if isinstance(error, (KeyboardInterrupt, SystemExit)):
-        raise error  # asyncio propagates these out of the loop whatever a task does
 
 
 class WatermarkEntry:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
+
+T = TypeVar("T")
 
 UVLOOP_ENV = "ASYNCIO_LOOKUP_UVLOOP"
 # The coarsest loop clock step we meet (uvloop: 1 ms). A timer may fire up to this much before
@@ -59,3 +63,16 @@ def process_loop() -> asyncio.AbstractEventLoop:
             _process_loop = new_event_loop()
             _process_pid = pid
         return _process_loop
+
+
+def run_to_end(loop: asyncio.AbstractEventLoop, awaitable: Coroutine[Any, Any, T]) -> T:
+    """``loop.run_until_complete`` for clean-up in a ``finally``: after a KeyboardInterrupt
+    or SystemExit escaped the loop, uvloop's next run stops at once ("Event loop stopped
+    before Future completed"); this runs the loop again until the clean-up has finished."""
+    task = loop.create_task(awaitable)
+    while True:
+        try:
+            return loop.run_until_complete(task)
+        except RuntimeError:
+            if task.done():
+                raise

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asyncio_lookup.runtime.loop import process_loop
+from asyncio_lookup.runtime.loop import process_loop, run_to_end
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -84,7 +84,7 @@ def drive(stream: AsyncIterator[T]) -> Generator[T, None, None]:
     finally:
         close = getattr(stream, "aclose", None)
         if close is not None:
-            loop.run_until_complete(close())
+            run_to_end(loop, close())
 
 
 async def _next(stream: AsyncIterator[T]) -> T:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime.loop import uvloop_available
 
 loop_types: list[str] = []
+needs_uvloop = pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
 
 
 async def double(x: int) -> list[int]:
@@ -209,3 +212,43 @@ def test_the_timeout_timer_does_not_spin_under_uvloop(monkeypatch: pytest.Monkey
     finally:
         loop.close()
     assert calls <= 3, f"{calls} timer callbacks for one timeout"
+
+
+_INTERRUPTED = """
+import asyncio, sys
+from asyncio_lookup.runtime import AsyncDataStream, AsyncFunction
+
+closed = []
+
+class Interrupted(AsyncFunction):
+    async def async_invoke(self, element):
+        await asyncio.sleep(0.001)
+        if element == 3:
+            raise KeyboardInterrupt
+        return [element]
+
+    async def close(self):
+        closed.append(True)
+
+stream = AsyncDataStream.ordered_wait(
+    range(6), Interrupted(), 5.0, capacity=2, use_uvloop=sys.argv[1] == "uvloop"
+)
+try:
+    list(stream)
+except BaseException as error:
+    print(type(error).__name__, closed)
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", pytest.param("uvloop", marks=needs_uvloop)])
+def test_a_keyboard_interrupt_in_the_function_goes_out_and_the_stream_is_closed(
+    loop: str,
+) -> None:
+    """uvloop stops the next run at once after a KeyboardInterrupt escaped it: the clean-up
+    raised RuntimeError('Event loop stopped before Future completed.') in its place, and the
+    function's close() ran only on the loop's next use. (In a process of its own: an
+    interrupt's task is logged at exit.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED, loop], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "KeyboardInterrupt [True]", done.stderr[-2000:]
