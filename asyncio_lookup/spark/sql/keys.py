@@ -76,15 +76,39 @@ def exact_cast(source: exp.DataType | None, target: exp.DataType) -> bool:
     return source == target
 
 
+def _unwrap(node: exp.Expr) -> exp.Expr:
+    """``node`` without the parentheses around it (``((d.id))`` -> ``d.id``)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _not_distinct_spelling(part: exp.Or) -> bool:
+    """True for exactly ``(a = b) OR (a IS NULL AND b IS NULL)``, operands in either order."""
+    sides = (_unwrap(part.this), _unwrap(part.expression))
+    for eq, nulls in (sides, sides[::-1]):
+        if not isinstance(eq, exp.EQ) or not isinstance(nulls, exp.And):
+            continue
+        checks = (_unwrap(nulls.this), _unwrap(nulls.expression))
+        if not all(
+            isinstance(c, exp.Is) and isinstance(_unwrap(c.expression), exp.Null) for c in checks
+        ):
+            continue
+        a, b = _unwrap(eq.this), _unwrap(eq.expression)
+        first, second = (_unwrap(c.this) for c in checks)
+        if (first == a and second == b) or (first == b and second == a):
+            return True
+    return False
+
+
 def _null_safe(part: exp.Expr, resolver: Resolver, dim: Source) -> bool:
     """``a <=> b`` / ``a IS NOT DISTINCT FROM b`` or ``(a = b) OR (a IS NULL AND b IS NULL)``
-    over a dim column."""
+    over a dim column (any other OR, such as ``d.tier = o.tier OR d.tier IS NULL``, is an
+    ordinary condition)."""
     if isinstance(part, exp.NullSafeEQ):
         return _refers_to(part, resolver, dim)
-    if isinstance(part, exp.Or):
-        has_eq = any(isinstance(p, exp.EQ) for p in part.find_all(exp.EQ))
-        has_null = any(isinstance(p.expression, exp.Null) for p in part.find_all(exp.Is))
-        return has_eq and has_null and _refers_to(part, resolver, dim)
+    if isinstance(part, exp.Or) and _not_distinct_spelling(part):
+        return _refers_to(part, resolver, dim)
     return False
 
 
@@ -113,8 +137,9 @@ class KeyFinder:
         """The dim column ``side`` is (through an exact cast: with the type to convert the
         probe value to), or None when ``side`` is not a dim column."""
         cast = None
+        side = _unwrap(side)
         if isinstance(side, (exp.Cast, exp.TryCast)):
-            cast, side = side, side.this
+            cast, side = side, _unwrap(side.this)
         if not isinstance(side, exp.Column) or self.resolver.resolve(side) is not self.dim:
             return None
         column = self.dim.field(side.name)
@@ -138,7 +163,8 @@ class KeyFinder:
         """(dim column, probe expression, whether ``part`` must also filter the rows)."""
         if not isinstance(part, exp.EQ):
             return None
-        for this, other in ((part.this, part.expression), (part.expression, part.this)):
+        left, right = _unwrap(part.this), _unwrap(part.expression)
+        for this, other in ((left, right), (right, left)):
             if _refers_to(other, self.resolver, self.dim) or other.find(
                 exp.Query, exp.AggFunc, exp.Window
             ):
@@ -150,7 +176,7 @@ class KeyFinder:
             if isinstance(other, exp.Null) and column in self.types:  # D.id = NULL: no match
                 other = exp.Cast(this=other.copy(), to=self.types[column].copy())
             elif convert is not None:
-                return column, exp.TryCast(this=other.copy(), to=convert.copy()), True
+                return column, exp.TryCast(this=other.copy(), to=convert.copy(), safe=True), True
             return column, other, False
         return None
 

@@ -72,9 +72,18 @@ class _Parser(Spark.Parser):  # type: ignore[misc,valid-type]
         return version  # type: ignore[no-any-return]
 
 
-class FlinkSpark(Spark):
-    """Spark SQL that remembers ``FOR SYSTEM_TIME AS OF`` (Flink's lookup-join clause)."""
+class _Tokenizer(Spark.Tokenizer):
+    # A doubled quote inside a literal is one quote, as Spark and Flink read it ('O''Brien' is
+    # O'Brien, "a""b" is a"b); sqlglot's Spark dialect takes only backslash escapes and reads
+    # 'O''Brien' as two adjacent literals. The backslash stays first: the generator escapes with it.
+    STRING_ESCAPES = ["\\", "'", '"']
 
+
+class FlinkSpark(Spark):
+    """Spark SQL that remembers ``FOR SYSTEM_TIME AS OF`` (Flink's lookup-join clause) and reads
+    a doubled quote inside a string literal as one quote."""
+
+    Tokenizer = _Tokenizer
     Parser = _Parser
 
 
@@ -192,9 +201,15 @@ def mask_secrets(sql: str) -> str:
             key.token_type == TokenType.STRING
             and eq.token_type == TokenType.EQ
             and value.token_type == TokenType.STRING
-            and (is_secret(key.text) or "@" in value.text)
         ):
-            spans.append((value.start, value.end))
+            # The whole literal: escaped quotes are inside the token, and adjacent literals
+            # ('sec' 'ret') are one value to Spark.
+            last = i + 2
+            while last + 1 < len(tokens) and tokens[last + 1].token_type == TokenType.STRING:
+                last += 1
+            text = "".join(t.text for t in tokens[i + 2 : last + 1])
+            if is_secret(key.text) or "@" in text:
+                spans.append((value.start, tokens[last].end))
     for start, end in reversed(spans):
         sql = sql[:start] + "'***'" + sql[end + 1 :]
     return sql

@@ -134,10 +134,17 @@ def where_of(select: exp.Select) -> exp.Expr | None:
     return where.this if where is not None else None
 
 
-def pushable_where(select: exp.Select, resolver: Resolver, sources: list[Source]) -> list[exp.Expr]:
+def pushable_where(
+    select: exp.Select,
+    resolver: Resolver,
+    sources: list[Source],
+    later: Sequence[Source] = (),
+) -> list[exp.Expr]:
     """WHERE conjuncts over probe columns alone (deterministic, no subquery): they filter
     the probe side before any lookup (not when a RIGHT or FULL join follows, which would
-    bring back rows the condition removes)."""
+    bring back rows the condition removes). ``later``: the sources joined after the lookup
+    join; a conjunct with a plain name one of them also has stays in the WHERE (ambiguous
+    there, as in Spark)."""
     if any(
         str(j.args.get("side") or "").upper() in ("RIGHT", "FULL")
         for j in select.args.get("joins") or []
@@ -154,6 +161,8 @@ def pushable_where(select: exp.Select, resolver: Resolver, sources: list[Source]
         ):
             continue
         columns = list(part.find_all(exp.Column))
+        if any(not c.table and any(s.field(c.name) is not None for s in later) for c in columns):
+            continue
         try:
             owners = [resolver.resolve(c) for c in columns]
         except SqlError:

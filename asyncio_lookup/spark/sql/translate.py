@@ -96,6 +96,8 @@ class Translator:
         self.observed: list[tuple[str, str]] = []
         #: the views of the statement being translated, by name
         self.frames: dict[str, DataFrame] = {}
+        #: the columns of the Spark sources analysed for the statement being translated
+        self._plain_columns: dict[str, tuple[str, ...] | None] = {}
 
     # ------------------------------------------------------------------ statement level
 
@@ -107,6 +109,7 @@ class Translator:
             return False
         self.observed = []
         self.frames = {}
+        self._plain_columns = {}
         for select in selects_innermost_first(statement):
             self._select(select)
         return True
@@ -166,11 +169,14 @@ class Translator:
         joins = select.args.get("joins") or []
         lookup_names: set[str] = set()
         joined: list[str] = []
+        lookups: list[tuple[str, str]] = []
         for join in joins:
             if isinstance(join.this, exp.Table) and system_time(join.this):
                 lookup_names |= {join.this.name.lower(), join.this.alias_or_name.lower()}
                 joined.append(join.this.alias_or_name)
+                lookups.append((join.this.name, join.this.alias_or_name))
         hints = SelectHints.of(select, lookup_names)
+        hints.check_joins(lookups)
         if not joined and not hints.lookup and not hints.shuffle:
             return
         while (index := self._lookup_index(select)) is not None:
@@ -182,7 +188,47 @@ class Translator:
         else:
             select.set("hint", None)
         if joined:
-            finish(select, self._from_items(select), self.views)
+            items = self._from_items(select)
+            plain = [self._plain_source(select, item) for item in items]
+            finish(select, items, self.views, [p for p in plain if p is not None])
+
+    def _plain_source(self, select: exp.Select, item: exp.Expr) -> Source | None:
+        """The alias and columns of a Spark source of ``select``'s ``FROM`` (a table or a
+        subquery, as Spark analyses it alone), None for a view of ours, a lookup table or an
+        item Spark cannot analyse alone (it is then left to Spark)."""
+        if isinstance(item, exp.Table) and (item.name in self.views or system_time(item)):
+            return None
+        alias = item.alias_or_name
+        if not alias:
+            return None
+        query = exp.Select(expressions=[exp.Star()], from_=exp.From(this=item.copy()))
+        ctes = visible_ctes(select)
+        if select.args.get("with_") is not None:
+            ctes += list(select.args["with_"].expressions)
+        if ctes:
+            query.set("with_", exp.With(expressions=[c.copy() for c in ctes]))
+        key = _sql(query)
+        if key not in self._plain_columns:
+            try:
+                self._plain_columns[key] = tuple(self.spark.sql(key).columns)
+            except Exception:  # e.g. a LATERAL subquery referring to earlier sources
+                self._plain_columns[key] = None
+        columns = self._plain_columns[key]
+        return Source(alias, columns) if columns is not None else None
+
+    def _later_sources(self, select: exp.Select, index: int) -> list[Source]:
+        """The sources joined after the join at ``index``: Spark sources and lookup tables."""
+        out = []
+        for join in (select.args.get("joins") or [])[index + 1 :]:
+            item = join.this
+            definition = self.tables(item.name) if isinstance(item, exp.Table) else None
+            if isinstance(item, exp.Table) and system_time(item) and definition is not None:
+                out.append(Source(item.alias_or_name, definition.visible))
+                continue
+            source = self._plain_source(select, item)
+            if source is not None:
+                out.append(source)
+        return out
 
     def _plain_aliases(self, select: exp.Select) -> list[str]:
         out = []
@@ -280,7 +326,8 @@ class Translator:
             name, resolver, dim, definition.columns, definition.key, definition.data_types()
         )
         key, residual = finder.find(join.args["on"])
-        pushed = pushable_where(select, resolver, sources)
+        later = self._later_sources(select, index) if where_of(select) is not None else []
+        pushed = pushable_where(select, resolver, sources, later)
         if pushed:
             rest = and_all([c for c in conjuncts(where_of(select)) if c not in pushed])
             select.set("where", exp.Where(this=rest) if rest is not None else None)

@@ -3,7 +3,7 @@ rewritten ``SELECT`` over the views (plain names qualified, ``*`` expanded over 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -40,22 +40,32 @@ def filter_view(
     )
 
 
-def finish(select: exp.Select, items: list[exp.Expr], views: Mapping[str, list[Source]]) -> None:
-    """Qualify plain column names and expand ``*`` over the views' struct columns."""
+def finish(
+    select: exp.Select,
+    items: list[exp.Expr],
+    views: Mapping[str, list[Source]],
+    plain: Sequence[Source] = (),
+) -> None:
+    """Qualify plain column names and expand ``*`` over the views' struct columns.
+
+    ``plain``: the other sources of the ``FROM`` (Spark tables and subqueries joined after the
+    lookup joins): a plain name one of them has too is ambiguous (an error, as in Spark); one
+    only they have stays as it is."""
     view_sources = [
         source
         for item in items
         if isinstance(item, exp.Table) and item.name in views
         for source in views[item.name]
     ]
-    resolver = Resolver(view_sources)
+    view_aliases = {s.alias.lower() for s in view_sources}
+    resolver = Resolver([*view_sources, *plain])
     outputs = {e.alias_or_name.lower() for e in select.expressions}
     late = [select.args.get("order"), select.args.get("having")]
     for node in list(scope_nodes(select)):
         if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
             continue
         if node.table:
-            if node.table.lower() in resolver.by_alias:
+            if node.table.lower() in view_aliases:
                 resolver.resolve(node)
                 for part in ("db", "catalog"):
                     node.set(part, None)
@@ -66,8 +76,8 @@ def finish(select: exp.Select, items: list[exp.Expr], views: Mapping[str, list[S
             clause is not None and node.find_ancestor(type(clause)) is clause for clause in late
         ):
             continue
-        source = resolver.resolve(node)
-        if source is not None:
+        source = resolver.resolve(node)  # raises for a name two sources have
+        if source is not None and any(source is v for v in view_sources):
             node.set("table", exp.to_identifier(source.alias))
     expanded: list[exp.Expr] = []
     for projection in select.expressions:
