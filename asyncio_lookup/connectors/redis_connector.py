@@ -74,8 +74,16 @@ def _reraise_unless_transient(error: BaseException) -> None:
 
 
 def _wrong_type(error: BaseException) -> bool:
-    """The reply to a read of a key that holds another Redis type (a miss for this table)."""
+    """The reply to a read of a key that holds another Redis type."""
     return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("WRONGTYPE")
+
+
+def _wrong_type_error(redis_key: str, value_format: str) -> DataFormatError:
+    held = "a string" if value_format == "hash" else "a hash or another non-string type"
+    return DataFormatError(
+        f"Redis key {redis_key!r} holds {held}, not what value_format={value_format!r} reads: "
+        "is value_format right? (MGET answers such a key as missing: batches cannot tell)"
+    )
 
 
 def _text(redis_key: str, raw: bytes) -> str:
@@ -357,7 +365,9 @@ class RedisConnector(AsyncFirstSource):
                 continue
             raw = next(fetched)
             if isinstance(raw, Exception):
-                out.append([] if _wrong_type(raw) else raw)
+                out.append(
+                    _wrong_type_error(redis_key, self.value_format) if _wrong_type(raw) else raw
+                )
                 continue
             try:
                 out.append(self.decode(key_dict(self.key_columns, key), raw, redis_key))
@@ -425,8 +435,8 @@ class _RedisLookup(AsyncLookupFunction):
         try:
             raw = await self._on_connection("lookup", lambda: cast(Any, command)(redis_key))
         except redis.exceptions.ResponseError as error:
-            if _wrong_type(error):  # another Redis type: a miss, as MGET answers it
-                return []
+            if _wrong_type(error):  # another Redis type: value_format is likely wrong
+                raise _wrong_type_error(redis_key, c.value_format) from None
             raise
         except UnicodeDecodeError as error:
             raise DataFormatError(

@@ -62,13 +62,20 @@ async def test_hash_values_with_pipeline(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
     redis_client.hset(f"{redis_prefix}h:1", mapping={"name": "Ada", "tier": "gold"})
-    redis_client.set(f"{redis_prefix}h:9", "not a hash")  # another type: a miss on every path
+    redis_client.set(f"{redis_prefix}h:9", "not a hash")  # another type: an error, its own
     c = RedisConnector(redis_url, redis_prefix + "h:{id}", value_format="hash")
-    assert (await _both(c, [("1",), ("2",), ("9",)])) == [
+    assert (await _both(c, [("1",), ("2",)])) == [
         [{"name": "Ada", "tier": "gold", "id": "1"}],
         [],
-        [],
     ]
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        ok, wrong = await fn.async_lookup_batch([("1",), ("9",)])
+    finally:
+        await fn.close()
+    assert list(ok) == [{"name": "Ada", "tier": "gold", "id": "1"}]
+    assert isinstance(wrong, DataFormatError)  # for that key only
     assert [r async for r in c.scan()] == [{"name": "Ada", "tier": "gold", "id": "1"}]
 
 
@@ -373,15 +380,36 @@ async def test_negative_zero_and_zero_are_one_key(
     assert [[r["v"] for r in found] for found in rows] == [["zero"], ["zero"]]
 
 
-async def test_wrong_type_is_a_miss_on_every_path(
+async def test_a_key_of_another_type_is_an_error_where_redis_says_so(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
-    """MGET answers a key of another type as missing; a point GET now does the same."""
+    """GET and a hash pipeline answer WRONGTYPE: an error naming the key (value_format is
+    likely wrong); MGET answers such a key as missing, so a string batch misses it; a scan
+    skips it (another table's key under the prefix)."""
     redis_client.hset(f"{redis_prefix}o:h", mapping={"v": "hash"})
     redis_client.set(f"{redis_prefix}o:1", json.dumps({"v": 1}))
     c = RedisConnector(redis_url, redis_prefix + "o:{id}")
-    assert await _both(c, [("h",), ("1",)]) == [[], [{"v": 1, "id": "1"}]]
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(DataFormatError, match=rf"{redis_prefix}o:h.*value_format='json'"):
+            await fn.async_lookup(("h",))
+        missing, found = await fn.async_lookup_batch([("h",), ("1",)])
+        assert list(missing) == [] and list(found) == [{"v": 1, "id": "1"}]
+    finally:
+        await fn.close()
+    with pytest.raises(DataFormatError, match="value_format='json'"):
+        await blocking(c.lookup_function().lookup, ("h",))
     assert [r async for r in c.scan()] == [{"v": 1, "id": "1"}]
+    hashes = RedisConnector(redis_url, redis_prefix + "o:{id}", value_format="hash")
+    fn = hashes.async_lookup_function()
+    await fn.open()
+    try:
+        wrong, right = await fn.async_lookup_batch([("1",), ("h",)])
+        assert isinstance(wrong, DataFormatError) and "value_format='hash'" in str(wrong)
+        assert list(right) == [{"v": "hash", "id": "h"}]
+    finally:
+        await fn.close()
 
 
 async def test_value_that_is_not_utf8_fails_only_its_key(
