@@ -7,7 +7,10 @@ so a secret from the configuration never reaches a log or a traceback. URL maski
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from asyncio_lookup.masking import KEYWORD_PASSWORD, MASK, SECRET_PARAM, mask_url
@@ -50,3 +53,10 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 __all__ = ["MASK", "mask_headers", "mask_url", "redact", "url_secrets"]
+
+
+def identity_digest(kind: str, settings: Any) -> str:
+    """A connector's ``cache_identity``: ``kind:`` and a SHA-256 of ``settings`` as sorted JSON
+    (everything its answers depend on; a secret among them never shows, only the digest)."""
+    text = json.dumps(settings, sort_keys=True, default=str, separators=(",", ":"))
+    return f"{kind}:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -39,19 +38,24 @@ from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsp
 
 from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
-from asyncio_lookup.connectors._secrets import mask_headers, mask_url, redact, url_secrets
+from asyncio_lookup.connectors._secrets import (
+    identity_digest,
+    mask_headers,
+    mask_url,
+    redact,
+    url_secrets,
+)
 from asyncio_lookup.connectors.http_answers import check_loop, dig, link_next, parse_retry_after
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.http_urls import (
     check_headers,
     encode_value,
     fixed_url,
-    number_text,
     path_fields,
     status_set,
     url_template,
 )
-from asyncio_lookup.connectors.keys import has_null, key_dict
+from asyncio_lookup.connectors.keys import has_null, key_dict, number_text
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import (
@@ -200,8 +204,7 @@ class HttpConnector(AsyncFirstSource):
             (self.batch_url, self.batch_mode, self.batch_field),
             (self.scan_url, self.next_field, self.cursor_param),
         )
-        text = json.dumps(settings, default=str)
-        return "http:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return identity_digest("http", settings)
 
     # -- LookupTableSource -------------------------------------------------------------------
 

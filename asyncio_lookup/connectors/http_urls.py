@@ -4,9 +4,7 @@ fragment, a header or change the host), fixed batch and scan URLs, status sets, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
-from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -23,19 +21,6 @@ def encode_value(value: Any) -> str:
     if type(value) is int:
         return str(value)  # digits and "-" only: nothing to encode
     return quote(key_text(value), safe="").replace(".", "%2E")
-
-
-def number_text(value: Any) -> str:
-    """A number's value as text, one text per value (``2``, ``2.0``, ``Decimal("2.00")`` and
-    ``-0.0``/``0.0`` alike); anything else as ``str()``."""
-    kind = type(value)
-    if kind is float or kind is Decimal:
-        if not math.isfinite(value):
-            return str(float(value))
-        if value == int(value):
-            return str(int(value))
-        return repr(float(value)) if kind is float else str(value.normalize())
-    return str(value)
 
 
 def path_fields(template: KeyTemplate) -> frozenset[str]:

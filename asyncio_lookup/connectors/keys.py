@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from asyncio_lookup.errors import ConfigurationError, DataFormatError
@@ -175,6 +177,19 @@ def key_text(value: Any) -> str:
     Python's equality, the lookup batcher and caches, and Spark SQL joins)."""
     if isinstance(value, float) and value == 0.0:
         return "0.0"
+    return str(value)
+
+
+def number_text(value: Any) -> str:
+    """A number's value as text, one text per value (``2``, ``2.0``, ``Decimal("2.00")`` and
+    ``-0.0``/``0.0`` alike); anything else as ``str()``."""
+    kind = type(value)
+    if kind is float or kind is Decimal:
+        if not math.isfinite(value):
+            return str(float(value))
+        if value == int(value):
+            return str(int(value))
+        return repr(float(value)) if kind is float else str(value.normalize())
     return str(value)
 
 

@@ -6,11 +6,11 @@ For tests, demos and notebooks.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from asyncio_lookup.connectors._args import seconds
+from asyncio_lookup.connectors._secrets import identity_digest
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row, same_nan
@@ -52,8 +52,7 @@ class InMemoryConnector(AsyncFirstSource):
     @property
     def cache_identity(self) -> str:
         """What its answers depend on (the shared cache's namespace): the rows and key columns."""
-        text = repr((self.key_columns, self.rows))
-        return "memory:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return identity_digest("memory", repr((self.key_columns, self.rows)))
 
     def _index(self) -> dict[Key, list[Row]]:
         index: dict[Key, list[Row]] = {}

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from decimal import Decimal
@@ -33,7 +32,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import asyncpg
 
 from asyncio_lookup.connectors._args import MAX_POOL, count, optional_seconds, seconds, text
-from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
+from asyncio_lookup.connectors._secrets import identity_digest, mask_url, redact, url_secrets
 from asyncio_lookup.connectors.keys import has_null
 from asyncio_lookup.connectors.postgres_connection import (
     asyncpg_dsn,
@@ -136,12 +135,12 @@ class PostgresConnector(AsyncFirstSource):
 
     @property
     def cache_identity(self) -> str:
-        """Stable text (no password, no addresses) that differs whenever the answers may."""
+        """A digest of what the answers depend on (no password: rotating it keeps entries)."""
         parts = urlsplit(self.url)
         userinfo, _, hosts = parts.netloc.rpartition("@")
-        return json.dumps(
+        return identity_digest(
+            "postgresql",
             {
-                "connector": "postgresql",
                 "version": _IDENTITY_VERSION,
                 "hosts": [_host_port(h) for h in hosts.lower().split(",")],
                 "database": unquote(parts.path.lstrip("/")),
@@ -156,8 +155,6 @@ class PostgresConnector(AsyncFirstSource):
                 "key_columns": list(self.key_columns),
                 "columns": list(self.columns) if self.columns is not None else None,
             },
-            sort_keys=True,
-            separators=(",", ":"),
         )
 
     # -- LookupTableSource -------------------------------------------------------------------
@@ -329,6 +326,8 @@ def _host_port(host: str) -> str:
 def _integral_key(value: Any, bound: int) -> bool:
     """Whether an integral key column (values in ``[-bound, bound)``) can hold ``value``
     exactly; a value of another type is left to the driver's encoder (its error names it)."""
+    if type(value) is int:  # the usual key first
+        return -bound <= value < bound
     if isinstance(value, float):
         return value.is_integer() and -bound <= value < bound
     if isinstance(value, Decimal):
@@ -475,12 +474,7 @@ class _PostgresLookup(AsyncLookupFunction):
 
     def _holdable(self, key: Key) -> bool:
         """Whether each integral key column can hold its part of ``key`` exactly."""
-        for i, bound in self.integral:
-            value = key[i]
-            fast = type(value) is int and -bound <= value < bound
-            if not fast and not _integral_key(value, bound):
-                return False
-        return True
+        return all(_integral_key(key[i], bound) for i, bound in self.integral)
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
@@ -522,9 +516,7 @@ class _PostgresLookup(AsyncLookupFunction):
             o = ordinals.get(value)
             if o is not None:
                 targets[o].append(i)
-            elif not bound or (
-                -bound <= value < bound if type(value) is int else _integral_key(value, bound)
-            ):
+            elif not bound or _integral_key(value, bound):
                 ordinals[value] = len(targets)
                 targets.append([i])
         return list(ordinals), targets

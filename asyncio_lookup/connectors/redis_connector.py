@@ -14,10 +14,10 @@ key than its key name's. A scan skips a key name that does not parse or convert 
 table's key sharing the prefix, ``customer:1:orders`` for ``customer:{id}`` with ``int`` ids).
 A composite key is unambiguous: a value holding the character that follows its placeholder is
 an error for that key (:class:`~asyncio_lookup.connectors.keys.KeyTemplate`). A key holding
-another Redis type than ``value_format`` reads is a miss on every path, point, batch and scan
-(``MGET`` cannot tell it from a missing key without another round trip); a value that is not
-UTF-8 text is a :class:`DataFormatError` naming its key. hiredis is used by redis-py
-automatically when installed.
+another Redis type than ``value_format`` reads is a :class:`DataFormatError` naming it where
+Redis says so (``GET``, ``HGETALL``); ``MGET`` answers it as missing, and a scan skips it. A
+value that is not UTF-8 text is a :class:`DataFormatError` naming its key. hiredis is used by
+redis-py automatically when installed.
 """
 
 from __future__ import annotations
