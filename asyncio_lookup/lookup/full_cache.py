@@ -108,17 +108,19 @@ class FullCache:
         self.metrics.inc(HIT_COUNT)
         rows = state.snapshot.get(key)
         if rows is None:
-            if state.kinds and tuple(map(_kind, key)) not in self._comparable:
-                self._check_comparable(key, state)
+            if state.kinds:
+                kinds = tuple(map(_kind, key))
+                if kinds not in self._comparable:
+                    self._check_comparable(key, kinds, state)
             return []
         return list(rows)
 
-    def _check_comparable(self, key: Key, state: _State) -> None:
+    def _check_comparable(self, key: Key, kinds: tuple[object, ...], state: _State) -> None:
         """DataFormatError when a part of ``key`` can equal no key column value of the
         snapshot (``1`` against the text ``'1'`` a Redis key name gives, a date against the
         text a JSON scan gives): every lookup would miss, silently."""
-        for position, (value, kinds) in enumerate(zip(key, state.kinds, strict=False)):
-            if value is not None and _kind(value) not in kinds:
+        for position, (value, kind) in enumerate(zip(key, kinds, strict=True)):
+            if value is not None and kind not in state.kinds[position]:
                 column = self.key_columns[position]
                 sample = next(k[position] for k in state.snapshot)
                 raise DataFormatError(
@@ -128,7 +130,7 @@ class FullCache:
                     "connector return the dim schema's type (RedisConnector key_types=...)"
                 )
         if len(self._comparable) < 64:  # a few kinds of keys at most
-            self._comparable.add(tuple(map(_kind, key)))
+            self._comparable.add(kinds)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop reloading; wait up to ``timeout`` seconds for a running load to finish."""

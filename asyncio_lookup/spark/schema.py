@@ -104,12 +104,7 @@ def check_key_type(data_type: DataType, option: str, column: str) -> None:
     """ConfigurationError for a key column whose values Python cannot compare as Spark does:
     a string with a non-binary collation (``UTF8_LCASE`` joins 'ABC' and 'abc'), and nested
     types (struct, array, map: not hashable as they arrive)."""
-    collation = (
-        getattr(data_type, "collation", "UTF8_BINARY")
-        if isinstance(data_type, StringType)
-        else "UTF8_BINARY"
-    )
-    if collation != "UTF8_BINARY":
+    if getattr(data_type, "collation", "UTF8_BINARY") != "UTF8_BINARY":  # a StringType's
         raise ConfigurationError(
             option,
             column,
