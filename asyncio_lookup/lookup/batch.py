@@ -30,7 +30,12 @@ from asyncio_lookup.lookup.metrics import (
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.results import as_rows
+from asyncio_lookup.runtime.batch_function import check_unchanged
 from asyncio_lookup.runtime.sketch import LatencySketch
+
+
+def _is_sequence(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
 
 class KeyBatcher:
@@ -178,11 +183,21 @@ class KeyBatcher:
                 if len(keys) == 1:
                     outcomes = [await self.function.async_lookup(keys[0])]
                 else:
-                    outcomes = await self.function.async_lookup_batch(keys)
+                    given = list(keys)
+                    outcomes = await self.function.async_lookup_batch(given)
+                    check_unchanged(
+                        given, keys, f"{type(self.function).__name__}.async_lookup_batch"
+                    )
             except Exception:
                 self.metrics.record_call((perf_counter() - started) * 1000.0)
                 raise
             self.metrics.record_call((perf_counter() - started) * 1000.0)
+            if len(keys) > 1 and type(outcomes) is not list and not _is_sequence(outcomes):
+                raise ResultTypeError(
+                    f"{type(self.function).__name__}.async_lookup_batch returned "
+                    f"{type(outcomes).__name__} {outcomes!r:.200}; it must return a sequence "
+                    "(a list) with one entry per key, in the keys' order"
+                )
             if len(keys) > 1 and len(outcomes) != len(keys):
                 raise ResultTypeError(
                     f"{type(self.function).__name__}.async_lookup_batch returned "

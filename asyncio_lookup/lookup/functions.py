@@ -54,6 +54,8 @@ class AsyncLookupFunction(ABC):
     ``async_lookup_batch(keys)`` returns a sequence aligned with ``keys``: for each key its
     rows, or the exception that key's lookup failed with. Raising from it fails every key
     of the batch. Override it only when the store has a real batched read (MGET, ``= ANY``).
+    Each call gets a list of its own; a function that reorders or changes it fails the batch
+    with a ``ResultTypeError`` (its results would pair with the wrong keys).
     """
 
     async def open(self) -> None:  # noqa: B027 - optional hook

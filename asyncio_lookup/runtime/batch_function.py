@@ -7,6 +7,7 @@ outputs per element of the batch (checked here, so a wrong count never reaches t
 from __future__ import annotations
 
 import inspect
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -25,8 +26,9 @@ class AsyncBatchFunction(ABC, Generic[IN, OUT]):
 
     ``async_invoke_batch`` returns one collection of outputs per record, in the records' order
     (an empty collection: no output for that record). ``timeout`` is called once when the
-    batch's total timeout expires, with the same list; its outcome is final. ``open`` /
-    ``close`` bracket the function's use.
+    batch's total timeout expires, with the same records; its outcome is final. ``open`` /
+    ``close`` bracket the function's use. Each call gets a list of its own; results pair with
+    it as given, so a function that reorders or changes it fails (sort a copy instead).
     """
 
     async def open(self) -> None:
@@ -121,6 +123,22 @@ def check_batch_result(batch: Batch[Any], results: Any) -> list[Collection[Any]]
     return checked
 
 
+def check_unchanged(given: list[Any], elements: Sequence[Any], function: str) -> None:
+    """A :class:`ResultTypeError` when ``function`` changed ``given``, its copy of
+    ``elements``: its results pair with ``elements`` in their order, so a function that sorted,
+    filled or emptied its list would pair them with the wrong records."""
+    if len(given) != len(elements):
+        change = f"it now holds {len(given)}"
+    elif not all(map(operator.is_, given, elements)):
+        change = "it reordered or replaced some"
+    else:
+        return
+    raise ResultTypeError(
+        f"{function} changed the list of {len(elements)} items it was given ({change}); its "
+        "results pair with the items in the order it was given them: sort or change a copy"
+    )
+
+
 class BatchCall(AsyncFunction[Batch[Any], Collection[Any]]):
     """A batch function seen by the operator: element = a :class:`Batch`, result = the
     checked list of per-element collections. Opened and closed with the batch function."""
@@ -133,7 +151,10 @@ class BatchCall(AsyncFunction[Batch[Any], Collection[Any]]):
         await self.fn.open()
 
     async def async_invoke(self, element: Batch[Any]) -> Collection[Any]:
-        return check_batch_result(element, await self._invoke(element.elements))
+        given = list(element.elements)
+        results = await self._invoke(given)
+        check_unchanged(given, element.elements, "async batch function")
+        return check_batch_result(element, results)
 
     async def close(self) -> None:
         await self.fn.close()
@@ -146,7 +167,10 @@ class _BatchCallWithTimeout(BatchCall):
     """A :class:`BatchCall` whose batch function has its own timeout hook."""
 
     async def timeout(self, element: Batch[Any]) -> Collection[Any]:
-        return check_batch_result(element, await self.fn.timeout(element.elements))
+        given = list(element.elements)
+        results = await self.fn.timeout(given)
+        check_unchanged(given, element.elements, "async batch function's timeout")
+        return check_batch_result(element, results)
 
 
 def batch_call(fn: AsyncBatchFunction[Any, Any]) -> BatchCall:

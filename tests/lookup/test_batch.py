@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from asyncio_lookup.errors import LookupFailedError, TransientError
+from asyncio_lookup.errors import LookupFailedError, ResultTypeError, TransientError
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.lookup.options import LookupOptions
@@ -319,3 +319,34 @@ def test_lookups_on_another_thread_count_in_that_threads_table() -> None:
     finally:
         loop.run_until_complete(chain.close())
         loop.close()
+
+
+async def test_a_batch_function_that_reorders_its_keys_fails_instead_of_pairing_wrongly() -> None:
+    class Reversing(BatchFn):
+        async def async_lookup_batch(self, keys):  # type: ignore[no-untyped-def]
+            answers = await super().async_lookup_batch(keys)
+            keys.reverse()  # after answering in the order given: pairing by the list is wrong
+            return answers
+
+    table = table_of(3)
+    chain = await open_chain(Reversing(table))
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(r, ResultTypeError) for r in results), results
+    assert all("changed the list of 3 items it was given (it reordered" in str(r) for r in results)
+    await chain.close()
+
+
+async def test_a_batch_function_answering_with_a_mapping_fails_every_key() -> None:
+    class ByKey(BatchFn):
+        async def async_lookup_batch(self, keys):  # type: ignore[no-untyped-def]
+            return {key: [row(key)] for key in keys}
+
+    chain = await open_chain(ByKey(table_of(3)))
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(r, ResultTypeError) for r in results), results
+    assert all("returned dict" in str(r) and "one entry per key" in str(r) for r in results)
+    await chain.close()

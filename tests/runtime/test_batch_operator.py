@@ -154,12 +154,12 @@ class FailsBatch(AsyncBatchFunction[int, int]):
     bad: int
     failures: int = 1
     attempts: dict[int, int] = field(default_factory=dict)
-    lists: dict[int, set[int]] = field(default_factory=dict)
+    lists: dict[int, list[list[int]]] = field(default_factory=dict)
 
     async def async_invoke_batch(self, elements: list[int]) -> list[list[int]]:
         first = elements[0]
         self.attempts[first] = self.attempts.get(first, 0) + 1
-        self.lists.setdefault(first, set()).add(id(elements))
+        self.lists.setdefault(first, []).append(list(elements))
         await asyncio.sleep(0.1)
         if self.bad in elements and self.attempts[first] <= self.failures:
             raise ConnectionError(f"batch {elements}")
@@ -175,7 +175,7 @@ def test_retry_calls_the_same_batch_again_and_only_that_batch() -> None:
     out = run_virtual(run(op, range(9)))
     assert out == [(n, [n]) for n in range(9)]
     assert fn.attempts == {0: 1, 3: 3, 6: 1}
-    assert all(len(ids) == 1 for ids in fn.lists.values())  # the same list every attempt
+    assert fn.lists[3] == [[3, 4, 5]] * 3  # the same records every attempt
     assert op.metrics.retries == 2
 
 
@@ -184,6 +184,41 @@ def test_the_error_of_a_batch_fails_the_stream_when_final() -> None:
     op = AsyncBatchWaitOperator(fn, batch_size=3, timeout=10)
     with pytest.raises(ConnectionError, match=r"batch \[3, 4, 5\]"):
         run_virtual(run(op, range(9)))
+
+
+@dataclass
+class Consumes(AsyncBatchFunction[int, int]):
+    """Empties its list while answering; fails its first attempt."""
+
+    seen: list[list[int]] = field(default_factory=list)
+
+    async def async_invoke_batch(self, elements: list[int]) -> list[list[int]]:
+        self.seen.append(list(elements))
+        out = []
+        while elements:
+            out.append([elements.pop(0)])
+        if len(self.seen) == 1:
+            raise ConnectionError("first attempt")
+        return out
+
+
+def test_each_call_gets_its_own_list_and_a_changed_list_fails_the_batch() -> None:
+    # a function that empties its list on a failed attempt leaves the retry its records
+    retry = RetryStrategies.fixed_delay(1, 0.1, exception_predicate=RetryPredicates.HAS_EXCEPTION)
+    fn = Consumes()
+    op = AsyncBatchWaitOperator(fn, batch_size=3, timeout=10, retry_strategy=retry)
+    with pytest.raises(ResultTypeError, match=r"changed the list of 3 items .*it now holds 0"):
+        run_virtual(run(op, range(3)))
+    assert fn.seen == [[0, 1, 2], [0, 1, 2]]
+
+    async def reverse(elements: list[int]) -> list[list[int]]:
+        out = [[e] for e in elements]
+        elements.reverse()
+        return out
+
+    op = AsyncBatchWaitOperator(reverse, batch_size=3, timeout=10)
+    with pytest.raises(ResultTypeError, match="it reordered or replaced some"):
+        run_virtual(run(op, range(3)))
 
 
 @dataclass

@@ -80,7 +80,7 @@ def cases(draw: Any) -> Case:
 class Recorder(AsyncBatchFunction[int, Any]):
     case: Case
     calls: list[tuple[list[int], float]] = field(default_factory=list)  # (batch, time)
-    batch_ids: dict[int, set[int]] = field(default_factory=dict)  # first record -> list ids
+    batch_ids: dict[int, set[tuple[int, ...]]] = field(default_factory=dict)  # first -> records
     rows_in_calls: int = 0  # rows handed to the function (first attempts) and not emitted
     max_rows_in_calls: int = 0
     concurrent: int = 0
@@ -97,7 +97,7 @@ class Recorder(AsyncBatchFunction[int, Any]):
         if not attempts:
             self.rows_in_calls += len(elements)
             self.max_rows_in_calls = max(self.max_rows_in_calls, self.rows_in_calls)
-        attempts.add(id(elements))
+        attempts.add(tuple(elements))
         self.calls.append((list(elements), loop.time()))
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
@@ -220,7 +220,7 @@ def test_batches_keep_order_capacity_and_every_row_exactly_once(case: Case) -> N
     assert fn.max_rows_in_calls <= case.capacity * case.batch_size
     # read ahead of emission: capacity batches, one flushed batch, the batch being filled
     assert seen.max_read_ahead <= (case.capacity + 2) * case.batch_size
-    # retries: at most max_attempts + 1 calls per batch, each with the same list
+    # retries: at most max_attempts + 1 calls per batch, each with the same records
     assert all(len(ids) == 1 for ids in fn.batch_ids.values())
     assert all(fn.attempt(first) <= 2 for first in fn.batch_ids)
     assert seen.leftover_tasks == 0 and seen.leftover_timers == 0
