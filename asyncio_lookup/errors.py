@@ -113,6 +113,15 @@ def lookup_context(table: str, key: Any = None, target: str = "") -> str:
     return text
 
 
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or a stand-in naming its type when its ``__str__`` raises: reporting an
+    error must not fail in turn (the record it failed would never be settled)."""
+    try:
+        return str(error)
+    except Exception as broken:
+        return f"<str() of {type(error).__name__} raised {type(broken).__name__}>"
+
+
 def in_lookup_context(error: BaseException, context: str) -> AsyncLookupError:
     """``error`` with ``context`` (:func:`lookup_context`) leading its message.
 
@@ -124,11 +133,11 @@ def in_lookup_context(error: BaseException, context: str) -> AsyncLookupError:
         if error.context is not None:
             return error
         named = copy.copy(error)
-        named.args = (f"{context}: {error}",)
+        named.args = (f"{context}: {error_text(error)}",)
         named.__cause__ = error.__cause__
         named.__traceback__ = error.__traceback__
     else:
-        named = LookupFailedError(f"{context}: {type(error).__name__}: {error}")
+        named = LookupFailedError(f"{context}: {type(error).__name__}: {error_text(error)}")
         named.__cause__ = error
     named.__suppress_context__ = True  # raised while handling ``error``: shown once, as cause
     named.context = context

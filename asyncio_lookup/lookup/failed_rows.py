@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from asyncio_lookup.errors import AsyncLookupError, ConfigurationError, LookupFailedError
+from asyncio_lookup.errors import (
+    AsyncLookupError,
+    ConfigurationError,
+    LookupFailedError,
+    error_text,
+)
 
 ON_ERROR_ALLOWED = "'fail' (the default: a failed row fails the job) or 'keep' (kept and marked)"
 
@@ -73,7 +78,7 @@ class RowFailure:
             table=table,
             key=key_text(key),
             error_class=error_class(error),
-            message=str(error) or repr(error),
+            message=error_text(error) or repr(error),
             attempts=max(attempts, attempts_of(error)),
         )
 

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from asyncio_lookup.errors import error_text
 from asyncio_lookup.masking import mask_text
 
 FAILURES = "failures"  # final errors (the record or lookup failed for good)
@@ -69,7 +70,7 @@ def mask(text: str) -> str:
 
 def message_of(error: BaseException) -> str:
     """``Type: message`` of ``error``, masked."""
-    text = str(error)
+    text = error_text(error)
     return mask(f"{type(error).__name__}: {text}" if text else type(error).__name__)
 
 

@@ -148,3 +148,46 @@ def test_the_operator_counts_retries_failures_and_timeouts_by_cause() -> None:
     assert data["ConnectionResetError"][FAILURES] == 2
     assert data["TimeoutError"][TIMEOUTS] == 1  # element 0's deadline
     assert data["TimeoutError"][FAILURES] == 1
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("cannot render")
+
+
+def test_an_error_that_cannot_be_printed_fails_its_record_and_is_counted() -> None:
+    # counting the error once raised inside the attempt: the record was never settled (a hang)
+    async def fn(element: int) -> list[int]:
+        raise _Unprintable()
+
+    async def run(retry: bool) -> list[Any]:
+        metrics = OperatorMetrics()
+        operator = AsyncWaitOperator(fn, timeout=5, metrics=metrics)
+        if retry:
+            strategy = RetryStrategies.fixed_delay(1, 0.001, None, lambda e: True)
+            operator = AsyncWaitOperator(fn, timeout=5, retry_strategy=strategy, metrics=metrics)
+        try:
+            return [item async for item in operator.process(range(2))]
+        except _Unprintable as error:
+            return [error, metrics.causes.to_json()]
+
+    for retry in (False, True):
+        error, causes = asyncio.run(asyncio.wait_for(run(retry), 10))
+        assert isinstance(error, _Unprintable)
+        assert causes["_Unprintable"][FAILURES] >= 1
+        assert (
+            causes["_Unprintable"]["message"]
+            == "_Unprintable: <str() of _Unprintable raised RuntimeError>"
+        )
+        if retry:
+            assert causes["_Unprintable"][RETRIES] >= 1
+
+
+def test_a_lookup_context_names_an_error_that_cannot_be_printed() -> None:
+    from asyncio_lookup.errors import in_lookup_context
+
+    named = in_lookup_context(_Unprintable(), "lookup of key (1,)")
+    assert (
+        str(named)
+        == "lookup of key (1,): _Unprintable: <str() of _Unprintable raised RuntimeError>"
+    )
