@@ -36,6 +36,7 @@ from asyncio_lookup.runtime.batch_function import (
 )
 from asyncio_lookup.runtime.batcher import Batch, batches
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
+from asyncio_lookup.runtime.handler import result_type_error
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.operator import (
     AsyncWaitOperator,
@@ -131,7 +132,14 @@ def _per_element(
     def batch_failed(
         batch: Batch[IN], error: BaseException, attempts: int
     ) -> Collection[Collection[OUT]]:
-        return [on_error(element, error, attempts) for element in batch.elements]
+        outputs = []
+        for element in batch.elements:
+            output = on_error(element, error, attempts)
+            type_error = result_type_error(element, output, "on_error")
+            if type_error is not None:  # as for a record of the per-record operator (§1.7)
+                raise type_error from error
+            outputs.append(output)
+        return outputs
 
     return batch_failed
 
@@ -172,7 +180,7 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
                 "ORDERED or UNORDERED",
                 reason="key order is kept per record; a batch holds records of many keys",
             )
-        retry = _check_retry(retry_strategy, _check_timeout(timeout))
+        retry = _check_retry(retry_strategy, _check_timeout(timeout), timeout)
         self.operator: AsyncWaitOperator[Batch[IN], Collection[OUT]] = AsyncWaitOperator(
             batch_call(self.fn),
             timeout=timeout,

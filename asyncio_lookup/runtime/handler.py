@@ -82,8 +82,11 @@ class Receiver(Protocol):
     def complete_exceptionally(self, error: BaseException) -> None: ...
 
 
-def result_type_error(element: Any, result: Any) -> ResultTypeError | None:
-    """The failure for a result that is not a collection of outputs, else ``None``."""
+def result_type_error(
+    element: Any, result: Any, source: str = "async function"
+) -> ResultTypeError | None:
+    """The failure for a result that is not a collection of outputs, else ``None``
+    (``source``: what returned it)."""
     kind = type(result)
     if kind is list or kind is tuple:
         return None
@@ -93,7 +96,7 @@ def result_type_error(element: Any, result: Any) -> ResultTypeError | None:
         or not isinstance(result, Collection)
     ):
         return ResultTypeError(
-            f"async function returned {result!r} ({kind.__name__}) for element {element!r}; "
+            f"{source} returned {result!r:.200} ({kind.__name__}) for element {element!r:.200}; "
             "it must return a collection of outputs such as a list (empty for no output)"
         )
     return None
@@ -217,7 +220,7 @@ class ResultHandler:
         except BaseException as output_error:
             _end_stream(run, output_error)
             return
-        type_error = result_type_error(self.element, outputs)
+        type_error = result_type_error(self.element, outputs, "on_error")
         if type_error is not None:
             type_error.__cause__ = error
             run.fail(type_error)

@@ -78,8 +78,11 @@ def _check_key_selector(key_selector: Any, output_mode: OutputMode) -> KeySelect
     return None
 
 
-def _check_retry(retry_strategy: Any, timeout: float | None) -> AsyncRetryStrategy | None:
-    """The strategy to consult, or None when retry is off (no strategy or no predicate)."""
+def _check_retry(
+    retry_strategy: Any, timeout: float | None, given: Any = None
+) -> AsyncRetryStrategy | None:
+    """The strategy to consult, or None when retry is off (no strategy or no predicate).
+    ``timeout`` is the checked timeout (None: none), ``given`` the user's value of it."""
     if not isinstance(retry_strategy, AsyncRetryStrategy):
         raise ConfigurationError(
             "retry_strategy",
@@ -90,7 +93,10 @@ def _check_retry(retry_strategy: Any, timeout: float | None) -> AsyncRetryStrate
         return None
     if timeout is None:
         raise ConfigurationError(
-            "timeout", None, "a timeout > 0", reason=f"retry ({retry_strategy!r}) needs a timeout"
+            "timeout",
+            given,
+            "a finite timeout > 0",
+            reason=f"retry ({retry_strategy!r}) needs a timeout",
         )
     predicate = retry_strategy.retry_predicate
     if predicate.result_predicate is None and predicate.exception_predicate is None:
@@ -139,7 +145,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         self.output_mode = _check_output_mode(output_mode)
         self.key_selector = _check_key_selector(key_selector, self.output_mode)
         self.retry_strategy = retry_strategy
-        self._retry = _check_retry(retry_strategy, self.timeout)
+        self._retry = _check_retry(retry_strategy, self.timeout, timeout)
         if metrics is not None and not isinstance(metrics, OperatorMetrics):
             raise ConfigurationError("metrics", metrics, "an OperatorMetrics or None")
         self.metrics = metrics if metrics is not None else OperatorMetrics()

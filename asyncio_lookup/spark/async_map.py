@@ -16,6 +16,7 @@ from pyspark.sql.types import ArrayType, MapType, StringType, StructField, Struc
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
+from asyncio_lookup.lookup.functions import NAN, same_nan
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
 from asyncio_lookup.runtime import (
@@ -270,15 +271,17 @@ class AsyncMapTask:
 @dataclass(frozen=True)
 class RowKey:
     """Key-ordered mode's key selector over input rows (dicts): the key column's value, or the
-    tuple of the key columns' values."""
+    tuple of the key columns' values. Every NaN is one key, as Spark groups it (Arrow gives
+    each NaN its own float object, which no dict matches to another)."""
 
     columns: tuple[str, ...]
 
     def __call__(self, row: Mapping[str, Any]) -> Any:
         columns = self.columns
         if len(columns) == 1:
-            return row[columns[0]]
-        return tuple(row[column] for column in columns)
+            value = row[columns[0]]
+            return NAN if value != value and type(value) is float else value
+        return tuple(same_nan([row[column] for column in columns]))
 
 
 _KEY_ALLOWED = "a column name of the DataFrame or a list of them, with output_mode='key_ordered'"

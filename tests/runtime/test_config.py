@@ -8,6 +8,7 @@ import pytest
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import (
+    AsyncBatchWaitOperator,
     AsyncDataStream,
     AsyncFunction,
     AsyncWaitOperator,
@@ -34,12 +35,15 @@ def test_capacity_below_one(capacity: Any) -> None:
     check(error, "capacity", capacity)
 
 
-@pytest.mark.parametrize("timeout", [None, 0, -5])
+@pytest.mark.parametrize("timeout", [None, 0, -5, float("inf")])
 def test_retry_without_timeout(timeout: Any) -> None:
     strategy = RetryStrategies.fixed_delay(3, 0.1, result_predicate=RetryPredicates.EMPTY_RESULT)
     with pytest.raises(ConfigurationError) as error:
         AsyncWaitOperator(ok, timeout=timeout, retry_strategy=strategy)
     assert error.value.option == "timeout"
+    assert f"invalid value {timeout!r} for 'timeout'" in str(error.value)  # what the user gave
+    with pytest.raises(ConfigurationError, match=f"invalid value {timeout!r} for 'timeout'"):
+        AsyncBatchWaitOperator(ok, batch_size=2, timeout=timeout, retry_strategy=strategy)
     with pytest.raises(ConfigurationError):
         AsyncDataStream.ordered_wait_with_retry([1], ok, timeout, strategy)
 

@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime import (
+    AsyncBatchWaitOperator,
     AsyncFunction,
     AsyncWaitOperator,
     OutputMode,
     RetryPredicates,
     RetryStrategies,
 )
+from asyncio_lookup.runtime.datastream import AsyncStream
 
 from .support import HANG, Scripted, WithTimeoutHook, collect, items
 from .virtual_time import run_virtual
@@ -158,17 +160,28 @@ def test_on_error_that_raises_fails_the_stream_with_the_record_error_as_cause() 
     assert isinstance(raised.value.__cause__, Boom)
 
 
-def test_on_error_must_return_a_collection() -> None:
-    op = AsyncWaitOperator(
-        Scripted(lambda e, a: (0.0, Boom("x"))), timeout=None, on_error=lambda e, x, n: None
+@pytest.mark.parametrize("returned", [None, "ERR"])
+@pytest.mark.parametrize("batch", [False, True])
+def test_on_error_must_return_a_collection(returned: Any, batch: bool) -> None:
+    # a batch's error output is checked per element as a record's is: a text is not split
+    # into characters, None is no output list
+    async def boom_batch(elements: list[int]) -> list[list[int]]:
+        raise Boom("x")
+
+    op: Any = (
+        AsyncBatchWaitOperator(boom_batch, batch_size=2, timeout=5, on_error=lambda *_: returned)
+        if batch
+        else AsyncWaitOperator(
+            Scripted(lambda e, a: (0.0, Boom("x"))), timeout=None, on_error=lambda *_: returned
+        )
     )
 
-    async def run() -> None:
-        async for _ in op.process([1]):
-            pass
+    async def run() -> list[Any]:
+        return [item async for item in AsyncStream([1, 2], op, None)]
 
-    with pytest.raises(ResultTypeError):
+    with pytest.raises(ResultTypeError, match=f"on_error returned {returned!r}") as raised:
         run_virtual(run())
+    assert isinstance(raised.value.__cause__, Boom)
 
 
 def test_on_error_is_validated() -> None:

@@ -262,3 +262,31 @@ def test_async_map_key_ordered_on_a_stream_ends_as_the_sequential_reference(
         key=["k"],
     )
     assert _upserted(mapped, tmp_path) == reference
+
+
+def test_async_map_key_orders_every_nan_as_one_key() -> None:
+    # Arrow gives each NaN its own float object; Spark groups them all under one key
+    import pyarrow as pa
+
+    from asyncio_lookup.runtime.datastream import AsyncDataStream
+    from asyncio_lookup.spark.async_map import RowKey
+
+    batch = pa.RecordBatch.from_pydict(
+        {"k": [float("nan"), float("nan"), 1.0], "j": [float("nan")] * 3, "i": [0, 1, 2]}
+    )
+    rows = batch.to_pylist()
+    assert rows[0]["k"] is not rows[1]["k"]
+    running: list[int] = []
+    for key in (RowKey(("k",)), RowKey(("k", "j"))):
+
+        async def call(row: dict[str, Any]) -> list[int]:
+            running.append(row["i"])
+            await asyncio.sleep(0.05 if row["i"] == 0 else 0.001)  # the first NaN row slower
+            together = len(running)
+            running.remove(row["i"])
+            return [(row["i"], together)]  # type: ignore[list-item]
+
+        out = list(AsyncDataStream.key_ordered_wait(rows, call, key, 5))
+        nan_rows = [(i, together) for i, together in out if i in (0, 1)]
+        assert nan_rows == [(0, 1), (1, 1)]  # in order, never both in flight
+        assert [key(rows[0])] == [key(rows[1])]  # one object: list equality tries `is` first
