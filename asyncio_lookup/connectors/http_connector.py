@@ -440,6 +440,10 @@ class _HttpLookup(AsyncLookupFunction):
 
 
 class _HttpBatchLookup(_HttpLookup):
+    @property
+    def max_batch_size(self) -> int | None:
+        return self.connector.batch_size
+
     async def async_lookup_batch(
         self, keys: Sequence[Key]
     ) -> Sequence[Collection[Row] | BaseException]:

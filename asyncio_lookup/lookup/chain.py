@@ -231,10 +231,11 @@ class LookupChain:
             await self.shared.open(self.metrics)
         if self._async is not None:
             await self._async.open()
+            most = self._async.max_batch_size  # one call, one request (rate limits, metrics)
             self._batcher = KeyBatcher(
                 self._async,
                 self.metrics,
-                max_size=self.options.batch_max_size,
+                max_size=min(self.options.batch_max_size, most or self.options.batch_max_size),
                 max_wait=self.options.batch_max_wait,
             )
         elif self._sync is not None:

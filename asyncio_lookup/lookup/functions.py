@@ -82,6 +82,13 @@ class AsyncLookupFunction(ABC):
         """True when a subclass overrides :meth:`async_lookup_batch` with a real batched read."""
         return type(self).async_lookup_batch is not AsyncLookupFunction.async_lookup_batch
 
+    @property
+    def max_batch_size(self) -> int | None:
+        """The most keys one :meth:`async_lookup_batch` call sends in one request to the store
+        (None: any number). A chain never batches more keys than this, so one call is one
+        request: what a rate limit counts and ``numExternalCalls`` reports."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what :meth:`open` acquired."""
 

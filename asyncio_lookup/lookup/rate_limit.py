@@ -53,6 +53,10 @@ class RateLimitedLookup(AsyncLookupFunction):
     def supports_batch(self) -> bool:
         return self.function.supports_batch
 
+    @property
+    def max_batch_size(self) -> int | None:
+        return self.function.max_batch_size
+
     async def async_lookup(self, key: Key) -> Collection[Row]:
         rows = await _limited_call(self.limiter, self.function.async_lookup, key, self._release)
         return rows  # type: ignore[no-any-return]

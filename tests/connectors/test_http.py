@@ -550,3 +550,33 @@ def test_header_injection_and_bad_limits_are_refused_on_the_driver(options, name
     with pytest.raises(ConfigurationError, match=named) as raised:
         HttpConnector("http://h/c/{id}", **options)
     assert "t\r\nX-Injected" not in str(raised.value), "the secret is not echoed"
+
+
+async def test_a_chain_batches_at_most_batch_size_keys_one_request_per_call(
+    http_service: Service,
+) -> None:
+    # lookup.batch.max-size 64 above a service taking 3 keys a request: each call is one
+    # request, so a rate limit's token and numExternalCalls count requests
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/customers",
+        batch_mode="query",
+        batch_size=3,
+    )
+    assert c.async_lookup_function().max_batch_size == 3
+    options = LookupOptions.from_dict({"lookup.batch.max-size": "64"})
+    chain = LookupChain.create(c, options, prefer_async=True)
+    await chain.open()
+    try:
+        keys = [1, 2, 7, 999, 5, 6, 8, 9, 10, 11]
+        results = await asyncio.gather(*(chain.async_lookup((k,)) for k in keys))
+    finally:
+        await chain.close()
+    assert [len(r) for r in results] == [1, 1, 2, 0, 0, 0, 0, 0, 0, 0]
+    batches = [r for r in http_service.requests if r.raw_path.startswith("/customers?")]
+    assert [r.raw_path.count("id=") for r in batches] == [3, 3, 3]  # the tenth: a point GET
+    assert len(http_service.requests) == 4
+    assert chain.metrics.snapshot()["numExternalCalls"] == 4

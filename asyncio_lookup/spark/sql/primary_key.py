@@ -88,6 +88,10 @@ class _AsyncCheck(AsyncLookupFunction):
     def supports_batch(self) -> bool:
         return self.inner.supports_batch
 
+    @property
+    def max_batch_size(self) -> int | None:
+        return self.inner.max_batch_size
+
     async def close(self) -> None:
         await self.inner.close()
 
