@@ -55,6 +55,8 @@ def _value_bytes(value: Any, kind: str) -> bytes:
         number = float(value)
         if number == 0.0:
             number = 0.0  # -0.0 == 0.0 as a key; the probe side normalises it too
+        elif number != number:
+            number = math.nan  # one NaN, as Java's doubleToLongBits (inf - inf has other bits)
         return struct.pack("<d", number)
     if kind == "string":
         if not isinstance(value, str):

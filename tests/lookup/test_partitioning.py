@@ -4,6 +4,8 @@ hot keys, and the partition-filtered scan a partitioned FULL cache loads from.""
 from __future__ import annotations
 
 import asyncio
+import math
+import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,6 +40,11 @@ def test_key_hash_matches_values_spark_computed() -> None:
 
 def test_key_hash_normalises_negative_zero_and_rejects_unhashable_kinds() -> None:
     assert key_hash([-0.0], ["double"]) == key_hash([0.0], ["double"])
+    # every NaN is one value, as Java's doubleToLongBits makes it: SELECT xxhash64(CAST('NaN'
+    # AS DOUBLE)); a NaN made by inf - inf has the sign bit set on x86
+    negative_nan = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000000))[0]
+    assert key_hash([negative_nan], ["double"]) == key_hash([math.nan], ["double"])
+    assert key_hash([math.nan], ["double"]) == -3127944061524951246
     with pytest.raises(TypeError):
         key_hash(["5"], ["long"])
     with pytest.raises(TypeError):
