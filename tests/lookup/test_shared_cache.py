@@ -125,6 +125,11 @@ def test_an_entry_of_another_key_namespace_or_format_is_never_a_value() -> None:
         decode_entry(b"ns", encode_key((1,)), b"alk0" + data[4:])
     with pytest.raises(EntryMismatch):
         decode_entry(b"ns", encode_key((1,)), data[:-3])
+    # damaged bodies behind a right header: a decimal's text, nesting deeper than Python's stack
+    head = data[: data.rindex(b"\n") + 1]
+    for body in (b'[{"p":["D","12,5"]}]', b'[{"p":' + b'["L",' * 3000 + b"1" + b"]" * 3000 + b"}]"):
+        with pytest.raises(EntryMismatch):
+            decode_entry(b"ns", encode_key((1,)), head + body)
 
 
 def test_values_that_cannot_round_trip_are_refused() -> None:
@@ -135,6 +140,10 @@ def test_values_that_cannot_round_trip_are_refused() -> None:
         encode_entry(b"ns", b"k", [{"v": Mine(1)}])
     with pytest.raises(NotEncodable):
         encode_entry(b"ns", b"k", [{"v": object()}])
+    with pytest.raises(NotEncodable):  # json refuses ints over 4,300 digits
+        encode_entry(b"ns", b"k", [{"v": 10**5000}])
+    with pytest.raises(NotEncodable):
+        encode_key((10**5000,))
 
 
 # -- the tier against Redis --------------------------------------------------------------------

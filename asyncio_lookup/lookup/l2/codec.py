@@ -113,7 +113,10 @@ _ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=F
 
 
 def _dumps(value: Any) -> bytes:
-    return _ENCODE(value).encode()
+    try:
+        return _ENCODE(value).encode()
+    except (ValueError, RecursionError) as error:  # an int over 4,300 digits, deep nesting
+        raise NotEncodable(f"{type(error).__name__}: {error}") from None
 
 
 def encode_key(key: Key) -> bytes:
@@ -146,7 +149,7 @@ def decode_entry(namespace: bytes, encoded_key: bytes, data: bytes) -> list[Row]
         if type(rows) is not list or not all(type(r) is dict for r in rows):
             raise EntryMismatch("rows are not a list of objects")
         return [_untag(row) for row in rows]
-    except (ValueError, TypeError, IndexError, KeyError) as error:
-        if isinstance(error, EntryMismatch):
-            raise
-        raise EntryMismatch(f"damaged entry: {error}") from None
+    except EntryMismatch:
+        raise
+    except Exception as error:  # whatever a damaged body makes json or a tag raise
+        raise EntryMismatch(f"damaged entry: {type(error).__name__}: {error}") from None
