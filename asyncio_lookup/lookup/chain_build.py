@@ -26,6 +26,7 @@ from asyncio_lookup.lookup.providers import (
 from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedLookup, RateLimitedSyncLookup
 from asyncio_lookup.lookup.reload import CacheReloadTrigger
+from asyncio_lookup.lookup.retry import FailureRetry
 
 
 def target_of(source: object) -> str:
@@ -170,15 +171,23 @@ def build_parts(
     metrics = CacheMetricGroup()
     full_cache: FullCache | None = None
     cache: LookupCache | None = None
+    target = target_of(source) if target is None else target
     if plan.scan is not None:
         full_cache = FullCache(
-            plan.scan, key_columns, plan.trigger, metrics, clock=clock or WALL, name=name
+            plan.scan,
+            key_columns,
+            plan.trigger,
+            metrics,
+            clock=clock or WALL,
+            name=name,
+            retry=FailureRetry(
+                options.max_retries, options.max_retry_backoff, table=name, target=target
+            ),
         )
     else:
         cache = plan.provider_cache
         if cache is None:
             cache = options.build_cache(clock or MONOTONIC)
-    target = target_of(source) if target is None else target
     shared: SharedTier | None = None
     settings = options.shared_cache()
     if settings is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from asyncio_lookup.errors import CacheLoadError, DataFormatError
-from asyncio_lookup.lookup.clock import WALL, Clock
+from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
 from asyncio_lookup.lookup.functions import Key, Row, ScanResult, same_nan, scan_rows
 from asyncio_lookup.lookup.metrics import (
     HIT_COUNT,
@@ -24,10 +24,12 @@ from asyncio_lookup.lookup.metrics import (
     LOAD_COUNT,
     NUM_CACHED_BYTES,
     NUM_CACHED_RECORDS,
+    NUM_FAILURE_RETRIES,
     NUM_LOAD_FAILURES,
     CacheMetricGroup,
 )
 from asyncio_lookup.lookup.reload import CacheReloadTrigger, LoadTimes
+from asyncio_lookup.lookup.retry import NO_KEY, FailureRetry
 from asyncio_lookup.lookup.sizes import estimate_bytes
 from asyncio_lookup.runtime.loop import new_event_loop
 
@@ -65,12 +67,16 @@ class FullCache:
         *,
         clock: Clock = WALL,
         name: str = "",
+        retry: FailureRetry | None = None,
     ) -> None:
         self._scan = scan
+        self.retry = retry  # of a scan that failed transiently: from its start
         self.key_columns = tuple(key_columns)
         self.trigger = trigger
         self.metrics = metrics
         self.clock = clock
+        # load durations on a monotonic clock: a wall clock's step would make one an hour long
+        self._timer: Clock = MONOTONIC if clock is WALL else clock
         self.name = name
         self._state = _State({}, None)
         self._comparable: set[tuple[object, ...]] = set()  # key kinds checked against _state
@@ -164,20 +170,33 @@ class FullCache:
 
     def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
         started = self.clock.now()
+        began = self._timer.now()
         try:
-            snapshot, nbytes, kinds = self._build()
+            if self.retry is None:
+                snapshot, nbytes, kinds = self._build()
+            else:
+                snapshot, nbytes, kinds = self.retry.call(
+                    NO_KEY, self._build, sleep=self._retry_sleep, on_retry=self._on_retry
+                )
         except Exception as error:
             self.metrics.inc(NUM_LOAD_FAILURES)
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
-        ended = self.clock.now()
+        took = self._timer.now() - began
         self._comparable = set()
         self._state = _State(snapshot, None, kinds)
         self.metrics.set_gauge(NUM_CACHED_RECORDS, len(snapshot))
         self.metrics.set_gauge(NUM_CACHED_BYTES, nbytes)
-        self.metrics.set_gauge(LATEST_LOAD_TIME, (ended - started) * 1000.0)
+        self.metrics.set_gauge(LATEST_LOAD_TIME, took * 1000.0)
         self.metrics.inc(LOAD_COUNT)
-        return LoadTimes(scheduled, started, ended, initial)
+        return LoadTimes(scheduled, started, self.clock.now(), initial)
+
+    def _retry_sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise CacheLoadError("the full cache was closed while its scan waited to retry")
+
+    def _on_retry(self, error: BaseException | None, attempt: int) -> None:
+        self.metrics.inc(NUM_FAILURE_RETRIES)
 
     def _build(self) -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
         rows = self._scan()

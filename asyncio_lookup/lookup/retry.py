@@ -53,6 +53,9 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, TRANSIENT_ERRORS)
 
 
+NO_KEY: Key = ()  # the key of a call that looks no key up (a full cache's scan)
+
+
 class _Replay:
     """The outcome of the attempt made before tenacity took over, given back as its first."""
 
@@ -235,7 +238,7 @@ class FailureRetry(RetryPolicy):
         outcome = state.outcome
         assert outcome is not None
         last = outcome.exception()
-        context = lookup_context(self.table, key, self.target)
+        context = lookup_context(self.table, key or None, self.target)
         error = LookupFailedError(
             f"{context}: failed after {state.attempt_number} attempt(s), "
             f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="

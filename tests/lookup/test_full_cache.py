@@ -297,3 +297,46 @@ def test_a_second_start_never_runs_a_second_load_thread() -> None:
     first.result(timeout=10)
     assert scans[0] == 1
     cache.close(timeout=10)
+
+
+def test_a_scan_that_fails_transiently_is_retried_from_its_start() -> None:
+    from asyncio_lookup.errors import TransientError
+    from asyncio_lookup.lookup.retry import FailureRetry
+
+    attempts: list[int] = []
+
+    def scan() -> Iterator[dict[str, Any]]:
+        attempts.append(1)
+        yield ROWS[0]
+        if len(attempts) < 3:
+            raise TransientError("connection reset")
+        yield from ROWS[1:]
+
+    metrics = CacheMetricGroup()
+    retry = FailureRetry(3, 1.0, initial=0.01, jitter=0.0, table="Customers")
+    cache = FullCache(scan, ["id"], None, metrics, retry=retry)
+    cache.start().result(timeout=10)
+    assert len(attempts) == 3
+    assert cache.get((1,)) == [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}]  # not doubled
+    snap = metrics.snapshot()
+    assert (snap["numFailureRetries"], snap["loadCount"], snap["numLoadFailures"]) == (2, 1, 0)
+
+    attempts.clear()
+    one_retry = FailureRetry(1, 1.0, initial=0.01, jitter=0.0, table="Customers")
+    failing = FullCache(scan, ["id"], None, CacheMetricGroup(), retry=one_retry)
+    with pytest.raises(CacheLoadError, match="failed after 2 attempt"):
+        failing.start().result(timeout=10)
+
+
+def test_a_load_time_is_measured_on_a_monotonic_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time as time_module
+
+    real = time_module.time
+
+    def scan() -> list[dict[str, Any]]:
+        monkeypatch.setattr(time_module, "time", lambda: real() - 3600.0)  # the clock steps back
+        return ROWS
+
+    metrics = CacheMetricGroup()
+    FullCache(scan, ["id"], None, metrics, clock=WALL).start().result(timeout=10)
+    assert 0 <= metrics.snapshot()["latestLoadTime"] < 60_000

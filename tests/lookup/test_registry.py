@@ -20,6 +20,9 @@ PARTIAL = LookupOptions.from_dict(
     {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}
 )
 
+# the scans fail with errors a retry would ride out: these tests are about a load that failed
+NO_RETRY = LookupOptions.from_dict({"lookup.max-retries": "0"})
+
 
 @pytest.fixture(autouse=True)
 async def clean_registry() -> AsyncIterator[None]:
@@ -81,7 +84,7 @@ async def test_failed_open_is_not_kept_and_next_acquire_starts_afresh() -> None:
 
     def make() -> LookupChain:
         provider = FullCachingLookupProvider.of(scan, None)
-        return LookupChain.create(provider, LookupOptions(), prefer_async=True, key_columns=["k"])
+        return LookupChain.create(provider, NO_RETRY, prefer_async=True, key_columns=["k"])
 
     with pytest.raises(CacheLoadError):
         await acquire_chain("F", make)
@@ -103,7 +106,7 @@ def second_load_fails() -> Callable[[], LookupChain]:
 
     def make() -> LookupChain:
         provider = FullCachingLookupProvider.of(scan, None)
-        return LookupChain.create(provider, LookupOptions(), prefer_async=True, key_columns=["k"])
+        return LookupChain.create(provider, NO_RETRY, prefer_async=True, key_columns=["k"])
 
     return make
 

@@ -22,6 +22,9 @@ PARTIAL = LookupOptions.from_dict(
 )
 ALICE = {"id": 1, "name": "alice"}
 
+# the scans fail with errors a retry would ride out: these tests are about a load that failed
+NO_RETRY = LookupOptions.from_dict({"lookup.max-retries": "0"})
+
 
 @pytest.fixture(autouse=True)
 async def no_scopes_left() -> AsyncIterator[None]:
@@ -113,7 +116,7 @@ class CountingScan:
 def full_chain(scan: CountingScan, *, is_async: bool, retry: MissRetry | None = None) -> Any:
     return LookupChain.create(
         FullCachingLookupProvider.of(scan, None),
-        LookupOptions(),
+        NO_RETRY,
         prefer_async=is_async,
         miss_retry=retry,
         key_columns=["id"],
