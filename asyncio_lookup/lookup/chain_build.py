@@ -4,6 +4,7 @@ so the driver runs it too (:meth:`~asyncio_lookup.lookup.chain.LookupChain.valid
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +154,24 @@ class ChainParts:
     shared: SharedTier | None
 
 
+class _WholeMilliseconds:
+    """Adds waits in seconds to a counter of whole milliseconds, carrying the fractions: a
+    fast rate limit's waits are each under half a millisecond and would round to nothing."""
+
+    def __init__(self, add: Callable[[int], None]) -> None:
+        self._add = add
+        self._carried = 0.0
+        self._lock = threading.Lock()  # blocking lookups wait on several threads
+
+    def __call__(self, seconds: float) -> None:
+        with self._lock:
+            total = self._carried + seconds * 1000.0
+            whole = int(total)
+            self._carried = total - whole
+        if whole:
+            self._add(whole)
+
+
 def build_parts(
     source: LookupTableSource,
     options: LookupOptions,
@@ -199,8 +218,7 @@ def build_parts(
         def throttled() -> None:
             metrics.inc(NUM_THROTTLED)
 
-        def waited(seconds: float) -> None:
-            metrics.inc(THROTTLED_TIME_MS, round(seconds * 1000.0))
+        waited = _WholeMilliseconds(lambda ms: metrics.inc(THROTTLED_TIME_MS, ms))
 
         if sync_function is not None:
             chosen = clock or MONOTONIC

@@ -46,8 +46,8 @@ def parse_rate(option: str, value: Any) -> float:
 
 
 def format_rate(rate: float) -> str:
-    """A rate as the text :func:`parse_rate` reads back (requests per second)."""
-    return f"{rate:g}/s"
+    """A rate as the text :func:`parse_rate` reads back exactly (requests per second)."""
+    return f"{rate!r}/s"
 
 
 def is_throttle(error: BaseException) -> bool:

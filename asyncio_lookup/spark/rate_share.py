@@ -68,7 +68,7 @@ def task_slots(conf: Any) -> tuple[int | None, str]:
     if total is not None and not dynamic:
         return max(1, total // cpus), f"spark.cores.max={total} / spark.task.cpus={cpus}"
     parallelism = _int(conf, "spark.default.parallelism")
-    if parallelism is not None:
+    if parallelism is not None and not dynamic:  # a partition count, no bound on executors
         return parallelism, f"spark.default.parallelism={parallelism}"
     return None, f"spark.master={master or '(unset)'} without executor counts"
 

@@ -4,7 +4,6 @@ and the chain's use of it (every connector call takes a token, cache hits none).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Collection
 from typing import Any
 
@@ -49,7 +48,18 @@ def test_parse_rate_rejects(bad: Any) -> None:
 
 @given(st.floats(min_value=1e-6, max_value=1e9))
 def test_format_rate_round_trips(rate: float) -> None:
-    assert math.isclose(parse_rate("r", format_rate(rate)), rate, rel_tol=1e-5)
+    assert parse_rate("r", format_rate(rate)) == rate  # exactly: 1234567/s, 7/min
+
+
+def test_throttled_time_carries_the_fractions_of_a_millisecond() -> None:
+    # each wait of a fast limit is under half a millisecond: rounded one by one, they read 0
+    from asyncio_lookup.lookup.chain_build import _WholeMilliseconds
+
+    added: list[int] = []
+    waited = _WholeMilliseconds(added.append)
+    for _ in range(8000):
+        waited(0.000155)
+    assert sum(added) == 1240 and all(ms >= 1 for ms in added)
 
 
 def test_options_round_trip_and_combinations() -> None:

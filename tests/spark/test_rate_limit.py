@@ -67,6 +67,15 @@ ROWS = 1600  # 8 s at R over four tasks of 400 rows
         ({"spark.master": "yarn", "spark.default.parallelism": "64"}, 64),
         ({"spark.master": "yarn"}, None),
         ({"spark.master": "yarn", "spark.dynamicAllocation.enabled": "true"}, None),
+        # dynamic allocation without a maximum: a default partition count bounds no task slots
+        (
+            {
+                "spark.master": "yarn",
+                "spark.dynamicAllocation.enabled": "true",
+                "spark.default.parallelism": "8",
+            },
+            None,
+        ),
     ],
 )
 def test_task_slots_from_the_conf(conf: dict[str, str], slots: int | None) -> None:
