@@ -87,6 +87,9 @@ class LatencySketch:
             return
         values = np.array(pending, dtype=np.float64)
         pending.clear()
+        # a duration is never negative nor NaN (a clock that stepped back: 0); inf is clamped
+        np.nan_to_num(values, copy=False, nan=0.0, posinf=MAX_MS, neginf=0.0)
+        np.maximum(values, 0.0, out=values)
         self._count += len(values)
         self._sum += float(values.sum())
         self._min = min(self._min, float(values.min()))

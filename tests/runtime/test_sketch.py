@@ -71,6 +71,14 @@ def test_values_outside_the_range_are_counted_and_the_extremes_are_exact() -> No
     assert sum(n for _, _, n in sketch.bins()) == 4
 
 
+def test_a_negative_nan_or_infinite_duration_never_breaks_the_sketch() -> None:
+    # a clock stepping back gives a negative duration; inf failed the fold, NaN hid every figure
+    sketch = sketch_of([-5.0, math.nan, math.inf, 2.0])
+    assert sketch.count == 4 and sketch.zero == 2
+    assert sketch.min_ms == 0.0 and sketch.max_ms == 1e8 and sketch.sum_ms == 2.0 + 1e8
+    assert sketch.quantile(0.7) == pytest.approx(2.0, rel=0.01)
+
+
 def test_drain_hands_over_the_values_and_starts_empty() -> None:
     sketch = sketch_of([1.0, 2.0, 3.0])
     taken = sketch.drain()
