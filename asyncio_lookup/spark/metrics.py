@@ -348,6 +348,9 @@ class _QueryFold:
         self.fold = Fold()
         self.batches: set[int] = set()
         self.missed = False  # progress reports fell out of recentProgress unread
+        # every micro-batch below this id was read: one past the last read that ran, or the id
+        # of an idle report (Spark gives it the next batch's id); None before the first call
+        self.read_upto: int | None = None
 
 
 _queries: dict[tuple[str, str], _QueryFold] = {}
@@ -356,7 +359,7 @@ _queries: dict[tuple[str, str], _QueryFold] = {}
 def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
     """Metrics of a streaming query from its start: every micro-batch in ``query.recentProgress``
     is folded once and remembered, so successive calls cover the whole query. Spark keeps the
-    last ``spark.sql.streaming.numRecentProgressUpdates`` (100) reports only: when reports
+    last ``spark.sql.streaming.numRecentProgressUpdates`` - 1 (99) reports only: when reports
     may have been dropped unread (the first call came late, or calls are further apart than
     that), ``partial`` says so."""
     progresses = list(query.recentProgress)
@@ -365,14 +368,20 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
         state = _queries.setdefault(key, _QueryFold())
         keep = _recent_limit(query)
         ids = [_batch_id(p) for p in progresses]
-        if len(progresses) >= keep and ids and ids[0] not in state.batches:
-            state.missed = True  # the oldest kept report is new: older ones may be gone
+        if ids:
+            if state.read_upto is None:  # a full buffer may have lost the query's first ones
+                gap = len(progresses) >= keep - 1 and ids[0] > 0
+            else:  # micro-batches ran between the last one read and the oldest kept report
+                gap = ids[0] > state.read_upto
+            state.missed = state.missed or gap
         for progress, batch_id in zip(progresses, ids, strict=True):
-            if batch_id in state.batches:
-                continue
             trailers = _progress_trailers(progress, metrics_id)
-            if trailers is None:
-                continue  # no micro-batch ran (an idle report) or not this table's query
+            ran = trailers is not None or _progress_ran(progress)
+            upto = batch_id + 1 if ran else batch_id
+            if state.read_upto is None or upto > state.read_upto:
+                state.read_upto = upto
+            if batch_id in state.batches or trailers is None:
+                continue  # read before; an idle report or not this table's query
             state.batches.add(batch_id)
             for text in trailers:
                 state.fold.add(text)
@@ -383,10 +392,24 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
         partial = None
         if state.missed:
             partial = (
-                f"progress reports of the query fell out of recentProgress (it keeps {keep}) "
+                f"progress reports of the query fell out of recentProgress (it keeps {keep - 1}) "
                 "before they were read: call query_metrics at least that often"
             )
         return state.fold.result(partial)
+
+
+def _progress_ran(progress: Any) -> bool:
+    """Whether the report is of a micro-batch that ran (an idle one reads no input rows and
+    carries the next batch's id)."""
+    if isinstance(progress, Mapping):
+        durations = progress.get("durationMs") or {}
+        rows = progress.get("numInputRows")
+    else:
+        durations = getattr(progress, "durationMs", None) or {}
+        rows = getattr(progress, "numInputRows", None)
+    if "addBatch" in durations:
+        return True
+    return bool(rows)
 
 
 def _batch_id(progress: Any) -> int:

@@ -116,7 +116,7 @@ def test_job_metrics_is_a_dict_with_attributes() -> None:
 class _Conf:
     def get(self, name: str, default: Any = None) -> str:
         assert name == "spark.sql.streaming.numRecentProgressUpdates"
-        return "3"
+        return "4"
 
 
 class _Session:
@@ -124,8 +124,8 @@ class _Session:
 
 
 class FakeQuery:
-    """What query_metrics reads of a streaming query: ``id``, ``recentProgress`` (Spark keeps
-    the last 3 here) and the session's conf."""
+    """What query_metrics reads of a streaming query: ``id``, ``recentProgress`` (with the
+    conf's 4, Spark keeps the last 3: it drops the oldest while it holds 4) and the conf."""
 
     def __init__(self) -> None:
         self.id = uuid.uuid4().hex
@@ -140,6 +140,12 @@ class FakeQuery:
         trailer = encode(f"task-{batch_id}", {"numLookups": lookups}, {}, final=True)
         observed = {observation_name("T"): {"tasks": [trailer]}}
         self.progress.append({"batchId": batch_id, "observedMetrics": observed})
+
+    def idle(self, times: int) -> None:
+        """Reports of triggers that found no data: the next batch's id, no metrics."""
+        next_id = self.progress[-1]["batchId"] + 1 if self.progress else 0
+        for _ in range(times):
+            self.progress.append({"batchId": next_id, "observedMetrics": {}, "numInputRows": 0})
 
 
 def test_query_metrics_fold_each_micro_batch_once_across_calls() -> None:
@@ -170,6 +176,30 @@ def test_query_metrics_say_when_progress_reports_fell_out_unread() -> None:
     assert metrics.partial is not None and "fell out of recentProgress (it keeps 3)" in (
         metrics.partial
     )
+
+
+def test_query_metrics_tell_idle_reports_from_missed_ones() -> None:
+    query = FakeQuery()
+    for batch_id in range(3):
+        query.run_batch(batch_id, 1)
+        query_metrics(query, "T")
+    query.idle(10)  # the query idles: recentProgress fills with reports of no micro-batch
+    assert query_metrics(query, "T").partial is None
+    query.run_batch(3, 1)
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 4 and metrics.partial is None
+    for batch_id in range(4, 9):  # read again only after five micro-batches: two fell out
+        query.run_batch(batch_id, 1)
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 7 and metrics.partial is not None
+
+
+def test_query_metrics_of_a_late_first_call_say_only_what_may_be_missed() -> None:
+    query = FakeQuery()
+    query.run_batch(0, 1)
+    query.run_batch(1, 1)
+    query.run_batch(2, 1)  # recentProgress full, but it starts at the query's first batch
+    assert query_metrics(query, "T").partial is None
 
 
 def test_causes_warnings_summary_and_views_of_a_job() -> None:
