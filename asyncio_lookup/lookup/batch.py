@@ -97,8 +97,7 @@ class KeyBatcher:
                 self._calls.add((perf_counter() - started) * 1000.0)
                 raise
             self._calls.add((perf_counter() - started) * 1000.0)
-            # as_rows() of the usual answer, inlined: a list, copied
-            rows = list(answer) if type(answer) is list else as_rows(answer, key, self.function)
+            rows = as_rows(answer, key, self.function)
         except asyncio.CancelledError:
             if self._in_flight.get(key) is waiters:
                 if self._closing:

@@ -350,3 +350,22 @@ async def test_a_batch_function_answering_with_a_mapping_fails_every_key() -> No
     assert all(isinstance(r, ResultTypeError) for r in results), results
     assert all("returned dict" in str(r) and "one entry per key" in str(r) for r in results)
     await chain.close()
+
+
+@pytest.mark.parametrize("size", ["1", "8"])
+async def test_a_row_that_is_no_mapping_fails_its_key(size: str) -> None:
+    # None among the rows would be read as a LEFT join's padding for an unmatched key
+    class NoneRow(BatchFn):
+        async def async_lookup(self, key):  # type: ignore[no-untyped-def]
+            return [None]
+
+        async def async_lookup_batch(self, keys):  # type: ignore[no-untyped-def]
+            return [[None] for _ in keys]
+
+    chain = await open_chain(NoneRow(table_of(2)), **{"batch.max-size": size})
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(2)), return_exceptions=True
+    )
+    assert all(isinstance(r, ResultTypeError) for r in results), results
+    assert all("returned NoneType None in its collection" in str(r) for r in results)
+    await chain.close()
