@@ -17,6 +17,7 @@ from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import NAN, same_nan
+from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
 from asyncio_lookup.runtime import (
@@ -33,7 +34,7 @@ from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatc
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import map_advice
-from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
+from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays, with_time_zone
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -44,7 +45,7 @@ from asyncio_lookup.spark.failed_rows import (
     error_array,
     error_column_free,
 )
-from asyncio_lookup.spark.job_metrics import JobMetrics, encode
+from asyncio_lookup.spark.job_metrics import GAUGES, JobMetrics, encode
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
@@ -55,7 +56,13 @@ from asyncio_lookup.spark.metrics import (
 )
 from asyncio_lookup.spark.otel_switch import export_otel, otel_from_conf
 from asyncio_lookup.spark.rate_share import task_rate
-from asyncio_lookup.spark.schema import arrow_type, large_var_types, parse_schema
+from asyncio_lookup.spark.schema import (
+    arrow_type,
+    check_value_type,
+    large_var_types,
+    parse_schema,
+    session_time_zone,
+)
 from asyncio_lookup.spark.worker_gc import (
     DEFAULT_GC_YOUNG_THRESHOLD,
     gc_threshold_from_conf,
@@ -86,6 +93,7 @@ class AsyncMapTask:
     rate: TaskRate | None = None  # this task's share of ``rate_limit``
     key: tuple[str, ...] | None = None  # output_mode 'key_ordered': the key columns
     otel: bool = False  # export to OpenTelemetry at task end (asyncio_lookup.otel.enabled)
+    time_zone: str = "UTC"  # the session's: naive datetimes into TIMESTAMP are read in it
 
     def operator(
         self,
@@ -157,11 +165,14 @@ class AsyncMapTask:
             return self._failure(out.batch[index], self._lossy(error))
 
         indices, columns, failures = convert_keeping_failures(
-            rows, indices, failures, list(self.schema), failure_of
+            rows, indices, failures, self._fields(), failure_of
         )
         errors = error_array(len(indices), failures, self.error_field.type)
         schema = self.schema.append(self.error_field)
         return pa.RecordBatch.from_arrays([*columns, errors], schema=schema), len(failures)
+
+    def _fields(self) -> list[pa.Field]:
+        return [with_time_zone(field, self.time_zone) for field in self.schema]
 
     def _failure(self, row: dict[str, Any], error: BaseException) -> RowFailure:
         return RowFailure.of(self.name, row, error)
@@ -178,7 +189,8 @@ class AsyncMapTask:
             if not isinstance(row, Mapping):
                 raise _not_a_dict(row)
         try:
-            return pa.RecordBatch.from_arrays(rows_to_arrays(rows, self.schema), schema=self.schema)
+            columns = rows_to_arrays(rows, self._fields())
+            return pa.RecordBatch.from_arrays(columns, schema=self.schema)
         except LossyValueError as e:
             raise self._lossy(e) from None
 
@@ -195,6 +207,7 @@ class AsyncMapTask:
         schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
         total_causes: dict[str, Any] = {}  # the task's, for its warnings
         total_latency = {"record": LatencySketch(), "call": LatencySketch()}  # reported, for OTel
+        reported: dict[str, int | float] = {}  # the counters reported so far, for OTel
         reported_failed = 0
 
         def warnings() -> list[Advice]:
@@ -206,7 +219,7 @@ class AsyncMapTask:
 
         def report(failed_rows: int, final: bool) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
-            nonlocal total_causes, reported_failed
+            nonlocal total_causes, reported, reported_failed
             advice = warnings() if final else []
             counters, record, calls = metrics.take_delta()
             found = metrics.causes.take().to_json()
@@ -215,12 +228,23 @@ class AsyncMapTask:
             values["numFailedRows"] = failed_rows  # the function's and conversion's
             latency = {"record": record, "call": calls}
             if self.otel:
+                reported = merge_metrics(reported, counters, GAUGES)
                 reported_failed += failed_rows
                 for kind, sketch in latency.items():
                     if sketch is not None:
                         total_latency[kind].merge(sketch)
             sections = {SECTION: section(found, advice)}
             return trailer(schema, encode(task, values, latency, final=final, sections=sections))
+
+        def export_totals(failed_rows: int) -> None:
+            counters: dict[str, int | float]
+            if self.metrics_id is None:  # nothing drained: the operator's figures are the task's
+                counters = {**metrics.counters(), "numFailedRows": failed_rows}
+                latency = {"record": metrics.latency, "call": metrics.calls}
+                export_otel(self.name, "async_map", counters, latency)
+            else:  # what the trailers reported
+                counters = {**reported, "numFailedRows": reported_failed}
+                export_otel(self.name, "async_map", counters, total_latency)
 
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows
@@ -231,39 +255,39 @@ class AsyncMapTask:
             )
             number = failed_rows = 0
             try:
-                for out in outputs:
-                    if self.error_field is None:
-                        batch = self.build(out.outputs)
-                    else:
-                        batch, failed = self.build_keeping_failures(out)
-                        failed_rows += failed
-                    if self.metrics_id is None:
-                        yield batch
-                        continue
-                    number += 1
-                    if reports_before(number):
-                        row = report(failed_rows, final=False)
-                        if row is not None:
-                            failed_rows = 0
-                            yield row  # before the batch: a reader that stops early counts it
-                    yield with_metrics_column(batch)
-            finally:
-                outputs.close()
+                try:
+                    for out in outputs:
+                        if self.error_field is None:
+                            batch = self.build(out.outputs)
+                        else:
+                            batch, failed = self.build_keeping_failures(out)
+                            failed_rows += failed
+                        if self.metrics_id is None:
+                            yield batch
+                            continue
+                        number += 1
+                        if reports_before(number):
+                            row = report(failed_rows, final=False)
+                            if row is not None:
+                                failed_rows = 0
+                                yield row  # before the batch: a reader that stops counts it
+                        yield with_metrics_column(batch)
+                finally:
+                    outputs.close()
+            except GeneratorExit:
+                # The reader stopped (limit, show, take): export what was reported so far,
+                # as a lookup join's task does (spark/task.py).
+                if self.otel:
+                    export_totals(failed_rows)
+                raise
         if self.metrics_id is None:
             warnings()
-            if self.otel:  # nothing was drained: the operator's sketches are the task's
-                counters = {**metrics.counters(), "numFailedRows": failed_rows}
-                export_otel(
-                    self.name,
-                    "async_map",
-                    counters,
-                    {"record": metrics.latency, "call": metrics.calls},
-                )
+            if self.otel:
+                export_totals(failed_rows)
             return
         last = report(failed_rows, final=True)
         if self.otel:
-            counters = {**metrics.counters(), "numFailedRows": reported_failed}
-            export_otel(self.name, "async_map", counters, total_latency)
+            export_totals(0)
         if last is not None:
             yield last
 
@@ -383,6 +407,8 @@ def async_map(
     if not isinstance(df, DataFrame):
         raise ConfigurationError("df", type(df).__name__, "a pyspark.sql.DataFrame")
     parsed = parse_schema(schema)
+    for field in parsed.fields:
+        check_value_type(field.dataType, "schema", field.name)
     large = large_var_types(df)
     arrow_schema = pa.schema(
         [pa.field(f.name, arrow_type(f.dataType, "schema", large), True) for f in parsed.fields]
@@ -409,6 +435,7 @@ def async_map(
         rate=_task_rate(rate_limit, df),
         key=_check_key(key, output_mode, df),
         otel=otel_from_conf(df.sparkSession.conf),
+        time_zone=session_time_zone(df, (f.dataType for f in parsed.fields)),
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:

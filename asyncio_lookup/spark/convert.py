@@ -6,13 +6,19 @@ error naming it, never a truncated value (docs/semantics.md §2.9).
 declared type with Arrow's checked (``safe``) cast, column by column, in C. Which source types
 may reach which declared type is the table below; everything else (a string into a number, a
 number into a string, a bool into an int, a DECIMAL into a DOUBLE) is refused. Only when a
-column fails (or Arrow cannot infer one type for it) does a Python loop look for the first
-offending value, to name it.
+column fails (or Arrow cannot infer one type for it, or would infer it from its first value
+only: dates among datetimes) is it converted value by value, containers element by element,
+which names the first offending value.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import itertools
+import operator
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +33,24 @@ _ARROW_ERRORS = (
     ValueError,
     OverflowError,
 )
+
+
+#: Field metadata: the time zone in which the field's naive datetimes and dates (at any depth)
+#: are wall clock times when declared TIMESTAMP (Spark's session time zone); UTC without it.
+TIME_ZONE = b"asyncio_lookup.time_zone"
+
+#: A double is the decimal text it was parsed from when that had at most this many
+#: significant digits (DBL_DIG).
+_DOUBLE_DIGITS = 15
+
+_INT64 = range(-(2**63), 2**63)
+
+_Converter = Callable[[pa.Array, pa.DataType, str], pa.Array]
+
+
+def with_time_zone(field: pa.Field, time_zone: str) -> pa.Field:
+    """``field``, its naive datetimes and dates read in ``time_zone`` (:data:`TIME_ZONE`)."""
+    return field.with_metadata({TIME_ZONE: time_zone.encode()})
 
 
 class LossyValueError(ValueError):
@@ -64,33 +88,63 @@ def _is_list(t: pa.DataType) -> bool:
     return bool(pt.is_list(t) or pt.is_large_list(t))
 
 
-def _to_integer(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_integer(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     # Arrow's safe cast refuses a fraction, NaN and out-of-range values.
     if _is_integer(array.type) or pt.is_floating(array.type) or pt.is_decimal(array.type):
         return pc.cast(array, target, safe=True)
     raise _Refused
 
 
-def _to_floating(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_floating(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     # An integer must be exactly representable; a double narrows to FLOAT as declared.
-    if _is_integer(array.type) or pt.is_floating(array.type):
-        return pc.cast(array, target, safe=True)
+    if _is_integer(array.type):
+        try:
+            return pc.cast(array, target, safe=True)
+        except pa.ArrowInvalid:
+            # Arrow checks a range (|v| <= 2**53 into DOUBLE), not exactness: 2**60 is exact.
+            floats = pc.cast(array, target, safe=False)
+            try:
+                exact = pc.all(pc.equal(pc.cast(floats, array.type, safe=True), array)).as_py()
+            except pa.ArrowInvalid:
+                exact = False
+            if exact is False:
+                raise pa.ArrowInvalid(f"an integer not exactly representable as {target}") from None
+            return floats
+    if pt.is_floating(array.type):
+        floats = pc.cast(array, target, safe=True)
+        if (
+            target.bit_width < array.type.bit_width
+            and pc.any(pc.and_(pc.is_inf(floats), pc.invert(pc.is_inf(array)))).as_py()
+        ):
+            raise pa.ArrowInvalid(f"a value out of the range of {target}")
+        return floats
     raise _Refused
 
 
-def _to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_decimal(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     if pt.is_decimal(array.type):
         return pc.cast(array, target, safe=True)
     if _is_integer(array.type):
         return pc.cast(pc.cast(array, pa.decimal128(38, 0)), target, safe=True)
     if pt.is_floating(array.type):
         # Through the shortest round-trip text (JSON's 12.5 is '12.5'): Arrow's float to
-        # decimal cast would round 0.125 to 0.12 silently; parsing the text refuses it.
-        return pc.cast(pc.cast(array, pa.string()), target, safe=True)
+        # decimal cast would round 0.125 to 0.12 silently; parsing the text refuses it. That
+        # text is the one the double was parsed from only up to 15 significant digits: a
+        # longer one may have lost digits (12345678901234567.89 parses to ...68), so refused.
+        text = pc.cast(array, pa.string())
+        long = pc.filter(text, pc.greater(pc.binary_length(text), _DOUBLE_DIGITS))
+        digits = pc.utf8_trim(pc.replace_substring_regex(long, r"[eE].*|[^0-9]", ""), "0")
+        if len(long) and (pc.max(pc.binary_length(digits)).as_py() or 0) > _DOUBLE_DIGITS:
+            raise pa.ArrowInvalid(
+                f"a float of more than {_DOUBLE_DIGITS} significant digits may have lost "
+                "digits of the number the source sent; have the source send it as a string "
+                "and declare STRING, or declare DOUBLE"
+            )
+        return pc.cast(text, target, safe=True)
     raise _Refused
 
 
-def _to_date(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_date(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     if pt.is_date(array.type):
         return pc.cast(array, target, safe=True)
     if pt.is_timestamp(array.type):
@@ -101,14 +155,23 @@ def _to_date(array: pa.Array, target: pa.DataType) -> pa.Array:
     raise _Refused
 
 
-def _to_timestamp(array: pa.Array, target: pa.DataType) -> pa.Array:
-    if pt.is_timestamp(array.type) or pt.is_date(array.type):
-        return pc.cast(array, target, safe=True)
-    raise _Refused
+def _to_timestamp(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
+    if pt.is_date(array.type):
+        array = pc.cast(array, pa.timestamp("us"))  # midnight, a wall clock time
+    if not pt.is_timestamp(array.type):
+        raise _Refused
+    if target.tz is None:  # TIMESTAMP_NTZ: wall clock times only
+        if array.type.tz is not None:
+            raise pa.ArrowInvalid("an aware datetime into TIMESTAMP_NTZ; declare TIMESTAMP")
+    elif array.type.tz is None and zone != "UTC":
+        # A naive datetime is a wall clock time in the session time zone, as Spark reads
+        # one; a time a DST change skips names no instant and is refused.
+        array = pc.assume_timezone(array, zone, ambiguous="earliest", nonexistent="raise")
+    return pc.cast(array, target, safe=True)
 
 
-def _same_kind(check: Callable[[pa.DataType], bool]) -> Callable[[pa.Array, pa.DataType], pa.Array]:
-    def convert(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _same_kind(check: Callable[[pa.DataType], bool]) -> _Converter:
+    def convert(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
         if check(array.type):
             return pc.cast(array, target, safe=True)
         raise _Refused
@@ -116,7 +179,7 @@ def _same_kind(check: Callable[[pa.DataType], bool]) -> Callable[[pa.Array, pa.D
     return convert
 
 
-def _converter(target: pa.DataType) -> Callable[[pa.Array, pa.DataType], pa.Array]:
+def _converter(target: pa.DataType) -> _Converter:
     if _is_integer(target):
         return _to_integer
     if pt.is_floating(target):
@@ -141,17 +204,24 @@ def _converter(target: pa.DataType) -> Callable[[pa.Array, pa.DataType], pa.Arra
     return _same_kind(lambda source: source == target)
 
 
-def _to_list(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_list(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     if not _is_list(array.type):
         raise _Refused
-    items = exact_cast(array.values, target.value_type)
-    list_class = pa.LargeListArray if pt.is_large_list(target) else pa.ListArray
-    offsets = pc.cast(array.offsets, pa.int64() if pt.is_large_list(target) else pa.int32())
+    items = exact_cast(array.values, target.value_type, zone)
+    _refuse_nulls(target.value_field, items)
     mask = array.is_null() if array.null_count else None
+    return _list_of(array.offsets, items, target, mask)
+
+
+def _list_of(
+    offsets: pa.Array, items: pa.Array, target: pa.DataType, mask: pa.Array | None = None
+) -> pa.Array:
+    list_class = pa.LargeListArray if pt.is_large_list(target) else pa.ListArray
+    offsets = pc.cast(offsets, pa.int64() if pt.is_large_list(target) else pa.int32())
     return list_class.from_arrays(offsets, items, type=target, mask=mask)
 
 
-def _to_struct(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _to_struct(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     if not pt.is_struct(array.type):
         raise _Refused
     names = {array.type.field(i).name: i for i in range(array.type.num_fields)}
@@ -159,48 +229,156 @@ def _to_struct(array: pa.Array, target: pa.DataType) -> pa.Array:
     for i in range(target.num_fields):
         field = target.field(i)
         child = array.field(names[field.name]) if field.name in names else None
-        children.append(
-            pa.nulls(len(array), field.type) if child is None else exact_cast(child, field.type)
+        child = (
+            pa.nulls(len(array), field.type)
+            if child is None
+            else exact_cast(child, field.type, zone)
         )
+        _refuse_nulls(field, child, array)
+        children.append(child)
     mask = array.is_null() if array.null_count else None
     return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
 
 
-def exact_cast(array: pa.Array, target: pa.DataType) -> pa.Array:
-    """``array`` as ``target``; raises ``pa.ArrowInvalid`` (a value does not fit) or
-    ``TypeError`` (its type never converts to ``target``)."""
+def _refuse_nulls(field: pa.Field, child: pa.Array, parent: pa.Array | None = None) -> None:
+    """ArrowInvalid if the NOT NULL ``field`` would hold a NULL (where its ``parent`` struct
+    is not NULL): Spark reads such a field without looking for NULLs."""
+    if field.nullable or not child.null_count:
+        return
+    if parent is None or not parent.null_count:
+        raise pa.ArrowInvalid(f"NULL in the NOT NULL field {field.name!r}")
+    if pc.any(pc.and_(child.is_null(), parent.is_valid())).as_py():
+        raise pa.ArrowInvalid(f"NULL in the NOT NULL field {field.name!r}")
+
+
+def exact_cast(array: pa.Array, target: pa.DataType, zone: str = "UTC") -> pa.Array:
+    """``array`` as ``target`` (naive datetimes and dates into TIMESTAMP read in ``zone``);
+    raises ``pa.ArrowInvalid`` (a value does not fit) or ``TypeError`` (its type never converts
+    to ``target``)."""
     if array.type == target:
         return array
     if pt.is_null(array.type):
         return pa.nulls(len(array), target)
     try:
-        return _converter(target)(array, target)
+        return _converter(target)(array, target, zone)
     except _Refused:
         raise TypeError(f"{array.type} values never convert to {target}") from None
 
 
-def _column_slow(values: list[Any], column: str, target: pa.DataType) -> pa.Array:
+@functools.cache
+def _has_temporal(inferred: pa.DataType) -> bool:
+    if pt.is_date(inferred) or pt.is_timestamp(inferred):
+        return True
+    if _is_list(inferred):
+        return _has_temporal(inferred.value_type)
+    return bool(pt.is_struct(inferred)) and any(_has_temporal(f.type) for f in inferred)
+
+
+_TZINFO = operator.attrgetter("tzinfo")
+
+
+def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
+    """Whether ``values`` mix dates with datetimes, or naive with aware datetimes, where Arrow
+    inferred a date or timestamp type: it converts them all as the first one (a datetime after
+    a date is truncated to its day; a naive one after an aware one is read as UTC)."""
+    try:
+        if pt.is_date(inferred):
+            return any(issubclass(kind, datetime.datetime) for kind in set(map(type, values)))
+        if pt.is_timestamp(inferred):
+            zones = set(map(_TZINFO, filter(None, values)))
+            return None in zones and len(zones) > 1
+        if _is_list(inferred):
+            items = list(itertools.chain.from_iterable(filter(None, values)))
+            return _mixes_kinds(items, inferred.value_type)
+        if pt.is_struct(inferred):
+            rows = list(filter(None, values))
+            return any(
+                _mixes_kinds([row.get(f.name) for row in rows], f.type)
+                for f in inferred
+                if _has_temporal(f.type)
+            )
+    except (AttributeError, TypeError, ValueError):  # not datetimes, lists, dicts: value by value
+        return True
+    return False
+
+
+def _cast_inferred(values: list[Any], target: pa.DataType, zone: str) -> pa.Array | None:
+    """``values`` converted with the type Arrow infers from them, then cast exactly to
+    ``target``, in C; ``None`` when that fails (the caller converts value by value)."""
+    try:
+        inferred = pa.array(values)
+    except _ARROW_ERRORS:
+        return None
+    if _has_temporal(inferred.type) and _mixes_kinds(values, inferred.type):
+        return None
+    try:
+        return exact_cast(inferred, target, zone)
+    except _ARROW_ERRORS:
+        return None
+
+
+def _column(values: list[Any], target: pa.DataType, zone: str) -> pa.Array:
+    """``values`` as ``target``; raises the error of the first value that does not fit."""
+    converted = _cast_inferred(values, target, zone)
+    if converted is not None:
+        return converted
+    if not values:
+        return pa.array([], type=target)
+    return pa.concat_arrays([_value(value, target, zone) for value in values])
+
+
+def _value(value: Any, target: pa.DataType, zone: str) -> pa.Array:
+    """One value as a one-value array of ``target``; a list, a struct or a map element by
+    element (a map at any depth, which Arrow infers as a struct, and a list mixing dates and
+    datetimes convert only so)."""
+    if value is None:
+        return pa.nulls(1, target)
+    if isinstance(value, Mapping):
+        if pt.is_map(target):
+            return _map_value(value, target, zone)
+        if pt.is_struct(target):
+            children = []
+            for field in target:
+                child = _column([value.get(field.name)], field.type, zone)
+                _refuse_nulls(field, child)
+                children.append(child)
+            return pa.StructArray.from_arrays(children, fields=list(target))
+    elif _is_list(target) and isinstance(value, (list, tuple)):
+        items = _column(list(value), target.value_type, zone)
+        _refuse_nulls(target.value_field, items)
+        return _list_of(pa.array([0, len(items)]), items, target)
+    if type(value) is int and value not in _INT64:  # Arrow infers no type for it
+        return exact_cast(_big_int(value, target), target, zone)
+    return exact_cast(pa.array([value]), target, zone)
+
+
+def _big_int(value: int, target: pa.DataType) -> pa.Array:
+    """An int beyond 64 bits as a DECIMAL, or as a float when that is exactly the int."""
+    if pt.is_floating(target):
+        floats = pa.array([float(value)], type=target)
+        if floats[0].as_py() != value:
+            raise pa.ArrowInvalid(f"an integer not exactly representable as {target}")
+        return floats
+    return pa.array([Decimal(value)])
+
+
+def _map_value(value: Mapping[Any, Any], target: pa.MapType, zone: str) -> pa.Array:
+    keys = _column(list(value.keys()), target.key_type, zone)
+    items = _column(list(value.values()), target.item_type, zone)
+    _refuse_nulls(target.item_field, items)
+    return pa.MapArray.from_arrays(pa.array([0, len(keys)], pa.int32()), keys, items, type=target)
+
+
+def _column_slow(values: list[Any], column: str, target: pa.DataType, zone: str) -> pa.Array:
     """Convert value by value to name the first that does not fit (the error path)."""
     converted = []
     for index, value in enumerate(values):
-        if value is None:
-            converted.append(pa.nulls(1, target))
-            continue
         try:
-            if pt.is_map(target) and isinstance(value, Mapping):
-                converted.append(_map_value(value, target))
-            else:
-                converted.append(exact_cast(pa.array([value]), target))
+            converted.append(_value(value, target, zone))
         except _ARROW_ERRORS as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
             raise LossyValueError(column, index, value, target, reason) from None
     return pa.concat_arrays(converted) if converted else pa.array([], type=target)
-
-
-def _map_value(value: Mapping[Any, Any], target: pa.MapType) -> pa.Array:
-    keys = exact_cast(pa.array(list(value.keys())), target.key_type)
-    items = exact_cast(pa.array(list(value.values())), target.item_type)
-    return pa.MapArray.from_arrays(pa.array([0, len(keys)], pa.int32()), keys, items, type=target)
 
 
 def rows_to_arrays(
@@ -210,30 +388,21 @@ def rows_to_arrays(
 
     A column a row lacks is NULL there. Raises :class:`LossyValueError` for the first value
     that does not convert exactly. Column by column: only the declared columns are read (a
-    service's rows often hold many more), each inferred and cast in C.
+    service's rows often hold many more), each inferred and cast in C. Naive datetimes and
+    dates into TIMESTAMP are read in the field's :data:`TIME_ZONE` (UTC without one).
     """
     nulls = None in rows
     out = []
     for field in fields:
         name = field.name
+        metadata = field.metadata
+        zone = metadata[TIME_ZONE].decode() if metadata and TIME_ZONE in metadata else "UTC"
         if nulls:
             values = [None if row is None else row.get(name) for row in rows]
         else:
             values = [row.get(name) for row in rows]  # type: ignore[union-attr]
-        try:
-            inferred = pa.array(values)
-        except _ARROW_ERRORS:
-            inferred = None
-        converted = None if inferred is None else _cast_or_none(inferred, field.type)
+        converted = _cast_inferred(values, field.type, zone)
         if converted is None:  # no one inferred type, or a value that does not fit: name it
-            converted = _column_slow(values, name, field.type)
+            converted = _column_slow(values, name, field.type, zone)
         out.append(converted)
     return out
-
-
-def _cast_or_none(array: pa.Array, target: pa.DataType) -> pa.Array | None:
-    """:func:`exact_cast`, or ``None`` when some value does not fit (the caller finds which)."""
-    try:
-        return exact_cast(array, target)
-    except _ARROW_ERRORS:
-        return None

@@ -42,6 +42,7 @@ from asyncio_lookup.spark.rate_share import table_task_rate
 from asyncio_lookup.spark.schema import (
     arrow_type,
     large_var_types,
+    session_time_zone,
 )
 from asyncio_lookup.spark.shuffle import (
     PARTITION_COLUMN,
@@ -168,8 +169,9 @@ def plan_lookup_join(
         error_column=error_column,
         error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
         rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
-        shared_namespace=None if options.shared_url is None else table.shared_namespace,
+        shared_namespace=None if options.shared_url is None else _shared_namespace(table, options),
         otel=otel_from_conf(df.sparkSession.conf),
+        time_zone=session_time_zone(df, (dim_fields[c.name].dataType for c in dim_columns)),
     )
     return task, output
 
@@ -180,6 +182,12 @@ def join_options(table: LookupTable, hint: ResolvedLookup) -> LookupOptions:
     if not overrides:
         return table.options
     return LookupOptions.from_dict({**table.options.to_dict(), **dict(overrides)})
+
+
+def _shared_namespace(table: LookupTable, options: LookupOptions) -> str:
+    """The shared cache's namespace: a LOOKUP hint's ``lookup.shared-cache.namespace``, else
+    the table's (:attr:`LookupTable.shared_namespace`)."""
+    return options.shared_namespace or table.shared_namespace
 
 
 def _with_on_error(hint: ResolvedLookup, on_error: str | None) -> ResolvedLookup:

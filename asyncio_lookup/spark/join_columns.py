@@ -15,6 +15,7 @@ from asyncio_lookup.spark.schema import (
     arrow_type,
     check_key_type,
     check_literal,
+    check_value_type,
     key_types_compatible,
 )
 from asyncio_lookup.spark.table import LookupTable
@@ -173,6 +174,7 @@ def select_dim_columns(
             )
         taken[output.lower()] = output
         field = _field(dim, name, "schema", f"dim table {table.name!r}")
+        check_value_type(field.dataType, "schema", name)
         arrow = arrow_type(field.dataType, "schema", large_types)
         out.append(DimColumn(name, output, arrow, field.dataType.simpleString().upper()))
     return tuple(out)

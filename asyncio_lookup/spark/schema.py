@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     ArrayType,
@@ -22,7 +25,9 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampType,
     VarcharType,
+    VariantType,
 )
 
 from asyncio_lookup.errors import ConfigurationError
@@ -80,6 +85,64 @@ def arrow_type(data_type: DataType, option: str, large: bool = False) -> pa.Data
             "a type Spark can exchange as Arrow",
             reason=str(error).splitlines()[0],
         ) from None
+
+
+def _children(data_type: DataType) -> list[DataType]:
+    if isinstance(data_type, ArrayType):
+        return [data_type.elementType]
+    if isinstance(data_type, MapType):
+        return [data_type.keyType, data_type.valueType]
+    if isinstance(data_type, StructType):
+        return [field.dataType for field in data_type.fields]
+    return []
+
+
+def _contains(data_type: DataType, kind: type[DataType]) -> bool:
+    return isinstance(data_type, kind) or any(_contains(c, kind) for c in _children(data_type))
+
+
+def check_value_type(data_type: DataType, option: str, column: str) -> None:
+    """ConfigurationError for a declared column whose values cannot be filled: a VARIANT (at
+    any depth), whose Arrow form is Spark's binary encoding, not a Python value."""
+    if _contains(data_type, VariantType):
+        raise ConfigurationError(
+            option,
+            column,
+            "a column of a type other than VARIANT (declare the value as STRING holding JSON "
+            "and use parse_json() in Spark)",
+            reason=f"{column!r} is {data_type.simpleString()}",
+        )
+
+
+CONF_SESSION_TIME_ZONE = "spark.sql.session.timeZone"
+
+# Spark's offset forms ('+08:00', 'GMT+8', 'UTC-05:30'), which Arrow knows only as '+08:00'.
+_OFFSET = re.compile(r"(?:UTC|GMT|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?00)?")
+
+
+def session_time_zone(df: Any, data_types: Iterable[DataType]) -> str:
+    """The session time zone (``spark.sql.session.timeZone``, read on the driver, classic or
+    Connect) in which naive datetimes and dates into TIMESTAMP columns among ``data_types``
+    are wall clock times, as Spark reads them; ``'UTC'`` when there is no such column."""
+    if not any(_contains(t, TimestampType) for t in data_types):
+        return "UTC"
+    zone = str(df.sparkSession.conf.get(CONF_SESSION_TIME_ZONE)).strip()
+    if zone in ("Z", "UTC", "GMT", "UT"):
+        return "UTC"
+    offset = _OFFSET.fullmatch(zone)
+    if offset is not None:
+        sign, hours, minutes = offset.groups()
+        return f"{sign}{int(hours):02d}:{minutes or '00'}"
+    try:
+        pc.assume_timezone(pa.array([0], pa.timestamp("us")), zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        raise ConfigurationError(
+            CONF_SESSION_TIME_ZONE,
+            zone,
+            "a region ID Arrow knows (America/New_York) or an offset (+05:00)",
+            reason="naive datetimes into TIMESTAMP columns are read in it",
+        ) from None
+    return zone
 
 
 def large_var_types(df: Any) -> bool:

@@ -213,13 +213,18 @@ class ShufflePlan:
     routing: PartitionRouting
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a column reference that reads it whole (``a.b`` is no struct field)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _row_hash(df: DataFrame) -> Column:
     """A hash of a row's content, to spread a hot key's rows. Deterministic on purpose: a
     recomputed map task (a stage retry) must route each row as before, or the exchange loses
     and duplicates rows, so a row's position (``monotonically_increasing_id``, ``rand``) must
     not count. Identical rows stay together. Map and variant columns cannot be hashed."""
     hashable = [
-        F.col(f"`{f.name}`")
+        F.col(_quoted(f.name))
         for f in df.schema.fields
         if "map<" not in f.dataType.simpleString() and "variant" not in f.dataType.simpleString()
     ]
@@ -254,7 +259,7 @@ def plan_shuffle(
         kind = _kind(left_types[binding.left_column], dim_types[binding.dim_column])
         positions.append(position)
         kinds.append(kind)
-        column = F.col(binding.left_column)
+        column = F.col(_quoted(binding.left_column))
         key_columns.append(column)
         hashed.append(_canonical(column, kind))
     hasher = HashPartitioner(tuple(positions), tuple(kinds))
@@ -303,7 +308,7 @@ def detect_hot_keys(
     if df.isStreaming:
         return {}
     threshold = skew.threshold if skew.threshold is not None else 1.0 / (2 * n)
-    not_null = [F.col(c).isNotNull() for c in spec.left_key_columns]
+    not_null = [F.col(_quoted(c)).isNotNull() for c in spec.left_key_columns]
     condition = not_null[0]
     for extra in not_null[1:]:
         condition = condition & extra

@@ -31,7 +31,7 @@ from asyncio_lookup.runtime import causes as causes_
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import join_advice
-from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays
+from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays, with_time_zone
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
@@ -93,6 +93,8 @@ class LookupJoinTask:
     shared_namespace: str | None = None
     #: Export to OpenTelemetry at task end (Spark conf asyncio_lookup.otel.enabled).
     otel: bool = False
+    #: The session time zone, in which naive datetimes into TIMESTAMP columns are read.
+    time_zone: str = "UTC"
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -199,11 +201,13 @@ class LookupJoinTask:
     def dim_arrays(self, joined: JoinedBatch[pa.RecordBatch]) -> list[pa.Array]:
         """The dim columns of the joined rows; a value that does not convert exactly to its
         declared type fails the task naming the table, the key, the column and the value."""
-        fields = [pa.field(c.name, c.type) for c in self.dim_columns]
         try:
-            return rows_to_arrays(joined.dim_rows, fields)  # type: ignore[arg-type]
+            return rows_to_arrays(joined.dim_rows, self._fields())  # type: ignore[arg-type]
         except LossyValueError as error:
             raise self._lossy(error, joined.payload, joined.indices[error.index]) from None
+
+    def _fields(self) -> list[pa.Field]:
+        return [with_time_zone(pa.field(c.name, c.type), self.time_zone) for c in self.dim_columns]
 
     def _lossy(self, error: LossyValueError, batch: pa.RecordBatch, index: int) -> ResultTypeError:
         column = next(c for c in self.dim_columns if c.name == error.column)
@@ -235,9 +239,8 @@ class LookupJoinTask:
             key = self._key_of(batch, index)
             return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
 
-        fields = [pa.field(c.name, c.type) for c in self.dim_columns]
         indices, dims, failures = convert_keeping_failures(
-            rows, joined.indices, failures, fields, failure_of
+            rows, joined.indices, failures, self._fields(), failure_of
         )
         gathered = batch.take(pa.array(indices, type=pa.int64()))
         names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]

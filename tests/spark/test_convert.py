@@ -33,7 +33,7 @@ def convert(values: list[Any], target: pa.DataType) -> list[Any]:
         ([True], pa.int32(), 0, "never convert"),
         ([12], pa.string(), 0, "never convert"),
         ([Decimal("1.5")], pa.float64(), 0, "never convert"),
-        ([2**53 + 1], pa.float64(), 0, "not in range"),
+        ([2**53 + 1], pa.float64(), 0, "not exactly representable"),
         ([0.125], pa.decimal128(10, 2), 0, "data loss"),
         ([Decimal("1.25")], pa.decimal128(10, 1), 0, "data loss"),
         ([Decimal("123456.5")], pa.decimal128(5, 1), 0, "precision"),
