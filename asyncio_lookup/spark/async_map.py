@@ -45,7 +45,7 @@ from asyncio_lookup.spark.failed_rows import (
     error_array,
     error_column_free,
 )
-from asyncio_lookup.spark.job_metrics import GAUGES, JobMetrics, encode
+from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, JobMetrics, encode
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
@@ -54,6 +54,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
+from asyncio_lookup.spark.missing import MissingColumns
 from asyncio_lookup.spark.otel_switch import export_otel, otel_from_conf
 from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import (
@@ -217,7 +218,7 @@ class AsyncMapTask:
             capacity, timeout = self.capacity, operator.timeout
             return map_advice(self.name, metrics.counters(), found, capacity, timeout, seconds)
 
-        def report(failed_rows: int, final: bool) -> pa.RecordBatch | None:
+        def report(failed_rows: int, final: bool, **gauges: int) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
             nonlocal total_causes, reported, reported_failed
             advice = warnings() if final else []
@@ -226,6 +227,7 @@ class AsyncMapTask:
             total_causes = causes_.merge(total_causes, found)
             values: dict[str, int | float] = dict(counters)
             values["numFailedRows"] = failed_rows  # the function's and conversion's
+            values.update(gauges)
             latency = {"record": record, "call": calls}
             if self.otel:
                 reported = merge_metrics(reported, counters, GAUGES)
@@ -254,9 +256,14 @@ class AsyncMapTask:
                 rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
             )
             number = failed_rows = 0
+            columns = MissingColumns(self.schema.names)  # a misspelt key: NULL in every row
             try:
                 try:
                     for out in outputs:
+                        if columns.unseen:
+                            columns.observe(
+                                [row if isinstance(row, Mapping) else None for row in out.outputs]
+                            )
                         if self.error_field is None:
                             batch = self.build(out.outputs)
                         else:
@@ -280,12 +287,13 @@ class AsyncMapTask:
                 if self.otel:
                     export_totals(failed_rows)
                 raise
+        missing = columns.report(self.name, "", fail=False, what=f"async_map {self.name!r}")
         if self.metrics_id is None:
             warnings()
             if self.otel:
                 export_totals(failed_rows)
             return
-        last = report(failed_rows, final=True)
+        last = report(failed_rows, final=True, **{NUM_MISSING_COLUMNS: missing})
         if self.otel:
             export_totals(0)
         if last is not None:

@@ -54,35 +54,57 @@ class MissingColumns:
         ]
 
     @property
+    def unseen(self) -> bool:
+        """Whether some column has not been seen yet (:meth:`observe` has work to do)."""
+        return bool(self._unseen)
+
+    @property
     def missing(self) -> list[str]:
         """The columns no returned row had ([] when no lookup returned a row)."""
         return list(self._unseen) if self.returned else []
 
-    def report(self, table: str, target: str, *, fail: bool) -> int:
-        """Log one warning (or raise, with ``fail``) naming the missing columns; their number."""
+    def report(self, table: str, target: str, *, fail: bool, what: str = "") -> int:
+        """Log one warning (or raise, with ``fail``) naming the missing columns; their number.
+        ``what`` names the producer when it is no lookup table (``async_map 'f'``)."""
         missing = self.missing
         if not missing:
             return 0
-        message = describe(table, target, missing, self.sample)
+        message = describe(table, target, missing, self.sample, what)
         if fail:
             raise DataFormatError(f"{message} ({FAIL_ON_MISSING_COLUMN}=true)")
-        log.warning(
-            "%s; NULL in every output row of the task (set %s=true to fail instead)",
-            message,
-            FAIL_ON_MISSING_COLUMN,
-        )
+        if what:
+            log.warning("%s; NULL in every output row of the task", message)
+        else:
+            log.warning(
+                "%s; NULL in every output row of the task (set %s=true to fail instead)",
+                message,
+                FAIL_ON_MISSING_COLUMN,
+            )
         return len(missing)
 
 
-def describe(table: str, target: str, missing: Sequence[str], sample: Sequence[str]) -> str:
-    """``lookup table 'T' (target): no row ... had column 'nmae' (did you mean 'name'?) ...``."""
+def describe(
+    table: str, target: str, missing: Sequence[str], sample: Sequence[str], what: str = ""
+) -> str:
+    """``lookup table 'T' (target): no row ... had column 'nmae' (did you mean 'name'?) ...``
+    (``what``: the producer when it is no lookup table, ``async_map 'f'``)."""
+    noun = "column" if len(missing) == 1 else "columns"
+    named = _named(missing, sample)
+    if what:
+        return (
+            f"{what}: no row the function returned in this task had the {noun} {named} (a "
+            f"returned row has {list(sample)}); fix the schema or the function"
+        )
+    return (
+        f"lookup table {table!r} ({target}): no row the lookups of this task returned had "
+        f"the {noun} {named} (a returned row has {list(sample)}); fix the "
+        "declared schema or the source"
+    )
+
+
+def _named(missing: Sequence[str], sample: Sequence[str]) -> str:
     parts = []
     for name in missing:
         close = difflib.get_close_matches(name, sample, n=1)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    noun = "column" if len(missing) == 1 else "columns"
-    return (
-        f"lookup table {table!r} ({target}): no row the lookups of this task returned had "
-        f"the {noun} {', '.join(parts)} (a returned row has {list(sample)}); fix the "
-        "declared schema or the source"
-    )
+    return ", ".join(parts)

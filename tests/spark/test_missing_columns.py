@@ -189,3 +189,16 @@ def test_missing_columns_tracker() -> None:
     assert seen.missing == ["c"]
     seen.observe([{"c": None}])
     assert seen.missing == []
+
+
+def test_an_async_map_output_column_no_row_had_is_counted(spark: SparkSession) -> None:
+    from asyncio_lookup.spark import async_map, async_map_metrics
+
+    async def misspelt(row: dict[str, object]) -> list[dict[str, object]]:
+        return [{"id": row["id"], "nmae": f"n{row['id']}"}]
+
+    metrics_id = f"missing-{uuid.uuid4().hex[:8]}"
+    rows = spark.createDataFrame([(n,) for n in range(6)], "id INT").repartition(2)
+    out = async_map(rows, misspelt, "id INT, name STRING", 30.0, metrics_id=metrics_id)
+    assert sorted((r.id, r.name) for r in out.collect()) == [(n, None) for n in range(6)]
+    assert async_map_metrics(metrics_id)["numMissingColumns"] == 1
