@@ -50,6 +50,7 @@ from asyncio_lookup.lookup.scope import (
     scope_key,
 )
 from asyncio_lookup.runtime.causes import FAILURES, RETRIED, RETRIES
+from asyncio_lookup.validation import parse_int
 
 
 class LookupChain:
@@ -232,6 +233,14 @@ class LookupChain:
         if self._async is not None:
             await self._async.open()
             most = self._async.max_batch_size  # one call, one request (rate limits, metrics)
+            if most is not None:
+                most = parse_int(
+                    f"{type(self._async).__name__}.max_batch_size",
+                    most,
+                    minimum=1,
+                    allowed="an int >= 1, or None",
+                    text=False,
+                )
             self._batcher = KeyBatcher(
                 self._async,
                 self.metrics,

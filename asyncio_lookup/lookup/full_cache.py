@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from asyncio_lookup.errors import CacheLoadError, DataFormatError
+from asyncio_lookup.errors import CacheLoadError, DataFormatError, error_text
 from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
 from asyncio_lookup.lookup.functions import Key, Row, ScanResult, same_nan, scan_rows
 from asyncio_lookup.lookup.metrics import (
@@ -146,7 +146,9 @@ class FullCache:
             thread.join(timeout)
 
     def _load_error(self, cause: BaseException) -> CacheLoadError:
-        error = CacheLoadError(f"full cache load of {self.name or 'lookup table'} failed: {cause}")
+        error = CacheLoadError(
+            f"full cache load of {self.name or 'lookup table'} failed: {error_text(cause)}"
+        )
         error.__cause__ = cause
         return error
 
@@ -171,15 +173,22 @@ class FullCache:
     def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
         started = self.clock.now()
         began = self._timer.now()
+
+        def attempt() -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
+            nonlocal began
+            began = self._timer.now()  # the load time is the successful attempt's
+            return self._build()
+
         try:
             if self.retry is None:
-                snapshot, nbytes, kinds = self._build()
+                snapshot, nbytes, kinds = attempt()
             else:
                 snapshot, nbytes, kinds = self.retry.call(
-                    NO_KEY, self._build, sleep=self._retry_sleep, on_retry=self._on_retry
+                    NO_KEY, attempt, sleep=self._retry_sleep, on_retry=self._on_retry
                 )
         except Exception as error:
-            self.metrics.inc(NUM_LOAD_FAILURES)
+            if not self._stop.is_set():  # closed while waiting to retry: no failed load
+                self.metrics.inc(NUM_LOAD_FAILURES)
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
         took = self._timer.now() - began

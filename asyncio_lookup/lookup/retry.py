@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from asyncio_lookup.errors import LookupFailedError, TransientError, lookup_context
+from asyncio_lookup.errors import LookupFailedError, TransientError, error_text, lookup_context
 from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.validation import format_duration, parse_duration, parse_int
 
@@ -238,12 +238,13 @@ class FailureRetry(RetryPolicy):
         outcome = state.outcome
         assert outcome is not None
         last = outcome.exception()
+        assert last is not None  # FailureRetry retries failures only
         context = lookup_context(self.table, key or None, self.target)
         error = LookupFailedError(
             f"{context}: failed after {state.attempt_number} attempt(s), "
             f"{format_duration(round(state.idle_for, 3))} of backoff (lookup.max-retries="
             f"{self.max_retries}, lookup.max-retry-backoff={format_duration(self.maximum)}); "
-            f"last error: {type(last).__name__}: {last}",
+            f"last error: {type(last).__name__}: {error_text(last)}",
             attempts=state.attempt_number,
         )
         if self.table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -166,12 +167,13 @@ class AsyncMapTask:
             return self._failure(out.batch[index], self._lossy(error))
 
         indices, columns, failures = convert_keeping_failures(
-            rows, indices, failures, self._fields(), failure_of
+            rows, indices, failures, self._fields, failure_of
         )
         errors = error_array(len(indices), failures, self.error_field.type)
         schema = self.schema.append(self.error_field)
         return pa.RecordBatch.from_arrays([*columns, errors], schema=schema), len(failures)
 
+    @functools.cached_property
     def _fields(self) -> list[pa.Field]:
         return [with_time_zone(field, self.time_zone) for field in self.schema]
 
@@ -190,7 +192,7 @@ class AsyncMapTask:
             if not isinstance(row, Mapping):
                 raise _not_a_dict(row)
         try:
-            columns = rows_to_arrays(rows, self._fields())
+            columns = rows_to_arrays(rows, self._fields)
             return pa.RecordBatch.from_arrays(columns, schema=self.schema)
         except LossyValueError as e:
             raise self._lossy(e) from None
@@ -230,7 +232,7 @@ class AsyncMapTask:
             values.update(gauges)
             latency = {"record": record, "call": calls}
             if self.otel:
-                reported = merge_metrics(reported, counters, GAUGES)
+                reported = merge_metrics(reported, {**counters, **gauges}, GAUGES)
                 reported_failed += failed_rows
                 for kind, sketch in latency.items():
                     if sketch is not None:
@@ -287,7 +289,7 @@ class AsyncMapTask:
                 if self.otel:
                     export_totals(failed_rows)
                 raise
-        missing = columns.report(self.name, "", fail=False, what=f"async_map {self.name!r}")
+        missing = columns.report_function(f"async_map {self.name!r}")
         if self.metrics_id is None:
             warnings()
             if self.otel:

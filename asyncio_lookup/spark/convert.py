@@ -156,17 +156,21 @@ def _to_date(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
 
 
 def _to_timestamp(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
+    # a date is its day's first instant: midnight, or where a DST change skips midnight the
+    # end of that gap (Spark's CAST(DATE AS TIMESTAMP)); a naive datetime a gap skips names no
+    # instant and is refused
+    skipped = "raise"
     if pt.is_date(array.type):
-        array = pc.cast(array, pa.timestamp("us"))  # midnight, a wall clock time
+        array = pc.cast(array, pa.timestamp("us"))
+        skipped = "latest"
     if not pt.is_timestamp(array.type):
         raise _Refused
     if target.tz is None:  # TIMESTAMP_NTZ: wall clock times only
         if array.type.tz is not None:
             raise pa.ArrowInvalid("an aware datetime into TIMESTAMP_NTZ; declare TIMESTAMP")
     elif array.type.tz is None and zone != "UTC":
-        # A naive datetime is a wall clock time in the session time zone, as Spark reads
-        # one; a time a DST change skips names no instant and is refused.
-        array = pc.assume_timezone(array, zone, ambiguous="earliest", nonexistent="raise")
+        # A naive datetime is a wall clock time in the session time zone, as Spark reads one.
+        array = pc.assume_timezone(array, zone, ambiguous="earliest", nonexistent=skipped)
     return pc.cast(array, target, safe=True)
 
 
@@ -370,7 +374,8 @@ def _map_value(value: Mapping[Any, Any], target: pa.MapType, zone: str) -> pa.Ar
 
 
 def _column_slow(values: list[Any], column: str, target: pa.DataType, zone: str) -> pa.Array:
-    """Convert value by value to name the first that does not fit (the error path)."""
+    """Convert value by value, naming the first that does not fit: the path of a column that
+    failed in C, mixes dates and datetimes, or holds maps."""
     converted = []
     for index, value in enumerate(values):
         try:

@@ -1,4 +1,5 @@
-"""Dim columns that no looked-up row of a task contained (docs/semantics.md §2.11).
+"""Dim columns that no looked-up row of a task contained, and ``async_map`` schema columns no
+row its function returned contained (docs/semantics.md §2.11).
 
 A typo in the declared schema, or a field the service does not have, would otherwise be NULL
 on every row, silently. A column counts as missing when the task's lookups returned rows and
@@ -63,41 +64,43 @@ class MissingColumns:
         """The columns no returned row had ([] when no lookup returned a row)."""
         return list(self._unseen) if self.returned else []
 
-    def report(self, table: str, target: str, *, fail: bool, what: str = "") -> int:
-        """Log one warning (or raise, with ``fail``) naming the missing columns; their number.
-        ``what`` names the producer when it is no lookup table (``async_map 'f'``)."""
+    def report(self, table: str, target: str, *, fail: bool) -> int:
+        """Log one warning (or raise, with ``fail``) naming the missing columns; their number."""
         missing = self.missing
         if not missing:
             return 0
-        message = describe(table, target, missing, self.sample, what)
+        message = describe(table, target, missing, self.sample)
         if fail:
             raise DataFormatError(f"{message} ({FAIL_ON_MISSING_COLUMN}=true)")
-        if what:
-            log.warning("%s; NULL in every output row of the task", message)
-        else:
+        log.warning(
+            "%s; NULL in every output row of the task (set %s=true to fail instead)",
+            message,
+            FAIL_ON_MISSING_COLUMN,
+        )
+        return len(missing)
+
+    def report_function(self, what: str) -> int:
+        """:meth:`report` for the rows a function returned (``what``: ``async_map 'f'``),
+        a warning only; the number of missing columns."""
+        missing = self.missing
+        if missing:
             log.warning(
-                "%s; NULL in every output row of the task (set %s=true to fail instead)",
-                message,
-                FAIL_ON_MISSING_COLUMN,
+                "%s: no row the function returned in this task had the %s %s (a returned row "
+                "has %s); NULL in every output row of the task: fix the schema or the function",
+                what,
+                "column" if len(missing) == 1 else "columns",
+                _named(missing, self.sample),
+                list(self.sample),
             )
         return len(missing)
 
 
-def describe(
-    table: str, target: str, missing: Sequence[str], sample: Sequence[str], what: str = ""
-) -> str:
-    """``lookup table 'T' (target): no row ... had column 'nmae' (did you mean 'name'?) ...``
-    (``what``: the producer when it is no lookup table, ``async_map 'f'``)."""
+def describe(table: str, target: str, missing: Sequence[str], sample: Sequence[str]) -> str:
+    """``lookup table 'T' (target): no row ... had column 'nmae' (did you mean 'name'?) ...``."""
     noun = "column" if len(missing) == 1 else "columns"
-    named = _named(missing, sample)
-    if what:
-        return (
-            f"{what}: no row the function returned in this task had the {noun} {named} (a "
-            f"returned row has {list(sample)}); fix the schema or the function"
-        )
     return (
         f"lookup table {table!r} ({target}): no row the lookups of this task returned had "
-        f"the {noun} {named} (a returned row has {list(sample)}); fix the "
+        f"the {noun} {_named(missing, sample)} (a returned row has {list(sample)}); fix the "
         "declared schema or the source"
     )
 

@@ -120,6 +120,40 @@ CONF_SESSION_TIME_ZONE = "spark.sql.session.timeZone"
 _OFFSET = re.compile(r"(?:UTC|GMT|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?00)?")
 
 
+# Java's ZoneId.SHORT_IDS, which Spark resolves the session time zone with ('PST'): the IANA
+# names Arrow knows them by.
+_JAVA_SHORT_IDS = {
+    "ACT": "Australia/Darwin",
+    "AET": "Australia/Sydney",
+    "AGT": "America/Argentina/Buenos_Aires",
+    "ART": "Africa/Cairo",
+    "AST": "America/Anchorage",
+    "BET": "America/Sao_Paulo",
+    "BST": "Asia/Dhaka",
+    "CAT": "Africa/Harare",
+    "CNT": "America/St_Johns",
+    "CST": "America/Chicago",
+    "CTT": "Asia/Shanghai",
+    "EAT": "Africa/Addis_Ababa",
+    "ECT": "Europe/Paris",
+    "IET": "America/Indiana/Indianapolis",
+    "IST": "Asia/Kolkata",
+    "JST": "Asia/Tokyo",
+    "MIT": "Pacific/Apia",
+    "NET": "Asia/Yerevan",
+    "NST": "Pacific/Auckland",
+    "PLT": "Asia/Karachi",
+    "PNT": "America/Phoenix",
+    "PRT": "America/Puerto_Rico",
+    "PST": "America/Los_Angeles",
+    "SST": "Pacific/Guadalcanal",
+    "VST": "Asia/Ho_Chi_Minh",
+    "EST": "-05:00",
+    "MST": "-07:00",
+    "HST": "-10:00",
+}
+
+
 def session_time_zone(df: Any, data_types: Iterable[DataType]) -> str:
     """The session time zone (``spark.sql.session.timeZone``, read on the driver, classic or
     Connect) in which naive datetimes and dates into TIMESTAMP columns among ``data_types``
@@ -127,6 +161,7 @@ def session_time_zone(df: Any, data_types: Iterable[DataType]) -> str:
     if not any(_contains(t, TimestampType) for t in data_types):
         return "UTC"
     zone = str(df.sparkSession.conf.get(CONF_SESSION_TIME_ZONE)).strip()
+    zone = _JAVA_SHORT_IDS.get(zone, zone)
     if zone in ("Z", "UTC", "GMT", "UT"):
         return "UTC"
     offset = _OFFSET.fullmatch(zone)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import time
@@ -202,10 +203,11 @@ class LookupJoinTask:
         """The dim columns of the joined rows; a value that does not convert exactly to its
         declared type fails the task naming the table, the key, the column and the value."""
         try:
-            return rows_to_arrays(joined.dim_rows, self._fields())  # type: ignore[arg-type]
+            return rows_to_arrays(joined.dim_rows, self._fields)  # type: ignore[arg-type]
         except LossyValueError as error:
             raise self._lossy(error, joined.payload, joined.indices[error.index]) from None
 
+    @functools.cached_property
     def _fields(self) -> list[pa.Field]:
         return [with_time_zone(pa.field(c.name, c.type), self.time_zone) for c in self.dim_columns]
 
@@ -240,7 +242,7 @@ class LookupJoinTask:
             return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
 
         indices, dims, failures = convert_keeping_failures(
-            rows, joined.indices, failures, self._fields(), failure_of
+            rows, joined.indices, failures, self._fields, failure_of
         )
         gathered = batch.take(pa.array(indices, type=pa.int64()))
         names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]

@@ -369,3 +369,16 @@ async def test_a_row_that_is_no_mapping_fails_its_key(size: str) -> None:
     assert all(isinstance(r, ResultTypeError) for r in results), results
     assert all("returned NoneType None in its collection" in str(r) for r in results)
     await chain.close()
+
+
+@pytest.mark.parametrize("most", [0, -1, "8", 2.5])
+async def test_a_max_batch_size_that_is_no_positive_int_is_refused_by_name(most: object) -> None:
+    class Odd(BatchFn):
+        @property
+        def max_batch_size(self) -> object:  # type: ignore[override]
+            return most
+
+    from asyncio_lookup.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"Odd\.max_batch_size"):
+        await open_chain(Odd(table_of(2)))

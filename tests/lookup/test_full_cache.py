@@ -340,3 +340,41 @@ def test_a_load_time_is_measured_on_a_monotonic_clock(monkeypatch: pytest.Monkey
     metrics = CacheMetricGroup()
     FullCache(scan, ["id"], None, metrics, clock=WALL).start().result(timeout=10)
     assert 0 <= metrics.snapshot()["latestLoadTime"] < 60_000
+
+
+def test_a_load_time_leaves_out_the_waits_between_attempts() -> None:
+    from asyncio_lookup.errors import TransientError
+    from asyncio_lookup.lookup.retry import FailureRetry
+
+    attempts: list[int] = []
+
+    def scan() -> list[dict[str, Any]]:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransientError("connection reset")
+        return ROWS
+
+    metrics = CacheMetricGroup()
+    retry = FailureRetry(3, 1.0, initial=0.1, jitter=0.0)  # 0.1 s + 0.3 s of backoff
+    FullCache(scan, ["id"], None, metrics, retry=retry).start().result(timeout=10)
+    assert metrics.snapshot()["latestLoadTime"] < 100
+
+
+def test_closing_a_cache_whose_scan_waits_to_retry_is_no_failed_load() -> None:
+    from asyncio_lookup.errors import TransientError
+    from asyncio_lookup.lookup.retry import FailureRetry
+
+    tried = threading.Event()
+
+    def scan() -> list[dict[str, Any]]:
+        tried.set()
+        raise TransientError("connection reset")
+
+    metrics = CacheMetricGroup()
+    cache = FullCache(scan, ["id"], None, metrics, retry=FailureRetry(3, 60.0, initial=30.0))
+    first = cache.start()
+    assert tried.wait(10)
+    cache.close(timeout=10)
+    with pytest.raises(CacheLoadError, match="closed while its scan waited to retry"):
+        first.result(timeout=10)
+    assert metrics.snapshot()["numLoadFailures"] == 0

@@ -208,3 +208,16 @@ def test_failure_retries_and_sync_failures_are_counted_by_cause() -> None:
     }
     entry = failed["ConnectionRefusedError"]
     assert (entry["failures"], entry["retries"], entry["retried"]) == (1, 1, 1)
+
+
+def test_the_final_error_names_a_last_error_that_cannot_be_printed() -> None:
+    class Unprintable(TransientError):
+        def __str__(self) -> str:
+            raise RuntimeError("cannot render")
+
+    def attempt() -> list[Row]:
+        raise Unprintable("x")
+
+    retry = FailureRetry(1, 1.0, initial=0.001, jitter=0.0, table="T")
+    with pytest.raises(LookupFailedError, match="last error: Unprintable: <str"):
+        retry.call((1,), attempt, sleep=lambda _: None)

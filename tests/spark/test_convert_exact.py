@@ -101,6 +101,13 @@ def test_naive_datetimes_and_dates_into_timestamp_are_read_in_the_session_time_z
     assert convert([noon], TS, "+05:30") == [dt.datetime(2024, 1, 1, 6, 30, tzinfo=UTC)]
 
 
+def test_a_date_whose_midnight_a_dst_change_skips_is_the_days_first_instant() -> None:
+    # Spark: CAST(DATE '2018-11-04' AS TIMESTAMP) in America/Sao_Paulo is 01:00 local, 03:00Z
+    day = dt.date(2018, 11, 4)
+    assert convert([day], TS, "America/Sao_Paulo") == [dt.datetime(2018, 11, 4, 3, tzinfo=UTC)]
+    assert "gap" in refused([dt.datetime(2018, 11, 4, 0, 30)], TS, "America/Sao_Paulo").reason
+
+
 def test_timestamp_ntz_holds_wall_clock_times_only() -> None:
     noon = dt.datetime(2024, 1, 1, 12, 0)
     assert convert([noon, dt.date(2024, 1, 2)], NTZ, NEW_YORK) == [noon, dt.datetime(2024, 1, 2)]
@@ -256,6 +263,9 @@ class _Frame:
         ("-05", "-05:00"),
         ("GMT+8", "+08:00"),
         ("UTC-05:30", "-05:30"),
+        ("PST", "America/Los_Angeles"),  # Java's short ids, which Spark accepts
+        ("CTT", "Asia/Shanghai"),
+        ("EST", "-05:00"),
     ],
 )
 def test_the_session_time_zone_as_arrow_names_it(zone: str, expected: str) -> None:
