@@ -31,7 +31,11 @@ from types import ModuleType
 
 # What a lookup runs per request inside the HTTP client, and what it calls. mypyc compiles no
 # async generator and no subclass of a built-in exception, and drops the cause of `raise X from
-# Y` (`__cause__` stays None): none of these modules has one (tests/test_native.py checks).
+# Y` (`__cause__` stays None); a compiled coroutine that awaits in an `except` or `finally`
+# block leaks the exception it handles into the thread (the `__context__` of other tasks'
+# errors), and a compiled call with **kwargs binds the dict itself: none of these modules has
+# one (tests/test_native.py checks). mypyc also enforces at run time a type mypy narrowed (`if
+# q[0] is not x` narrows `q[0]` even after `q.popleft()`): read such a value into a local.
 # No class of theirs is pickled to executors, where a driver's build may meet pure workers.
 COMPILED = (
     "asyncio_lookup.connectors.http11",
