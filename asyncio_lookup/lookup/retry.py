@@ -16,6 +16,7 @@ once, never does.
 
 from __future__ import annotations
 
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ from asyncio_lookup.validation import format_duration, parse_duration, parse_int
 T = TypeVar("T")
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientError, ConnectionError, OSError)
+# OSErrors no retry fixes: a local file missing or not readable, a rejected TLS certificate
+PERMANENT_OS_ERRORS: tuple[type[BaseException], ...] = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    ssl.SSLCertVerificationError,
+)
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_BACKOFF = 10.0
@@ -50,7 +60,9 @@ def _error_of(state: tenacity.RetryCallState) -> BaseException | None:
 
 def is_transient(error: BaseException) -> bool:
     """True for errors a retry may fix."""
-    return isinstance(error, TRANSIENT_ERRORS)
+    if isinstance(error, TransientError):
+        return True
+    return isinstance(error, TRANSIENT_ERRORS) and not isinstance(error, PERMANENT_OS_ERRORS)
 
 
 NO_KEY: Key = ()  # the key of a call that looks no key up (a full cache's scan)

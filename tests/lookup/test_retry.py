@@ -221,3 +221,29 @@ def test_the_final_error_names_a_last_error_that_cannot_be_printed() -> None:
     retry = FailureRetry(1, 1.0, initial=0.001, jitter=0.0, table="T")
     with pytest.raises(LookupFailedError, match="last error: Unprintable: <str"):
         retry.call((1,), attempt, sleep=lambda _: None)
+
+
+def test_os_errors_no_retry_fixes_fail_at_once() -> None:
+    import ssl
+
+    from asyncio_lookup.lookup.retry import is_transient
+
+    assert is_transient(ConnectionResetError()) and is_transient(TimeoutError())
+    assert is_transient(OSError(113, "No route to host"))
+    assert is_transient(TransientError("x"))
+    for error in (
+        FileNotFoundError("dim.csv"),
+        PermissionError("dim.csv"),
+        IsADirectoryError("dims"),
+        ssl.SSLCertVerificationError("certificate verify failed"),
+    ):
+        assert not is_transient(error), error
+    calls: list[int] = []
+
+    def scan() -> list[Row]:
+        calls.append(1)
+        raise FileNotFoundError("dim.csv")
+
+    with pytest.raises(FileNotFoundError):
+        FailureRetry(3, 1.0, initial=5.0).call((), scan, sleep=lambda _: None)
+    assert len(calls) == 1
