@@ -237,6 +237,24 @@ class KeyBatcher:
                 future.set_result(rows if first else list(rows))
                 first = False
 
+    async def cancel_calls(self) -> None:
+        """Cancel the queued calls and those in tasks of their own, and wait until they have
+        unwound (a Spark task's end: every record of the task is final, so no caller waits for
+        them). A call outlives its callers within a task, to answer the key's later callers;
+        it must not answer the next task's, which began after it: their lookups make calls of
+        their own."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        for key in self._queue:
+            self._settle(key, None, asyncio.CancelledError())
+        self._queue.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def aclose(self) -> None:
         """Cancel queued and in-flight calls."""
         self._closing = True

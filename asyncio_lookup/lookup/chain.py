@@ -255,6 +255,12 @@ class LookupChain:
         if self.shared is not None:
             await self.shared.flush()
 
+    async def end_task(self) -> None:
+        """A Spark task that used this chain has ended: cancel the calls no caller waits for
+        any more (:meth:`KeyBatcher.cancel_calls`); the chain stays open for the next task."""
+        if self._batcher is not None:
+            await self._batcher.cancel_calls()
+
     async def close(self) -> None:
         """Stop reloads, cancel in-flight calls, close the function and drop the cache (a
         scope's cache: once no other chain uses it)."""

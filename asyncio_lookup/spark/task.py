@@ -378,6 +378,8 @@ class LookupJoinTask:
                         yield out, None
             finally:
                 joined.close()
+                if runner.is_async:  # calls no record of this task waits for: not the next's
+                    bridge.run(chain.end_task())
             if chain.shared is not None:
                 bridge.run(chain.flush())  # the loop may not run again in this process
             fail = self.options.fail_on_missing_column

@@ -382,3 +382,27 @@ async def test_a_max_batch_size_that_is_no_positive_int_is_refused_by_name(most:
 
     with pytest.raises(ConfigurationError, match=r"Odd\.max_batch_size"):
         await open_chain(Odd(table_of(2)))
+
+
+@pytest.mark.parametrize("size", ["1", "8"])
+async def test_a_tasks_end_cancels_calls_no_caller_waits_for(size: str) -> None:
+    # A call that outlived its callers (handed on, or batched) answered the next Spark task's
+    # lookups of the key in the same worker, though it began before them (key-ordered
+    # records then beat their timeouts with an older call's answer)
+    gate = asyncio.Event()
+    table = table_of(2)
+    chain = await open_chain(AsyncFn(table, gate), **{"batch.max-size": size})
+    first = asyncio.ensure_future(chain.async_lookup((1,)))
+    second = asyncio.ensure_future(chain.async_lookup((1,)))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    await asyncio.sleep(0)
+    second.cancel()  # the call handed on to it (or its batch) runs on, for nobody
+    await asyncio.sleep(0.01)
+    await chain.end_task()
+    assert chain.metrics.snapshot()["numExternalCalls"] in (1, 2)
+    calls = chain.metrics.snapshot()["numExternalCalls"]
+    gate.set()
+    assert await chain.async_lookup((1,)) == [row((1,))]
+    assert chain.metrics.snapshot()["numExternalCalls"] == calls + 1  # a call of its own
+    await chain.close()
