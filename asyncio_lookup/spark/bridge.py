@@ -11,6 +11,7 @@ running while the JVM delivers the next batch.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,16 @@ U = TypeVar("U")
 _END = object()
 _reader_lock = threading.Lock()
 _reader: ThreadPoolExecutor | None = None
+
+
+def _forget_reader() -> None:
+    # a forked child has the executor but not its thread: a read would wait forever
+    global _reader, _reader_lock
+    _reader = None
+    _reader_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_reader)
 
 
 def _reader_thread() -> ThreadPoolExecutor:

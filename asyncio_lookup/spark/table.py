@@ -39,6 +39,7 @@ class LookupTable:
     ``lookup_function()`` / ``async_lookup_function()`` / ``scan()``. Everything is validated
     on the driver. The table's cache is per Python worker process and shared by every task that
     joins through this object (a copy made by pickling keeps its ``table_id``, hence its cache).
+    Its name, schema, connector and options are fixed: a new setting is a new ``LookupTable``.
 
     For a hash lookup join (``SHUFFLE_HASH``) a connector may route keys itself by offering
     ``partitioner(key_columns) -> KeyPartitioner | None`` (see
@@ -65,15 +66,15 @@ class LookupTable:
             raise ConfigurationError("name", name, "a non-empty table name")
         if not isinstance(schema, (str, StructType)):
             raise ConfigurationError("schema", schema, SCHEMA_ALLOWED)
-        self.name = name.strip()
+        self._name = name.strip()
         self._schema_source = schema
         self._schema: StructType | None = None
         if isinstance(schema, StructType) or _session_active():
             self._schema = parse_schema(schema)
         if isinstance(options, LookupOptions):
-            self.options = options
+            self._options = options
         elif options is None or isinstance(options, Mapping):
-            self.options = LookupOptions.from_dict(dict(options or {}))
+            self._options = LookupOptions.from_dict(dict(options or {}))
         else:
             raise ConfigurationError(
                 "options", options, "a mapping of lookup.* options or a LookupOptions"
@@ -84,7 +85,7 @@ class LookupTable:
                 connector,
                 "a connector or provider with lookup_function(), async_lookup_function() or scan()",
             )
-        self.connector = connector
+        self._connector = connector
         self.verify_target = parse_bool("verify_target", verify_target)
         self._target_checked = False
         self.table_id = uuid.uuid4().hex
@@ -96,6 +97,25 @@ class LookupTable:
             prefer_async=True,
             key_columns=tuple(getattr(connector, "key_columns", ()) or ("key",)),
         )
+
+    # Name, connector, options and schema are fixed for the table's life: the workers keep its
+    # chains (open clients, caches) by its id, so a change would not reach them. A new setting
+    # is a new LookupTable.
+
+    @property
+    def name(self) -> str:
+        """The table's name (in hints, metrics and errors)."""
+        return self._name
+
+    @property
+    def connector(self) -> Any:
+        """The connector (or provider) the table looks rows up with."""
+        return self._connector
+
+    @property
+    def options(self) -> LookupOptions:
+        """The table's ``lookup.*`` options."""
+        return self._options
 
     @property
     def schema(self) -> StructType:

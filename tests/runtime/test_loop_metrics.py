@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -79,6 +81,33 @@ def test_process_loop_is_recreated_after_fork() -> None:
     os.close(read)
     assert answer == b"1"
     assert process_loop() is parent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_the_read_ahead_thread_is_recreated_after_fork() -> None:
+    from asyncio_lookup.spark import bridge
+
+    async def items(source: AsyncIterator[int]) -> list[int]:
+        return [item async for item in source]
+
+    def read() -> list[int]:
+        return bridge.run(items(bridge.read_ahead(iter([1, 2, 3]), lambda x: x * 10)))
+
+    assert read() == [10, 20, 30]  # the parent's reader thread exists now
+    out, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the executor is inherited, its thread is not
+        try:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a hung child dies
+            signal.alarm(10)
+            os.write(write, b"1" if read() == [10, 20, 30] else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(out, 1)
+    os.waitpid(pid, 0)
+    os.close(out)
+    assert answer == b"1"
 
 
 def test_metrics_snapshot_names_and_latency_summary() -> None:

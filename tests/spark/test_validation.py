@@ -319,3 +319,17 @@ def test_lookup_join_takes_exactly_the_fields_of_lookup_join_args() -> None:
         assert parameter.annotation == field.type, parameter.name
     keyword_only = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert keyword_only == [f.name for f in fields][3:]  # on, how, hints may be positional
+
+
+def test_a_tables_settings_are_fixed() -> None:
+    # the workers keep a table's chains (clients, caches) by its id: a changed connector or
+    # option would not reach them, and later joins would read the old ones' rows
+    table = LookupTable("Fixed", "id INT, v STRING", InMemoryConnector([{"id": 1}], ["id"]))
+    for name, value in (
+        ("connector", InMemoryConnector([], ["id"])),
+        ("options", None),
+        ("name", "Other"),
+        ("schema", "id INT"),
+    ):
+        with pytest.raises(AttributeError):
+            setattr(table, name, value)
