@@ -35,7 +35,12 @@ from asyncio_lookup.spark.failed_rows import (
     check_on_error,
     error_column_free,
 )
-from asyncio_lookup.spark.join_columns import OnInput, key_bindings, select_dim_columns
+from asyncio_lookup.spark.join_columns import (
+    OnInput,
+    key_arrow_types,
+    key_bindings,
+    select_dim_columns,
+)
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
 from asyncio_lookup.spark.otel_switch import otel_from_conf
 from asyncio_lookup.spark.rate_share import table_task_rate
@@ -172,6 +177,7 @@ def plan_lookup_join(
         shared_namespace=None if options.shared_url is None else _shared_namespace(table, options),
         otel=otel_from_conf(df.sparkSession.conf),
         time_zone=session_time_zone(df, (dim_fields[c.name].dataType for c in dim_columns)),
+        key_types=key_arrow_types(table, left, keys),
     )
     return task, output
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql.types import StructField, StructType
+import pyarrow as pa
+from pyspark.sql.types import DecimalType, StructField, StructType, TimestampType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.join import KeyBinding
@@ -118,6 +119,27 @@ def key_bindings(
                 reason=f"the join's key does not match how {table.name!r} is looked up",
             )
     return keys
+
+
+def key_arrow_types(
+    table: LookupTable, left: StructType, keys: Sequence[KeyBinding]
+) -> tuple[tuple[str, pa.DataType], ...]:
+    """The left key columns whose values a task converts before looking them up, and to what:
+    a DECIMAL to the dim key column's DECIMAL (``1.00`` and ``1`` are one key, as in Spark's
+    join, and a connector writes the dim's digits), a TIMESTAMP to UTC (one key text whatever
+    the session's time zone). A value the dim type cannot hold equals no dim key: a miss."""
+    dim = {f.name: f.dataType for f in table.schema.fields}
+    types = {f.name: f.dataType for f in left.fields}
+    found = []
+    for binding in keys:
+        if binding.left_column is None:
+            continue
+        left_type, dim_type = types[binding.left_column], dim[binding.dim_column]
+        if isinstance(left_type, DecimalType) and left_type != dim_type:
+            found.append((binding.left_column, arrow_type(dim_type, "on")))
+        elif isinstance(left_type, TimestampType):
+            found.append((binding.left_column, pa.timestamp("us", tz="UTC")))
+    return tuple(found)
 
 
 def select_dim_columns(

@@ -42,12 +42,30 @@ from asyncio_lookup.spark.otel_switch import export_otel
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
 
+
+def _as_key_type(column: pa.Array, target: pa.DataType) -> pa.Array:
+    try:
+        return pc.cast(column, target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value does not fit: per value
+        out = []
+        for i in range(len(column)):
+            try:
+                out.append(pc.cast(column.slice(i, 1), target, safe=True))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                out.append(pa.nulls(1, target))
+        return pa.concat_arrays(out) if out else pa.array([], type=target)
+
+
 #: The partition of a partitioned FULL cache's task that received no rows.
 NO_ROWS = -1
 
 
-def _key_values(column: pa.Array) -> list[Any]:
-    """A key column's values; NaNs as the one :data:`NAN` (looked for in Arrow, in C)."""
+def _key_values(column: pa.Array, target: pa.DataType | None = None) -> list[Any]:
+    """A key column's values (converted to ``target``, the dim key's type, when given: a
+    value it cannot hold is ``None``, which no key equals); NaNs as the one :data:`NAN`
+    (looked for in Arrow, in C)."""
+    if target is not None and column.type != target:
+        column = _as_key_type(column, target)
     values: list[Any] = column.to_pylist()
     if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
         same_nan(values)
@@ -96,6 +114,8 @@ class LookupJoinTask:
     otel: bool = False
     #: The session time zone, in which naive datetimes into TIMESTAMP columns are read.
     time_zone: str = "UTC"
+    #: Left key columns converted before lookup (spark/join_columns.py key_arrow_types).
+    key_types: tuple[tuple[str, pa.DataType], ...] = ()
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -184,7 +204,10 @@ class LookupJoinTask:
     def probe(self, batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
         """Keys of one input batch, read column-wise (only the key columns become Python)."""
         spec = self.spec
-        columns = {name: _key_values(batch.column(name)) for name in spec.left_key_columns}
+        cast = dict(self.key_types)
+        columns = {
+            name: _key_values(batch.column(name), cast.get(name)) for name in spec.left_key_columns
+        }
         left_rows = batch.to_pylist() if spec.needs_left_rows else None
         return ProbeBatch(batch, spec.build_keys(columns, batch.num_rows, left_rows), left_rows)
 

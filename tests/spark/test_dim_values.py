@@ -184,3 +184,46 @@ def test_a_lookup_hint_s_shared_cache_namespace_serves_a_connector_without_ident
         lookup_join(left, table, "id", hints=named)  # planned: the hint names the namespace
         with pytest.raises(ConfigurationError, match="cache_identity"):
             lookup_join(left, table, "id", hints=url + ")")
+
+
+def test_left_keys_are_looked_up_as_the_dim_key_type_holds_them(
+    spark: SparkSession, new_york: None, redis_url: str
+) -> None:
+    # a key's text (Redis, HTTP) must not depend on the left column's scale or the session's
+    # time zone: the cache took 1.00 and 1 (and one instant in two zones) for one key, so
+    # which text reached the store first decided every later join's answer
+    import json
+    import uuid
+    from decimal import Decimal
+
+    import redis
+
+    from asyncio_lookup.connectors import RedisConnector
+
+    prefix = f"keytype:{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{prefix}:n:1", json.dumps({"v": "one"}))
+    client.set(f"{prefix}:t:2024-01-01 17:00:00+00:00", json.dumps({"v": "noon in New York"}))
+    try:
+        numbers = LookupTable(
+            "Numbers",
+            "id DECIMAL(10,0), v STRING",
+            RedisConnector(redis_url, prefix + ":n:{id}", ["id"]),
+            verify_target=False,
+        )
+        left = spark.createDataFrame([(Decimal("1.00"),), (Decimal("1.50"),)], "id DECIMAL(10,2)")
+        got = lookup_join(left, numbers, "id", "left").orderBy("id").collect()
+        assert [(r.id, r.v) for r in got] == [(Decimal("1.00"), "one"), (Decimal("1.50"), None)]
+        times = LookupTable(
+            "Times",
+            "at TIMESTAMP, v STRING",
+            RedisConnector(redis_url, prefix + ":t:{at}", ["at"]),
+            verify_target=False,
+        )
+        noon = spark.sql("SELECT TIMESTAMP'2024-01-01 12:00:00' AS at")  # New York's wall clock
+        assert [r.v for r in lookup_join(noon, times, "at", "left").collect()] == [
+            "noon in New York"
+        ]
+    finally:
+        client.delete(f"{prefix}:n:1", f"{prefix}:t:2024-01-01 17:00:00+00:00")
+        client.close()
