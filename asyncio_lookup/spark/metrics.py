@@ -122,7 +122,7 @@ def observe(df: DataFrame, metrics_id: str, title: str | None = None) -> DataFra
 
     tasks = F.collect_list(F.col(METRICS_COLUMN)).alias(OBSERVED_TASKS)
     if df.isStreaming:
-        observed = df.observe(observation_name(metrics_id), tasks)
+        observed = df.observe(_streaming_name(metrics_id), tasks)
     else:
         from pyspark.sql import Observation
 
@@ -274,6 +274,20 @@ def _oldest_to_back(store: dict[str, list[tuple[Any, Any]]], metrics_id: str) ->
 _counter = iter(range(1 << 62))
 
 
+def _streaming_name(metrics_id: str) -> str:
+    """The first streaming join of ``metrics_id`` in this process observes under
+    :func:`observation_name`, later ones under ``<name>#<n>``: one query may join a table twice,
+    and Spark refuses two observations of one name in a plan."""
+    with _lock:
+        seen = _streaming_seen.get(metrics_id, 0)
+        _streaming_seen[metrics_id] = seen + 1
+    name = observation_name(metrics_id)
+    return name if seen == 0 else f"{name}#{seen}"
+
+
+_streaming_seen: dict[str, int] = {}
+
+
 def _next_suffix() -> str:
     with _lock:
         return str(next(_counter))
@@ -316,13 +330,22 @@ def _progress_trailers(progress: Any, metrics_id: str) -> list[str] | None:
         observed = progress.get("observedMetrics") or {}
     else:
         observed = getattr(progress, "observedMetrics", None) or {}
-    row = observed.get(observation_name(metrics_id))
-    if row is None:
+    name = observation_name(metrics_id)
+    rows = [
+        row
+        for key, row in observed.items()
+        if key == name or (key.startswith(name + "#") and key[len(name) + 1 :].isdigit())
+    ]
+    if not rows:
         return None
-    values = row if isinstance(row, Mapping) else row.asDict()
-    if OBSERVED_TASKS not in values and "values" in values:  # Connect: {"values": [...], ...}
-        return list((values["values"] or [[]])[0] or [])
-    return list(values.get(OBSERVED_TASKS) or [])
+    trailers: list[str] = []
+    for row in rows:  # every join of the table in the query (_streaming_name)
+        values = row if isinstance(row, Mapping) else row.asDict()
+        if OBSERVED_TASKS not in values and "values" in values:  # Connect: {"values": [...]}
+            trailers.extend((values["values"] or [[]])[0] or [])
+        else:
+            trailers.extend(values.get(OBSERVED_TASKS) or [])
+    return trailers
 
 
 def progress_metrics(progress: Any, metrics_id: str) -> JobMetrics:

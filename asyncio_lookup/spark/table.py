@@ -192,7 +192,9 @@ class LookupTable:
     @property
     def observation_name(self) -> str:
         """The name a streaming query's progress reports this table's metrics under
-        (``query.lastProgress['observedMetrics'][name]``)."""
+        (``query.lastProgress['observedMetrics'][name]``); a later streaming join of the table
+        in the same driver reports under ``<name>#<n>`` (:meth:`progress_metrics` and
+        :meth:`query_metrics` read them all)."""
         return observation_name(self.table_id)
 
     def progress_metrics(self, progress: Any) -> JobMetrics:

@@ -302,3 +302,31 @@ def test_the_documented_metrics_are_exactly_those_returned(
     assert len(documented) >= 40
     assert returned - documented == set(), "returned but not documented"
     assert documented - returned == set(), "documented but not returned"
+
+
+def test_a_streaming_query_may_join_one_table_twice(spark: SparkSession, tmp_path: Path) -> None:
+    # Spark refuses two observations of one name in a plan ([DUPLICATED_METRICS_NAME]); both
+    # joins' metrics reach query_metrics
+    source = tmp_path / "keys"
+    source.mkdir()
+    (source / "part-0.json").write_text("\n".join(json.dumps({"k": k}) for k in range(10)))
+    stream = spark.readStream.schema("k INT").json(str(source))
+    rows = [{"id": k, "name": f"n{k}"} for k in range(10)]
+    table = LookupTable("Twice", "id INT, name STRING", InMemoryConnector(rows, ["id"]))
+    first = lookup_join(stream, table, on=[("k", "id")])
+    renamed = first.withColumnRenamed("name", "first_name").drop("id")
+    second = lookup_join(renamed, table, on=[("k", "id")])
+    query = (
+        second.writeStream.format("memory")
+        .queryName(f"twice_{uuid.uuid4().hex[:8]}")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None
+        metrics = table.query_metrics(query)
+    finally:
+        query.stop()
+    assert metrics["numLookups"] == 20 and metrics.partial is None
