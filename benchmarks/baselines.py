@@ -173,19 +173,28 @@ def _gathered_batches(
     closed: Callable[[], Awaitable[None]],
 ) -> Iterator[Any]:
     """(b2)'s and (b3)'s partition on ``loop``: ``opened``, then per Arrow batch ``one`` of
-    every customer id under ``gather`` and the rows found joined; ``closed`` at the end."""
+    every customer id under ``gather`` and the rows found joined; ``closed`` at the end.
+
+    The partition runs with the garbage collector's young generation as the lookup join's
+    partitions run (``asyncio_lookup.spark.worker_gc``: threshold 10,000, the worker's heap
+    frozen once), so that (c) against (b2) and (b3) compares like with like."""
+    from asyncio_lookup.spark.worker_gc import (
+        DEFAULT_GC_YOUNG_THRESHOLD,
+        young_generation_threshold,
+    )
 
     async def looked_up(ids: list[int]) -> list[Any]:
         return await asyncio.gather(*(one(i) for i in ids))
 
-    try:
-        loop.run_until_complete(opened())
-        for batch in batches:
-            customers = loop.run_until_complete(looked_up(batch.column("customer_id").to_pylist()))
-            yield _joined_batch(batch, customers)
-    finally:
-        loop.run_until_complete(closed())
-        loop.close()
+    with young_generation_threshold(DEFAULT_GC_YOUNG_THRESHOLD):  # as (c)'s partitions
+        try:
+            loop.run_until_complete(opened())
+            for batch in batches:
+                ids = batch.column("customer_id").to_pylist()
+                yield _joined_batch(batch, loop.run_until_complete(looked_up(ids)))
+        finally:
+            loop.run_until_complete(closed())
+            loop.close()
 
 
 def _joined_batch(batch: Any, customers: list[Any]) -> Any:

@@ -10,7 +10,11 @@ to the last answer. Each reports its lookups' latency (p50/p99, from ``async_loo
 called to its answer), so the observed latency can be set beside the configured one.
 
 ``ClientAlone(base_url, keys, capacity, processes)`` starts them; each ``run()`` returns one
-pass's figures; the parent measures CPU around it (the children are its own).
+pass's figures; the parent measures CPU around it (the children are its own). ``run(rows)``
+passes over the first ``rows`` keys only (each process over its share of them), with the same
+processes and connections: a short pass beside the whole one gives the ceiling's steady state
+(the extra rows over the extra time), its own fixed costs per pass (the start signal, the
+ramp-up, the drain, the JSON reports) taken out.
 """
 
 from __future__ import annotations
@@ -55,12 +59,16 @@ class ClientAlone:
                 raise RuntimeError("a client-alone process failed to start")
         return self
 
-    def run(self) -> dict[str, Any]:
-        """One timed pass: every process over its keys, started together."""
+    def run(self, rows: int | None = None) -> dict[str, Any]:
+        """One timed pass: every process over its keys (of the first ``rows`` keys when given),
+        started together."""
+        rows = self.rows if rows is None else rows
+        if not 0 < rows <= self.rows:
+            raise ValueError(f"rows must be in 1..{self.rows}, not {rows}")
         start = time.perf_counter()
         for child in self._children:
             assert child.stdin is not None
-            child.stdin.write("go\n")
+            child.stdin.write(f"go {rows}\n")
             child.stdin.flush()
         reports = []
         for child in self._children:
@@ -73,6 +81,7 @@ class ClientAlone:
             "p50_ms": float(np.percentile(latencies, 50)),
             "p99_ms": float(np.percentile(latencies, 99)),
             "found": sum(r["found"] for r in reports),
+            "lookups": len(latencies),
         }
 
     def stop(self) -> None:
@@ -136,8 +145,13 @@ def _child(base_url: str, keys_path: str, index: int, processes: int, capacity: 
         try:
             await one_pass(keys[: capacity * 3])  # open the connections, warm up
             print("ready", flush=True)
-            while (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "go":
-                latencies, found = await one_pass(keys)
+            while True:
+                command = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+                if not command or command[0] != "go":
+                    break
+                # "go ROWS": its share of the first ROWS keys, keys[:ROWS][index::processes]
+                share = len(range(index, int(command[1]), processes)) if command[1:] else len(keys)
+                latencies, found = await one_pass(keys[:share])
                 print(json.dumps({"latencies_ms": [round(x * 1e3, 3) for x in latencies],
                                   "found": found}), flush=True)
         finally:

@@ -4,7 +4,10 @@ PyFlink's ``AsyncDataStream.ordered_wait`` (:mod:`benchmarks.peers_flink`, in it
 Spark Connect, and the strongest hand-rolled Spark baseline (b2) beside them.
 
 Every engine runs in its own child process, started once and warmed up (a JVM, its Python
-workers), then driven job by job over stdin (``go <variant> <rows>``): the CPU of a job is the
+workers; a Spark child also builds and caches the frame of each job size and runs each of its
+variants on it once before it says ready: until 2026-11-27 the first job of each size did that
+inside the first measured repeat, doubling its server requests and inflating its CPU), then
+driven job by job over stdin (``go <variant> <rows>``): the CPU of a job is the
 child's whole process tree (its JVM and Python workers included) over the job, and the
 machine's busy CPU minus the server process's is reported beside it. The server is
 ``aiohttp.web`` at 10 ms in its own process (:mod:`benchmarks.server_process`); capacity 100,
@@ -75,7 +78,14 @@ class _Child:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        return float(json.loads(self.process.stdout.readline())["wall_s"])
+        line = self.process.stdout.readline()
+        if not line:
+            error = self.process.stderr.read()[-3000:] if self.process.stderr else ""
+            raise RuntimeError(f"{command!r}: the child ended without an answer: {error}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{command!r}: {reply['error']}")
+        return float(reply["wall_s"])
 
     def tree_cpu_s(self) -> float:
         """CPU seconds of the process and its descendants (a JVM, Python workers)."""
@@ -122,11 +132,12 @@ def run(ctx: Context) -> ScenarioResult:
     with ServerProcess(SERVER, LATENCY, N_CUSTOMERS) as server:
         ctx.log(f"  {TITLES[SERVER]} at {LATENCY * 1e3:g} ms: pid {server.pid}")
         base, most = server.base_url, max(_sizes(ctx, "spark")[1], _sizes(ctx, "pyflink")[1])
+        spark_sizes = ",".join(str(n) for n in _sizes(ctx, "spark"))
         children: list[_Child] = []
         try:
-            classic = _Child("Spark classic", [*me, "classic", base, str(most)])
+            classic = _Child("Spark classic", [*me, "classic", base, str(most), spark_sizes])
             children.append(classic)
-            connect = _Child("Spark Connect", [*me, "connect", base, str(most)])
+            connect = _Child("Spark Connect", [*me, "connect", base, str(most), spark_sizes])
             children.append(connect)
             engines += [
                 _Engine("Spark classic, lookup_join (c)", classic, "c"),
@@ -164,7 +175,9 @@ def run(ctx: Context) -> ScenarioResult:
     result.data["runs"] = runs
     result.notes += [
         f"Server: {TITLES[SERVER]}, {LATENCY * 1e3:g} ms, its own process; capacity {CAPACITY}, "
-        "parallelism 2, ordered output, no cache; one child process per engine, warmed up.",
+        "parallelism 2, ordered output, no cache; one child process per engine, warmed up "
+        "(every Spark variant run once on each job size before the first measured job); every "
+        "job fails unless the server saw 0.99-1.01 requests per row over it.",
         "steady_*: (long job - short job) rows over the extra time / CPU, median of the "
         "repeats; job_rows_per_s: the long job's rows over its time (fixed start included); "
         "fixed_s: the long job's time less its rows at the steady rate.",
@@ -175,8 +188,15 @@ def run(ctx: Context) -> ScenarioResult:
     return result
 
 
+# server requests per row each job must show: one a row, give or take (c)'s coalescing of a
+# key already in flight in its partition (about 0.1 % of the rows); a warm-up job or a lost
+# partition inside the measured window moves it far outside
+REQUESTS_PER_ROW = (0.99, 1.01)
+
+
 def _pair(server: ServerProcess, engine: _Engine, short: int, long: int) -> dict[str, float]:
-    """A short and a long job of ``engine``: their times, CPU and server work."""
+    """A short and a long job of ``engine``: their times, CPU and server work. Each job fails
+    unless the server saw ``REQUESTS_PER_ROW`` requests per row over it."""
     figures = []
     for rows in (short, long):
         server.reset()
@@ -184,6 +204,10 @@ def _pair(server: ServerProcess, engine: _Engine, short: int, long: int) -> dict
         wall = engine.run(rows)
         tree1, machine1, server1 = engine.child.tree_cpu_s(), cpu.machine_busy_s(), server.cpu_s()
         requests = server.stats().get("requests", 0)
+        low, high = REQUESTS_PER_ROW
+        if not low <= requests / rows <= high:
+            raise RuntimeError(f"{engine.name}, {rows:,}-row job: {requests:,} server requests "
+                               f"({requests / rows:.3f} a row, outside [{low}, {high}])")
         figures.append((rows, wall, tree1 - tree0, machine1 - machine0 - (server1 - server0),
                         server1 - server0, requests))
     (r0, w0, t0, m0, s0, q0), (r1, w1, t1, m1, s1, q1) = figures
@@ -203,8 +227,11 @@ def _pair(server: ServerProcess, engine: _Engine, short: int, long: int) -> dict
 # -- the Spark child ----------------------------------------------------------------------------
 
 
-def _spark_child(mode: str, base_url: str, max_rows: int) -> None:
-    """A classic or Connect ``local[2]`` session; ``go c|b2 <rows>`` runs one job."""
+def _spark_child(mode: str, base_url: str, max_rows: int, sizes: list[int]) -> None:
+    """A classic or Connect ``local[2]`` session; ``go c|b2 <rows>`` runs one job. Before it
+    says ``ready``, it builds and caches the frame of each of ``sizes`` rows and runs every
+    variant of its mode on each once, untimed, so that no job the parent measures includes a
+    frame's building or a warm-up job; a ``go`` for any other size is an error."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -234,25 +261,26 @@ def _spark_child(mode: str, base_url: str, max_rows: int) -> None:
     b2 = hand_rolled_arrow(base_url, CAPACITY)
 
     def job(variant: str, rows: int) -> None:
-        if rows not in frames:
-            frames[rows] = orders_frame(spark, keys[:rows])
         frame = frames[rows]
         if variant == "b2":
             run_to_noop(frame.mapInArrow(b2, JOINED_SCHEMA))
         else:
             run_to_noop(lookup_join(frame, table, hint=hint))
 
-    job("c", 400)
-    if mode == "classic":
-        job("b2", 400)
+    variants = ["c", "b2"] if mode == "classic" else ["c"]
+    for rows in [400, *sizes]:  # built, cached and joined once before the parent's clock
+        frames[rows] = orders_frame(spark, keys[:rows])
+        for variant in variants:
+            job(variant, rows)
     print("ready", flush=True)
     for line in sys.stdin:
         command, variant, rows = [*line.split(), "", "", ""][:3]
         if command != "go":
             break
-        if int(rows) not in frames:  # built, cached and joined once before the clock starts
-            frames[int(rows)] = orders_frame(spark, keys[: int(rows)])
-            job(variant, int(rows))
+        if int(rows) not in frames or variant not in variants:
+            print(json.dumps({"error": f"{mode} was not warmed up for {variant} on {rows} rows "
+                                       f"(only {variants} on {sorted(frames)})"}), flush=True)
+            continue
         start = time.perf_counter()
         job(variant, int(rows))
         print(json.dumps({"wall_s": time.perf_counter() - start}), flush=True)
@@ -261,7 +289,8 @@ def _spark_child(mode: str, base_url: str, max_rows: int) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        _spark_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _spark_child(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                     [int(n) for n in sys.argv[5].split(",")])
         raise SystemExit(0)
     from benchmarks.cli import main as cli_main
 
