@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -94,15 +95,23 @@ class AsyncStream(Generic[IN, OUT]):
             )
         loop = new_event_loop(self.use_uvloop)
         batches = self._batches()
+        step: asyncio.Task[list[OUT | Watermark]] | None = None
         try:
             while True:
+                step = loop.create_task(batches.__anext__())
                 try:
-                    batch = loop.run_until_complete(batches.__anext__())
+                    batch = loop.run_until_complete(step)
                 except StopAsyncIteration:
                     return
+                step = None
                 yield from batch
         finally:
             try:
+                if step is not None and not step.done():
+                    # a KeyboardInterrupt left the stream inside __anext__: aclose() of a
+                    # running generator would fail, so that step unwinds (and stops) first
+                    step.cancel()
+                    run_to_end(loop, _unwound(step))
                 run_to_end(loop, batches.aclose())
                 run_to_end(loop, loop.shutdown_asyncgens())
             finally:
@@ -110,6 +119,11 @@ class AsyncStream(Generic[IN, OUT]):
 
     def __repr__(self) -> str:
         return f"AsyncStream({self.operator!r})"
+
+
+async def _unwound(task: asyncio.Task[Any]) -> None:
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await task
 
 
 def _stream(
