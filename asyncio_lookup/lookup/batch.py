@@ -258,10 +258,6 @@ class KeyBatcher:
     async def aclose(self) -> None:
         """Cancel queued and in-flight calls."""
         self._closing = True
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        self._queue.clear()
         loop = asyncio.get_running_loop()
         current = asyncio.current_task()
         unwinding: list[asyncio.Future[None]] = []
@@ -270,12 +266,10 @@ class KeyBatcher:
                 continue
             caller.cancel()  # its call, made in its task; the caller sees CancelledError
             unwinding.append(self._unwound.setdefault(caller, loop.create_future()))
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
         # every call has unwound before the function is closed
-        if tasks or unwinding:
-            await asyncio.gather(*tasks, *unwinding, return_exceptions=True)
+        await self.cancel_calls()
+        if unwinding:
+            await asyncio.gather(*unwinding, return_exceptions=True)
         self._unwound.clear()
         # Queued keys, and those of a call task cancelled before its first step (it never ran
         # its handlers): release their callers.

@@ -204,7 +204,7 @@ class LookupJoinTask:
     def probe(self, batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
         """Keys of one input batch, read column-wise (only the key columns become Python)."""
         spec = self.spec
-        cast = dict(self.key_types)
+        cast = self._key_casts
         columns = {
             name: _key_values(batch.column(name), cast.get(name)) for name in spec.left_key_columns
         }
@@ -229,6 +229,10 @@ class LookupJoinTask:
             return rows_to_arrays(joined.dim_rows, self._fields)  # type: ignore[arg-type]
         except LossyValueError as error:
             raise self._lossy(error, joined.payload, joined.indices[error.index]) from None
+
+    @functools.cached_property
+    def _key_casts(self) -> dict[str, pa.DataType]:
+        return dict(self.key_types)
 
     @functools.cached_property
     def _fields(self) -> list[pa.Field]:

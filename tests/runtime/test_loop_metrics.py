@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -63,23 +63,34 @@ def test_process_loop_is_persistent_and_recreated_when_closed() -> None:
     assert second is not first and not second.is_closed()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_process_loop_is_recreated_after_fork() -> None:
-    parent = process_loop()
+def _true_in_a_forked_child(check: Callable[[], bool]) -> bool:
+    """``check()`` run in a forked child (one that hangs dies after 10 s: False)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         try:
-            child = process_loop()
-            ok = child is not parent and child.run_until_complete(asyncio.sleep(0, 1)) == 1
-            os.write(write, b"1" if ok and loop_module._process_pid == os.getpid() else b"0")
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(10)
+            os.write(write, b"1" if check() else b"0")
         finally:
             os._exit(0)
     os.close(write)
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
     os.close(read)
-    assert answer == b"1"
+    return answer == b"1"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_process_loop_is_recreated_after_fork() -> None:
+    parent = process_loop()
+
+    def check() -> bool:
+        child = process_loop()
+        ok = child is not parent and child.run_until_complete(asyncio.sleep(0, 1)) == 1
+        return ok and loop_module._process_pid == os.getpid()
+
+    assert _true_in_a_forked_child(check)
     assert process_loop() is parent
 
 
@@ -94,20 +105,8 @@ def test_the_read_ahead_thread_is_recreated_after_fork() -> None:
         return bridge.run(items(bridge.read_ahead(iter([1, 2, 3]), lambda x: x * 10)))
 
     assert read() == [10, 20, 30]  # the parent's reader thread exists now
-    out, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: the executor is inherited, its thread is not
-        try:
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a hung child dies
-            signal.alarm(10)
-            os.write(write, b"1" if read() == [10, 20, 30] else b"0")
-        finally:
-            os._exit(0)
-    os.close(write)
-    answer = os.read(out, 1)
-    os.waitpid(pid, 0)
-    os.close(out)
-    assert answer == b"1"
+    # the child inherits the executor, not its thread
+    assert _true_in_a_forked_child(lambda: read() == [10, 20, 30])
 
 
 def test_metrics_snapshot_names_and_latency_summary() -> None:

@@ -240,6 +240,24 @@ def test_job_percentiles_are_those_of_the_service(spark: SparkSession) -> None:
     _assert_true_percentiles(metrics, ROWS)
 
 
+def _run_available_now(df: Any, name: str, tmp_path: Path) -> Any:
+    """The streaming ``df`` written to a memory sink until its input is read, stopped; the
+    finished query (its ``recentProgress`` stays readable)."""
+    query = (
+        df.writeStream.format("memory")
+        .queryName(f"{name}_{uuid.uuid4().hex[:8]}")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    return query
+
+
 def test_streaming_query_percentiles_are_those_of_the_service(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -252,20 +270,9 @@ def test_streaming_query_percentiles_are_those_of_the_service(
     stream = spark.readStream.schema("k INT").option("maxFilesPerTrigger", 1).json(str(source))
     table = LookupTable("Known", SCHEMA, KnownLatency())
     joined = lookup_join(stream.repartition(4), table, on=[("k", "id")])
-    query = (
-        joined.writeStream.format("memory")
-        .queryName(f"known_{uuid.uuid4().hex[:8]}")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-        assert query.exception() is None
-        metrics = table.query_metrics(query)
-        again = table.query_metrics(query)  # each micro-batch is folded once
-    finally:
-        query.stop()
+    query = _run_available_now(joined, "known", tmp_path)
+    metrics = table.query_metrics(query)
+    again = table.query_metrics(query)  # each micro-batch is folded once
     assert metrics.tasks == 8 and metrics.partial is None
     assert again == metrics and again.tasks == 8
     _assert_true_percentiles(metrics, ROWS)
@@ -316,17 +323,5 @@ def test_a_streaming_query_may_join_one_table_twice(spark: SparkSession, tmp_pat
     first = lookup_join(stream, table, on=[("k", "id")])
     renamed = first.withColumnRenamed("name", "first_name").drop("id")
     second = lookup_join(renamed, table, on=[("k", "id")])
-    query = (
-        second.writeStream.format("memory")
-        .queryName(f"twice_{uuid.uuid4().hex[:8]}")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-        assert query.exception() is None
-        metrics = table.query_metrics(query)
-    finally:
-        query.stop()
+    metrics = table.query_metrics(_run_available_now(second, "twice", tmp_path))
     assert metrics["numLookups"] == 20 and metrics.partial is None
