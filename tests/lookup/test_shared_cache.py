@@ -177,10 +177,14 @@ class CountingStore:
         return await self.inner.read(keys, lease_ms, token)
 
     async def write(
-        self, entries: Sequence[tuple[bytes, bytes]], ttl_ms: int, release: Sequence[bytes]
+        self,
+        entries: Sequence[tuple[bytes, bytes]],
+        ttl_ms: int,
+        release: Sequence[bytes],
+        token: bytes,
     ) -> int:
         self.writes.append(len(entries))
-        return await self.inner.write(entries, ttl_ms, release)
+        return await self.inner.write(entries, ttl_ms, release, token)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -383,9 +387,49 @@ async def test_a_lease_whose_holder_died_is_waited_for_at_most_the_lease_time(
         started = time.monotonic()
         assert await chain.async_lookup(("k",)) == [{"id": "k"}]
         assert 0.25 <= time.monotonic() - started < 2.0
-        assert client.get(lease) is None  # the value is written; the lease is moot
+        assert client.get(lease) == b"a process that died"  # not ours to drop; the value is
+        assert await chain.async_lookup(("k",)) == [{"id": "k"}]
         assert len(table.calls) == 1
     finally:
+        await chain.close()
+
+
+async def test_a_lease_is_dropped_only_by_its_holder(redis_url: str, namespace: str) -> None:
+    """A fetch slower than the lease: the lease passes to another process, and the slow
+    fetch's failure must not drop that process's lease (a third would fetch too)."""
+    table = Table({("k",): [{"id": "k"}]})
+    table.errors[("k",)] = [ValueError("slow and failed")]
+    gate = asyncio.Event()
+    options = _options(
+        redis_url, namespace, **{"lookup.shared-cache.lease": "200 ms", "lookup.max-retries": "0"}
+    )
+    chain = LookupChain.create(
+        Source(table, async_=AsyncFn(table, gate)),
+        options,
+        prefer_async=True,
+        name="T",
+        key_columns=("id",),
+    )
+    await chain.open()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert chain.shared is not None
+        lease = chain.shared.store_key(encode_key(("k",))) + b"#lease"
+        lookup = asyncio.ensure_future(chain.async_lookup(("k",)))
+        for _ in range(100):
+            if client.get(lease) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert client.get(lease) is not None  # this process took it
+        await asyncio.sleep(0.3)
+        assert client.set(lease, b"another process", nx=True, px=60_000)  # it expired: taken
+        gate.set()
+        with pytest.raises(Exception, match="slow and failed"):
+            await lookup
+        await chain.shared.flush()
+        assert client.get(lease) == b"another process"
+    finally:
+        client.close()
         await chain.close()
 
 

@@ -2,7 +2,9 @@
 
 A read is one ``EVALSHA`` of :data:`READ_SCRIPT` over the batch: for each key its value, else
 ``SET lease NX PX`` (1: the caller's now, 0: another process's). A write is one pipeline of
-``SET key value PX ttl`` and one ``DEL`` of the leases. No retries in redis-py: a failed call
+``SET key value PX ttl`` and one :data:`RELEASE_SCRIPT`, which drops only the leases that still
+hold the caller's token (a lease that expired and was taken by another process stays its
+holder's). No retries in redis-py: a failed call
 is the tier's to count; it then goes to the service (a shared cache is an optimisation).
 """
 
@@ -36,6 +38,16 @@ for i = 1, #KEYS, 2 do
   end
 end
 return out
+"""
+
+#: KEYS: lease keys; ARGV: token. Compare-and-delete, so a lease is only ever dropped by its holder.
+RELEASE_SCRIPT = """
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 0
 """
 
 _LEASE_SUFFIX = b"#lease"
@@ -94,7 +106,11 @@ class RedisStore:
         return [a if isinstance(a, bytes) else a == 1 for a in answers]
 
     async def write(
-        self, entries: Sequence[tuple[bytes, bytes]], ttl_ms: int, release: Sequence[bytes]
+        self,
+        entries: Sequence[tuple[bytes, bytes]],
+        ttl_ms: int,
+        release: Sequence[bytes],
+        token: bytes,
     ) -> int:
         client, _ = self._connect()
         pipe = client.pipeline(transaction=False)
@@ -103,7 +119,8 @@ class RedisStore:
             pipe.set(key, value, px=ttl_ms)
             sent += len(key) + len(value)
         if release:
-            pipe.delete(*(lease_key(key) for key in release))
+            # EVAL, not EVALSHA: a pipeline cannot reload a flushed script, and the text is short
+            pipe.eval(RELEASE_SCRIPT, len(release), *(lease_key(key) for key in release), token)
         await pipe.execute()
         return sent
 

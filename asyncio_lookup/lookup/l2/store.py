@@ -30,10 +30,15 @@ class SharedStore(Protocol):
         ...
 
     async def write(
-        self, entries: Sequence[tuple[bytes, bytes]], ttl_ms: int, release: Sequence[bytes]
+        self,
+        entries: Sequence[tuple[bytes, bytes]],
+        ttl_ms: int,
+        release: Sequence[bytes],
+        token: bytes,
     ) -> int:
         """Store each ``(key, value)`` for ``ttl_ms``, then drop the leases of ``release``
-        keys (with or without a value). One round trip; returns the bytes sent."""
+        keys that ``token`` still holds (a lease another process has taken since stays).
+        One round trip; returns the bytes sent."""
         ...
 
     async def aclose(self) -> None:

@@ -328,7 +328,7 @@ class SharedTier:
         bound = max(WRITE_BOUND, self.settings.timeout)
         try:
             ok, sent = await self._call(
-                lambda store: store.write(values, self._ttl_ms, release), bound
+                lambda store: store.write(values, self._ttl_ms, release, self._token), bound
             )
             if ok:
                 self.metrics.inc(L2_BYTES_WRITTEN, int(sent))
