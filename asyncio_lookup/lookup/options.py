@@ -354,6 +354,8 @@ class LookupOptions:
             for option in OPTIONS.values()
             if option.field.startswith("shared_")
         }
+        if given["cache_missing_key"] is None:  # unset: as the partial cache (L1) does
+            given["cache_missing_key"] = self.partial_cache_missing_key
         return SharedCacheSettings(**{k: v for k, v in given.items() if v is not None})
 
     def _validate_rate_limit(self) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import DefaultLookupCache
+from asyncio_lookup.lookup.option_names import SHARED_CACHE_MISSING_KEY as SHARED_MISSING
 from asyncio_lookup.lookup.options import CacheType, LookupOptions, ReloadStrategy
 from asyncio_lookup.lookup.reload import (
     PeriodicCacheReloadTrigger,
@@ -252,3 +253,27 @@ def test_options_given_as_python_values_parse_like_text() -> None:
             "lookup.partial-cache.cache-missing-key": "false",
         }
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, True),
+        ({"lookup.partial-cache.cache-missing-key": "false"}, False),
+        ({"lookup.partial-cache.cache-missing-key": "false", SHARED_MISSING: "true"}, True),
+        ({SHARED_MISSING: "false"}, False),
+    ],
+)
+def test_the_shared_cache_keeps_misses_as_the_partial_cache_does_unless_told(
+    given: dict[str, str], expected: bool
+) -> None:
+    options = LookupOptions.from_dict(
+        {
+            "lookup.cache": "PARTIAL",
+            "lookup.partial-cache.max-rows": "10",
+            "lookup.shared-cache.url": "redis://127.0.0.1:6379",
+            **given,
+        }
+    )
+    settings = options.shared_cache()
+    assert settings is not None and settings.cache_missing_key is expected

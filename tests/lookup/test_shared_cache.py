@@ -260,9 +260,19 @@ async def test_reads_and_writes_go_per_batch(redis_url: str, namespace: str) -> 
         await chain.close()
 
 
-async def test_missing_keys_are_shared_unless_told_not_to(redis_url: str, namespace: str) -> None:
+@pytest.mark.parametrize(
+    "told",
+    [
+        {"lookup.shared-cache.cache-missing-key": "false"},
+        # unset, it follows L1's: a user who keeps misses out of L1 expects them out of L2
+        {"lookup.partial-cache.cache-missing-key": "false"},
+    ],
+)
+async def test_missing_keys_are_shared_unless_told_not_to(
+    redis_url: str, namespace: str, told: dict[str, str]
+) -> None:
     table = Table()
-    off = _options(redis_url, namespace, **{"lookup.shared-cache.cache-missing-key": "false"})
+    off = _options(redis_url, namespace, **told)
     a, b = _chain(table, off), _chain(table, off)
     await a.open()
     await b.open()

@@ -90,7 +90,11 @@ def shared_options(_option: Callable[..., T]) -> dict[str, T]:
             format_duration,
         ),
         SHARED_CACHE_MISSING_KEY: _option(
-            "shared_cache_missing_key", BOOL_ALLOWED, "true", parse_bool, _bool_text
+            "shared_cache_missing_key",
+            BOOL_ALLOWED,
+            "(as 'lookup.partial-cache.cache-missing-key', default true)",
+            parse_bool,
+            _bool_text,
         ),
         SHARED_NAMESPACE: _option(
             "shared_namespace",
