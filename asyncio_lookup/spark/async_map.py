@@ -47,6 +47,7 @@ from asyncio_lookup.spark.failed_rows import (
     error_column_free,
 )
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, JobMetrics, encode
+from asyncio_lookup.spark.map_in_arrow import map_in_arrow
 from asyncio_lookup.spark.metrics import (
     METRICS_COLUMN,
     observe,
@@ -449,7 +450,7 @@ def async_map(
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
-        return df.mapInArrow(task, parsed)
+        return map_in_arrow(df, task, parsed)
     if not isinstance(metrics_id, str) or not metrics_id:
         raise ConfigurationError("metrics_id", metrics_id, "a non-empty string or None")
     if METRICS_COLUMN in parsed.names:
@@ -457,7 +458,7 @@ def async_map(
             "schema", METRICS_COLUMN, "output columns without this reserved column name"
         )
     with_metrics = StructType([*parsed.fields, StructField(METRICS_COLUMN, StringType(), True)])
-    return observe(df.mapInArrow(task, with_metrics), metrics_id)
+    return observe(map_in_arrow(df, task, with_metrics), metrics_id)
 
 
 def _task_rate(rate_limit: Any, df: DataFrame) -> TaskRate | None:

@@ -41,6 +41,7 @@ from asyncio_lookup.spark.join_columns import (
     key_bindings,
     select_dim_columns,
 )
+from asyncio_lookup.spark.map_in_arrow import map_in_arrow
 from asyncio_lookup.spark.metrics import METRICS_COLUMN, observe
 from asyncio_lookup.spark.otel_switch import otel_from_conf
 from asyncio_lookup.spark.rate_share import table_task_rate
@@ -289,7 +290,7 @@ def lookup_join(
     if task.hint.shuffle:
         df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
     with_metrics = StructType([*output.fields, StructField(METRICS_COLUMN, StringType(), True)])
-    return observe(df.mapInArrow(task, with_metrics), table.table_id, table.name)
+    return observe(map_in_arrow(df, task, with_metrics), table.table_id, table.name)
 
 
 def _arrow_schema(output: StructType, large: bool) -> pa.Schema | None:
