@@ -52,6 +52,7 @@ from asyncio_lookup.connectors.http_urls import (
     encode_value,
     fixed_url,
     path_fields,
+    split_before_decoding,
     status_set,
     url_template,
 )
@@ -134,6 +135,7 @@ class HttpConnector(AsyncFirstSource):
             )
         # a placeholder in the path given "" would address the collection (a miss instead)
         self.path_fields = path_fields(self.template)
+        self.split_before_decoding = split_before_decoding(self.template)
         # one key column in one placeholder: a point URL is prefix + value + suffix
         self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.basic_auth = basic_auth or url_auth
@@ -252,11 +254,13 @@ class HttpConnector(AsyncFirstSource):
             affixes = self.point_affixes
             if affixes is not None:
                 return affixes[0] + encode_value(value) + affixes[1]
-            return self.template.format({columns[0]: value}, encode_value)
+            return self.template.format(
+                {columns[0]: value}, encode_value, self.split_before_decoding
+            )
         values = key_dict(columns, tuple(key))
         if has_null(tuple(values.values())) or any(values[f] == "" for f in self.path_fields):
             return None
-        return self.template.format(values, encode_value)
+        return self.template.format(values, encode_value, self.split_before_decoding)
 
     def batch_request(self, keys: Sequence[Key]) -> tuple[str, str, bytes | None]:
         assert self.batch_url is not None

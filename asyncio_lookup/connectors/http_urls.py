@@ -32,6 +32,18 @@ def path_fields(template: KeyTemplate) -> frozenset[str]:
     return frozenset(f for n, f in enumerate(template.fields) if f"\x00{n}\x00" in path)
 
 
+def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
+    """Placeholders whose separator a server splits on before it decodes: ``/`` after a path
+    placeholder, ``&`` or ``=`` after a query one (any other separator, ``.`` or ``:`` say,
+    is read in the decoded text, so a value must not hold it even percent-encoded)."""
+    in_path = path_fields(template)
+    return frozenset(
+        field
+        for field, separator in template.separators
+        if separator in ("/" if field in in_path else "&=")
+    )
+
+
 def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
     """The URL template without userinfo (returned apart as basic auth), validated."""
     template = KeyTemplate(url, option)

@@ -108,11 +108,26 @@ class KeyTemplate:
             return None
         return self.literals[0], self.literals[1]
 
-    def format(self, values: Mapping[str, Any], encode: Callable[[Any], str]) -> str:
+    @property
+    def separators(self) -> tuple[tuple[str, str], ...]:
+        """``(field, separator)`` of each placeholder but the last (whose value the template's
+        end or literal delimits)."""
+        return tuple((field, separator) for field, _, separator in self._parts if separator)
+
+    def format(
+        self,
+        values: Mapping[str, Any],
+        encode: Callable[[Any], str],
+        split_before_decoding: frozenset[str] = frozenset(),
+    ) -> str:
         """The template with each placeholder replaced by ``encode(value)``.
 
-        Raises :class:`DataFormatError` (for this key only) when a value but the last one's,
-        as encoded, contains its separator: the key would be ambiguous.
+        Raises :class:`DataFormatError` (for this key only) when a value but the last one's
+        contains its separator, as encoded or as its key text (what a reader that decodes,
+        e.g. an HTTP server un-percent-encoding a path, sees): the key would be ambiguous.
+        Fields in ``split_before_decoding`` are read apart at their separator before any
+        decoding (``/`` between path segments, ``&`` between query pairs): only their
+        encoded text must not contain it.
         """
         parts = self._parts
         if len(parts) == 1:  # one placeholder: never ambiguous
@@ -120,9 +135,13 @@ class KeyTemplate:
             return self.literals[0] + encode(values[field]) + literal
         out = [self.literals[0]]
         for field, literal, separator in parts:
-            text = encode(values[field])
-            if separator and separator in text:
-                raise self._ambiguous(values, field, text, separator)
+            value = values[field]
+            text = encode(value)
+            if separator and (
+                separator in text
+                or (field not in split_before_decoding and separator in key_text(value))
+            ):
+                raise self._ambiguous(values, field, key_text(value), separator)
             out.append(text)
             out.append(literal)
         return "".join(out)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncio_lookup.connectors.http_urls import encode_value
+from asyncio_lookup.connectors.http_urls import encode_value, split_before_decoding
 from asyncio_lookup.connectors.keys import KeyTemplate, key_text
 from asyncio_lookup.errors import ConfigurationError, DataFormatError
 
@@ -43,16 +43,74 @@ def test_separator_in_a_value_is_refused_for_that_key() -> None:
     assert one.parser().match("T:x:y}").groupdict() == {"a": "x:y}"}
 
 
-def test_http_percent_encoded_values_that_would_collide_are_refused() -> None:
-    t = KeyTemplate("http://svc/c/{a}-{b}", "url")
-    with pytest.raises(DataFormatError, match="'-'"):
-        t.format({"a": "x-y", "b": "z"}, encode_value)
-    assert t.format({"a": "x", "b": "y-z"}, encode_value) == "http://svc/c/x-y-z"
-    # a separator that encoding escapes can never be in a value: nothing is refused
-    q = KeyTemplate("http://svc/c?a={a}&b={b}", "url")
-    assert q.format({"a": "x&b=y", "b": "z"}, encode_value) == "http://svc/c?a=x%26b%3Dy&b=z"
-    dot = KeyTemplate("http://svc/c/{a}.{b}", "url")
-    assert dot.format({"a": "1.5", "b": 2}, encode_value) == "http://svc/c/1%2E5.2"
+def test_http_values_a_decoding_server_would_read_alike_are_refused() -> None:
+    def url(template: str, **values: Any) -> str:
+        t = KeyTemplate(template, "url")
+        return t.format(values, encode_value, split_before_decoding(t))
+
+    with pytest.raises(DataFormatError, match=r"'\.'"):
+        url("http://svc/c/{a}-{b}", a="x-y", b="z")
+    assert url("http://svc/c/{a}-{b}", a="x", b="y-z") == "http://svc/c/x-y-z"
+    # '.' and ':' are encoded, but a server decodes before it reads them: ('x.y', 'z') and
+    # ('x', 'y.z') both arrived as /c/x.y.z
+    with pytest.raises(DataFormatError, match=r"'\.'"):
+        url("http://svc/c/{a}.{b}", a="1.5", b=2)
+    with pytest.raises(DataFormatError, match=r"'\.'"):
+        url("http://svc/q?id={a}:{b}", a="x:y", b="z")
+    # split before decoding ('/' between path segments, '&' between query pairs): encoded is safe
+    assert url("http://svc/c/{a}/{b}", a="x/y", b="z") == "http://svc/c/x%2Fy/z"
+    assert url("http://svc/c?a={a}&b={b}", a="x&b=y", b="z") == "http://svc/c?a=x%26b%3Dy&b=z"
+
+
+def _as_decoded(url: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """What a server reads: path segments and query pairs split on the raw text, then decoded."""
+    parts = urlsplit(url)
+    segments = tuple(unquote(segment) for segment in parts.path.split("/"))
+    pairs = tuple(
+        (unquote(name), unquote(value))
+        for name, _, value in (pair.partition("=") for pair in parts.query.split("&"))
+    )
+    return segments, pairs
+
+
+_URL_TEMPLATES = (
+    "http://svc/k/{a}.{b}",
+    "http://svc/k/{a}:{b}",
+    "http://svc/k/{a}/{b}",
+    "http://svc/k/{a}-{b}.json",
+    "http://svc/q?id={a}:{b}",
+    "http://svc/q?a={a}&b={b}",
+    "http://svc/k/{a}?b={b}",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_URL_TEMPLATES),
+    st.text("xy.:/&=-?#% ", max_size=4),
+    st.text("xy.:/&=-?#% ", max_size=4),
+)
+def test_two_keys_never_reach_a_decoding_server_as_one(template: str, a: str, b: str) -> None:
+    """Against (a, b): every key that splits the same text at another separator."""
+    t = KeyTemplate(template, "url")
+    split = split_before_decoding(t)
+    ((_, separator),) = t.separators
+    joined = a + separator + b
+    rivals = [
+        (joined[:i], joined[i + 1 :])
+        for i, char in enumerate(joined)
+        if char == separator and i != len(a)
+    ]
+    try:
+        mine = _as_decoded(t.format({"a": a, "b": b}, encode_value, split))
+    except DataFormatError:
+        return
+    for rival_a, rival_b in rivals:
+        try:
+            theirs = _as_decoded(t.format({"a": rival_a, "b": rival_b}, encode_value, split))
+        except DataFormatError:
+            continue
+        assert mine != theirs, ((a, b), (rival_a, rival_b))
 
 
 def test_repeated_field_is_checked_at_every_place_but_the_last() -> None:
