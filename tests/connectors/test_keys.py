@@ -48,14 +48,14 @@ def test_http_values_a_decoding_server_would_read_alike_are_refused() -> None:
         t = KeyTemplate(template, "url")
         return t.format(values, encode_value, split_before_decoding(t))
 
-    with pytest.raises(DataFormatError, match=r"'\.'"):
+    with pytest.raises(DataFormatError, match="'-'"):
         url("http://svc/c/{a}-{b}", a="x-y", b="z")
     assert url("http://svc/c/{a}-{b}", a="x", b="y-z") == "http://svc/c/x-y-z"
     # '.' and ':' are encoded, but a server decodes before it reads them: ('x.y', 'z') and
     # ('x', 'y.z') both arrived as /c/x.y.z
     with pytest.raises(DataFormatError, match=r"'\.'"):
         url("http://svc/c/{a}.{b}", a="1.5", b=2)
-    with pytest.raises(DataFormatError, match=r"'\.'"):
+    with pytest.raises(DataFormatError, match="':'"):
         url("http://svc/q?id={a}:{b}", a="x:y", b="z")
     # split before decoding ('/' between path segments, '&' between query pairs): encoded is safe
     assert url("http://svc/c/{a}/{b}", a="x/y", b="z") == "http://svc/c/x%2Fy/z"
