@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -21,7 +20,7 @@ from asyncio_lookup.runtime.batch_operator import AsyncBatchWaitOperator, BatchF
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
 from asyncio_lookup.runtime.handler import WatermarkEntry
-from asyncio_lookup.runtime.loop import new_event_loop, run_to_end
+from asyncio_lookup.runtime.loop import new_event_loop, run_to_end, unwind
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.operator import AsyncWaitOperator
 from asyncio_lookup.runtime.retry import AsyncRetryStrategy, RetryStrategies
@@ -107,11 +106,7 @@ class AsyncStream(Generic[IN, OUT]):
                 yield from batch
         finally:
             try:
-                if step is not None and not step.done():
-                    # a KeyboardInterrupt left the stream inside __anext__: aclose() of a
-                    # running generator would fail, so that step unwinds (and stops) first
-                    step.cancel()
-                    run_to_end(loop, _unwound(step))
+                unwind(loop, step)
                 run_to_end(loop, batches.aclose())
                 run_to_end(loop, loop.shutdown_asyncgens())
             finally:
@@ -119,11 +114,6 @@ class AsyncStream(Generic[IN, OUT]):
 
     def __repr__(self) -> str:
         return f"AsyncStream({self.operator!r})"
-
-
-async def _unwound(task: asyncio.Task[Any]) -> None:
-    with contextlib.suppress(Exception, asyncio.CancelledError):
-        await task
 
 
 def _stream(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Coroutine
@@ -76,3 +77,17 @@ def run_to_end(loop: asyncio.AbstractEventLoop, awaitable: Coroutine[Any, Any, T
         except RuntimeError:
             if task.done():
                 raise
+
+
+def unwind(loop: asyncio.AbstractEventLoop, step: asyncio.Task[Any] | None) -> None:
+    """Cancel a step a KeyboardInterrupt (or SystemExit) left running inside a stream's
+    ``__anext__`` and run it until it has unwound: ``aclose()`` of a generator still running
+    would raise RuntimeError in the interrupt's place."""
+    if step is not None and not step.done():
+        step.cancel()
+        run_to_end(loop, _unwound(step))
+
+
+async def _unwound(step: asyncio.Task[Any]) -> None:
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await step

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asyncio_lookup.runtime.loop import process_loop, run_to_end
+from asyncio_lookup.runtime.loop import process_loop, run_to_end, unwind
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -85,14 +85,18 @@ def drive(stream: AsyncIterator[T]) -> Generator[T, None, None]:
     every task it started is cancelled and awaited before the next partition uses the loop.
     """
     loop = process_loop()
+    step: asyncio.Task[T] | None = None
     try:
         while True:
+            step = loop.create_task(_next(stream))
             try:
-                item = loop.run_until_complete(_next(stream))
+                item = loop.run_until_complete(step)
             except StopAsyncIteration:
                 return
+            step = None
             yield item
     finally:
+        unwind(loop, step)
         close = getattr(stream, "aclose", None)
         if close is not None:
             run_to_end(loop, close())
