@@ -26,6 +26,12 @@ class AsyncRetryPredicate:
     result_predicate: ResultPredicate | None = None
     exception_predicate: ExceptionPredicate | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("result_predicate", "exception_predicate"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigurationError(name, value, "a callable returning a bool, or None")
+
 
 @runtime_checkable
 class AsyncRetryStrategy(Protocol):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import (
     AsyncRetryPredicate,
     AsyncRetryStrategy,
@@ -45,6 +46,23 @@ def test_timedelta_delays() -> None:
     assert RetryStrategies.fixed_delay(1, timedelta(milliseconds=20)).backoff(1) == 0.02
     s = RetryStrategies.exponential_backoff(1, timedelta(seconds=1), timedelta(seconds=3), 1.5)
     assert (s.initial_delay, s.max_delay) == (1.0, 3.0)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, 0.5, [len], True])
+@pytest.mark.parametrize("which", ["result_predicate", "exception_predicate"])
+def test_a_predicate_that_is_not_callable_is_refused_when_the_strategy_is_built(
+    bad: Any, which: str
+) -> None:
+    """Before: accepted, and every record failed in the task with "'str' object is not
+    callable"."""
+    for build in (
+        lambda: RetryStrategies.fixed_delay(2, 0.1, **{which: bad}),
+        lambda: RetryStrategies.exponential_backoff(2, 0.1, 1.0, 2.0, **{which: bad}),
+        lambda: AsyncRetryPredicate(**{which: bad}),
+    ):
+        with pytest.raises(ConfigurationError, match=which) as info:
+            build()
+        assert repr(bad) in str(info.value) and "callable" in str(info.value)
 
 
 def test_no_retry_never_retries() -> None:
