@@ -118,8 +118,17 @@ def plan_source(
                 reason=f"{source!r} cannot scan",
             )
         return SourcePlan(is_async=prefer_async, scan=scan, trigger=trigger)
-    sync_function = source.lookup_function()
-    async_function = source.async_lookup_function()
+    make_sync = getattr(source, "lookup_function", None)
+    make_async = getattr(source, "async_lookup_function", None)
+    if not callable(make_sync) and not callable(make_async):
+        raise ConfigurationError(
+            "connector",
+            source,
+            "a connector or provider with lookup_function(), async_lookup_function() or scan()",
+            reason="it has none of them",
+        )
+    sync_function = make_sync() if callable(make_sync) else None
+    async_function = make_async() if callable(make_async) else None
     if sync_function is None and async_function is None:
         raise ConfigurationError(
             "connector",

@@ -157,12 +157,21 @@ def select_dim_columns(
     elif isinstance(columns, str) or not isinstance(columns, Sequence):
         raise ConfigurationError("columns", columns, "a list of dim column names")
     else:
+        for name in columns:
+            if not isinstance(name, str):
+                raise ConfigurationError("columns", name, f"one of {dim.names}")
         selected = [_field(dim, c, "columns", f"dim table {table.name!r}").name for c in columns]
     if rename is not None and not isinstance(rename, Mapping):
         raise ConfigurationError("rename", rename, "a mapping {dim column: output name}")
     rename = dict(rename or {})
-    for name in rename:
+    for name, output in rename.items():
+        if not isinstance(name, str):
+            raise ConfigurationError("rename", name, f"dim column names: one of {dim.names}")
         _field(dim, name, "rename", f"dim table {table.name!r}")
+        if not isinstance(output, str) or not output.strip():
+            raise ConfigurationError(
+                "rename", {name: output}, "a non-empty output name for each dim column"
+            )
     provided = getattr(table.connector, "columns", None)
     if isinstance(provided, (list, tuple)) and all(isinstance(c, str) for c in provided):
         absent = [name for name in selected if name not in provided]

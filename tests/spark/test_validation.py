@@ -124,6 +124,7 @@ class NoCapability:
         ),
         ({"connector": None}, "connector", []),
         ({"connector": NoCapability()}, "connector", ["neither a sync nor an async lookup"]),
+        ({"connector": 5}, "connector", ["lookup_function()", "none of them"]),
         (
             {
                 "connector": NoCapability(),
@@ -170,6 +171,12 @@ def test_invalid_lookup_tables(
         ({"literals": {"name": None}}, "literals['name']", ["NULL"]),
         ({"columns": ["name", "zip"]}, "columns", ["'zip'"]),
         ({"rename": {"zip": "z"}}, "rename", ["'zip'"]),
+        ({"columns": [1]}, "columns", ["1", "'name'"]),
+        ({"columns": [None]}, "columns", ["None"]),
+        ({"rename": {"name": 5}}, "rename", ["{'name': 5}", "non-empty output name"]),
+        ({"rename": {"name": None}}, "rename", ["{'name': None}"]),
+        ({"rename": {"name": ""}}, "rename", ["{'name': ''}"]),
+        ({"rename": {5: "n"}}, "rename", ["5", "'name'"]),
         ({"rename": {"name": "code"}}, "rename", ["collides with column 'code'"]),
         ({"rename": {"name": "n", "country": "N"}}, "rename", ["collides with column 'n'"]),
         ({"dim_filter": "country = 'NL'"}, "dim_filter", ["callable"]),
