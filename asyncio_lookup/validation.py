@@ -76,6 +76,25 @@ def to_seconds(
     raise error(option, value, allowed)
 
 
+def refuse_unitless(
+    option: str,
+    value: Any,
+    allowed: str = DURATION_ALLOWED,
+    error: type[ConfigurationError] = ConfigurationError,
+) -> None:
+    """Refuse a bare number other than 0 for a duration option written as text (``lookup.*``,
+    a hint's): ``'500'`` is 500 ms there, so ``500`` is ambiguous; text with a unit or a
+    ``timedelta`` says which."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+        raise error(
+            option,
+            value,
+            allowed + ", or a timedelta",
+            reason="a number has no unit: write it as text with one (e.g. "
+            f"'{value}s' or '{value}ms')",
+        )
+
+
 def parse_duration(
     option: str,
     value: Any,

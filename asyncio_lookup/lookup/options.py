@@ -66,6 +66,7 @@ from asyncio_lookup.validation import (
     parse_choice,
     parse_duration,
     parse_int,
+    refuse_unitless,
     unknown_option,
 )
 
@@ -100,6 +101,10 @@ class Option:
     default: str
     parse: Callable[[str, Any], Any]
     text: Callable[[Any], str] = str
+
+    @property
+    def is_duration(self) -> bool:
+        return self.text is format_duration  # every duration option is shown as one
 
 
 def _enum(kind: type[E]) -> Callable[[str, Any], E]:
@@ -284,6 +289,8 @@ class LookupOptions:
                 raise unknown_option(
                     name, raw, OPTIONS, kind="lookup table option", prefixes=("lookup.",)
                 )
+            if option.is_duration:
+                refuse_unitless(name, raw, option.allowed)
             values[option.field] = raw
         return cls(**values)
 

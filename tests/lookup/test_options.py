@@ -277,3 +277,27 @@ def test_the_shared_cache_keeps_misses_as_the_partial_cache_does_unless_told(
     )
     settings = options.shared_cache()
     assert settings is not None and settings.cache_missing_key is expected
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "lookup.partial-cache.expire-after-write",
+        "lookup.max-retry-backoff",
+        "lookup.batch.max-wait",
+        "lookup.shared-cache.ttl",
+    ],
+)
+def test_a_duration_given_as_a_bare_number_is_refused(option: str) -> None:
+    """'10' is 10 ms (Flink's rule for text) but 10 read as 10 s: a 1000x silent difference."""
+    base = {
+        "lookup.cache": "PARTIAL",
+        "lookup.partial-cache.max-rows": "10",
+        "lookup.shared-cache.url": "redis://127.0.0.1:6379",
+    }
+    for number in (10, 1.5):
+        with pytest.raises(ConfigurationError, match="no unit") as info:
+            LookupOptions.from_dict({**base, option: number})
+        assert info.value.option == option and f"'{number}s'" in str(info.value)
+    assert LookupOptions.from_dict({**base, option: "10"}) is not None  # text: ms
+    assert LookupOptions.from_dict({**base, option: timedelta(seconds=10)}) is not None
