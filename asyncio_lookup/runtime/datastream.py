@@ -16,6 +16,7 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime.batch_operator import AsyncBatchWaitOperator, BatchFn
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
 from asyncio_lookup.runtime.function import AsyncFunction
@@ -47,6 +48,16 @@ class AsyncStream(Generic[IN, OUT]):
         operator: AsyncWaitOperator[IN, OUT] | AsyncBatchWaitOperator[IN, OUT],
         use_uvloop: bool | None,
     ) -> None:
+        if isinstance(source, (str, bytes, bytearray)) or not isinstance(
+            source, (Iterable, AsyncIterable)
+        ):
+            raise ConfigurationError(
+                "stream",
+                source,
+                "an iterable or async iterable of records (not a string)",
+            )
+        if use_uvloop is not None and not isinstance(use_uvloop, bool):
+            raise ConfigurationError("use_uvloop", use_uvloop, "True, False or None")
         self.source = source
         self.operator = operator
         self.use_uvloop = use_uvloop

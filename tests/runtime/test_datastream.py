@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import (
     AsyncDataStream,
     AsyncFunction,
@@ -37,6 +38,26 @@ def test_for_runs_its_own_loop_and_preserves_order() -> None:
 def test_unordered_for_yields_every_output_once() -> None:
     out = list(AsyncDataStream.unordered_wait(range(50), double, 5.0, capacity=7))
     assert sorted(out) == [x * 2 for x in range(50)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"stream": "yes"}, "stream"),  # was three records: 'y', 'e', 's'
+        ({"stream": b"yes"}, "stream"),
+        ({"stream": 5}, "stream"),  # failed only when iterated
+        ({"use_uvloop": "yes"}, "use_uvloop"),
+        ({"use_uvloop": 1}, "use_uvloop"),
+    ],
+)
+def test_a_stream_or_loop_choice_that_cannot_be_is_refused_when_called(
+    kwargs: dict[str, Any], option: str
+) -> None:
+    arguments: dict[str, Any] = {"stream": [1, 2], "use_uvloop": None, **kwargs}
+    for wait in (AsyncDataStream.ordered_wait, AsyncDataStream.unordered_wait):
+        with pytest.raises(ConfigurationError) as info:
+            wait(arguments["stream"], double, 1.0, use_uvloop=arguments["use_uvloop"])
+        assert info.value.option == option
 
 
 @pytest.mark.skipif(not uvloop_available(), reason="uvloop not installed")
