@@ -220,7 +220,7 @@ def _settle(
         if settled is None:
             settled = _Settled()
             sessions.append((session, settled))
-        if trailers is not None:
+        if trailers:
             for text in trailers:
                 settled.fold.add(text)
             settled.fold.seal()
@@ -306,7 +306,7 @@ def table_metrics(metrics_id: str) -> JobMetrics:
     deadline = time.monotonic() + LISTENER_GRACE_S
     for store, session, item in held:
         got, final = item.read(deadline)
-        if got is not None:
+        if got:  # every task reports; no trailer at all: the observed plan did not run
             reported += 1
             for text in got:
                 folded.add(text)
@@ -316,7 +316,9 @@ def table_metrics(metrics_id: str) -> JobMetrics:
     if not reported:
         partial = (
             "no action on a DataFrame this table was joined into (or mapped by) has finished "
-            "and reported its metrics yet"
+            "and reported its metrics yet (an action that runs a query of its own is not "
+            "observed: count, show or take on a LookupSQL result, or on a classic session its "
+            "write, and toLocalIterator)"
         )
     metrics = folded.result(partial)
     if metrics.partial is not None and reported:

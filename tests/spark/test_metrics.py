@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from asyncio_lookup.connectors import InMemoryConnector
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
-from asyncio_lookup.spark import LookupTable, lookup_join
+from asyncio_lookup.spark import LookupSQL, LookupTable, lookup_join
 from asyncio_lookup.spark import metrics as spark_metrics
 from asyncio_lookup.spark.job_metrics import JobMetrics
 from asyncio_lookup.spark.metrics import GAUGES
@@ -180,6 +180,42 @@ def test_no_action_yet_says_so(spark: SparkSession) -> None:
     metrics = table.metrics()
     assert metrics == {} and metrics.tasks == 0
     assert metrics.partial is not None and "no action" in metrics.partial
+
+
+def test_an_action_whose_query_the_observation_does_not_see_reports_nothing_and_says_so(
+    spark: SparkSession,
+) -> None:
+    """A LookupSQL result's count() runs a query of its own, and on a classic session
+    toLocalIterator() completes the observation before its jobs run: the metrics read as an
+    empty list, which was taken for a report (no figures, partial None: "complete")."""
+
+    def table() -> LookupTable:
+        rows = [row for rows in DIM.values() for row in rows]
+        return LookupTable("Customers", SCHEMA, InMemoryConnector(rows, ["id"]))
+
+    _probe(spark).selectExpr("*", "'t' AS pt").createOrReplaceTempView("probe_for_metrics")
+    query = (
+        "SELECT p.n, c.name FROM probe_for_metrics AS p "
+        "JOIN Customers FOR SYSTEM_TIME AS OF p.pt AS c ON p.k = c.id"
+    )
+    counted = table()
+    sql = LookupSQL(spark)
+    sql.register(counted)
+    assert len(sql.sql(query).collect()) == 60
+    assert counted.metrics()["numLookups"] == 120 and counted.metrics().partial is None
+    unseen = table()
+    sql = LookupSQL(spark)
+    sql.register(unseen)
+    assert sql.sql(query).count() == 60
+    metrics = unseen.metrics()
+    assert metrics == {} and metrics.partial is not None and "count" in metrics.partial
+    iterated = table()
+    assert len(list(lookup_join(_probe(spark), iterated, on=[("k", "id")]).toLocalIterator())) == 60
+    metrics = iterated.metrics()
+    if is_connect(spark):
+        assert metrics["numLookups"] == 120 and metrics.partial is None
+    else:
+        assert metrics == {} and "toLocalIterator" in (metrics.partial or "")
 
 
 #: The known service: key k answers after SLOW_MS when k % 20 == 0 (5 % of keys), else FAST_MS.
