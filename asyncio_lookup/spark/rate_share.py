@@ -36,6 +36,11 @@ def _int(conf: Any, key: str) -> int | None:
     return number if number > 0 else None
 
 
+def _remote(conf: Any) -> bool:
+    """Whether ``conf`` is a Spark Connect session's (its server may run on another host)."""
+    return type(conf).__module__.startswith("pyspark.sql.connect")
+
+
 def task_slots(conf: Any) -> tuple[int | None, str]:
     """How many tasks the application can run at once, and where that number came from; None
     when the conf does not say (a cluster manager that sizes executors itself)."""
@@ -44,7 +49,13 @@ def task_slots(conf: Any) -> tuple[int | None, str]:
     local = _LOCAL.match(master)
     if local:
         cores = local.group(1)
-        n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
+        if cores == "*":
+            if _remote(conf):  # the server's cores, which this client cannot count
+                return None, f"spark.master={master} on a Spark Connect server"
+            n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            n = n or os.cpu_count() or 1  # the CPUs this process (and its JVM) may run on
+        else:
+            n = 1 if cores is None else int(cores)
         return max(1, n // cpus), f"spark.master={master}"
     cluster = _LOCAL_CLUSTER.match(master)
     if cluster:

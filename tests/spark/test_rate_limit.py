@@ -82,6 +82,26 @@ def test_task_slots_from_the_conf(conf: dict[str, str], slots: int | None) -> No
     assert task_slots(conf)[0] == slots
 
 
+def test_local_star_counts_the_cpus_this_process_may_run_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """os.cpu_count() ignores CPU affinity, which the JVM's core count honours: under
+    `taskset -c 0` local[*] runs one task at once, not the machine's two."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert task_slots({"spark.master": "local[*]"}) == (1, "spark.master=local[*]")
+
+
+def test_local_star_behind_spark_connect_is_not_counted_on_the_client() -> None:
+    class ConnectConf(dict):  # what RuntimeConf is to the driver: only its module tells
+        pass
+
+    ConnectConf.__module__ = "pyspark.sql.connect.conf"
+    slots, source = task_slots(ConnectConf({"spark.master": "local[*]"}))
+    assert slots is None and "Spark Connect" in source
+    assert task_slots(ConnectConf({"spark.master": "local[3]"}))[0] == 3
+
+
 def test_each_task_gets_its_share_and_an_unknown_cluster_asks_for_the_parallelism() -> None:
     local = {"spark.master": "local[4]"}
     assert task_rate(R, False, None, local, what="t").rate == R / 4
