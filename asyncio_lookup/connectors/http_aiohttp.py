@@ -1,7 +1,8 @@
 """The ``aiohttp`` client (extra ``asyncio-lookup[aiohttp]``): for users who need what the
 asyncio client leaves out (cookies, auth flows), and the reference the conformance suite holds
 the asyncio client against. Redirects are not followed here either (credentials never go to
-another host); aiohttp decodes gzip, deflate (and br with ``brotli``) itself."""
+another host). Content codings are decoded by :mod:`~asyncio_lookup.connectors.http_codings`,
+as the other clients do (aiohttp's own decoding is off)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from asyncio_lookup.connectors.http11_request import request_target
+from asyncio_lookup.connectors.http_answers import header_values
 from asyncio_lookup.connectors.http_client import (
     ClientOwner,
     Fetched,
@@ -22,6 +24,7 @@ from asyncio_lookup.connectors.http_client import (
     json_answer,
     refused_url,
 )
+from asyncio_lookup.connectors.http_codings import decode, with_accept_encoding
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime.deadlines import Deadlines
 
@@ -49,12 +52,6 @@ class AiohttpClient:
         self._aiohttp = aiohttp
         self._errors = (aiohttp.ClientError, OSError, UnreadableResponse)
         self.deadlines = Deadlines(owner.timeout)
-        from aiohttp import compression_utils
-
-        # what aiohttp decodes itself; any other coding is refused by name, not passed through
-        self._codings = {"", "identity", "gzip", "x-gzip", "deflate"}
-        self._codings |= {"br"} if compression_utils.HAS_BROTLI else set()
-        self._codings |= {"zstd"} if compression_utils.HAS_ZSTD else set()
         # a verifying context of this client's own: the trust store as SSL_CERT_FILE /
         # SSL_CERT_DIR name it now (aiohttp's shared one is read when aiohttp is imported)
         connector = aiohttp.TCPConnector(
@@ -64,7 +61,8 @@ class AiohttpClient:
         self.session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),  # the deadlines time each request
-            headers=owner.request_headers(),
+            headers=with_accept_encoding(owner.request_headers()),
+            auto_decompress=False,  # decoded (bounded) by http_codings, as the other clients
             raise_for_status=False,
             # proxies from HTTP(S)_PROXY / NO_PROXY; aiohttp then looks them up per request,
             # so only when the environment names one
@@ -111,15 +109,7 @@ class AiohttpClient:
         return self._url(url, encoded=True)
 
     async def _read(self, response: Any) -> bytes:
-        coding = response.headers.get("Content-Encoding")
-        if coding is not None:
-            codings = coding.lower().replace(" ", "").split(",")
-            unknown = [c for c in codings if c not in self._codings]
-            if unknown:
-                raise UnreadableResponse(
-                    f"Content-Encoding {unknown[0]!r} is not one this client decodes "
-                    f"({', '.join(sorted(self._codings - {''}))})"
-                )
+        """The body, at most ``max_body_size`` bytes as sent and as decoded."""
         limit = self.owner.max_body_size
         if response.content_length is not None and response.content_length > limit:
             raise UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")
@@ -129,7 +119,8 @@ class AiohttpClient:
             if size > limit:
                 raise UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")
             chunks.append(chunk)
-        return b"".join(chunks)
+        codings = header_values(response.headers, "Content-Encoding")
+        return decode(", ".join(codings), b"".join(chunks), limit)
 
     async def close(self) -> None:
         self.deadlines.close()

@@ -3,7 +3,9 @@ of a scan (a body field or the ``Link: rel="next"`` header) and pagination loops
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urljoin
@@ -11,23 +13,41 @@ from urllib.parse import urljoin
 from asyncio_lookup.connectors._secrets import mask_url
 from asyncio_lookup.errors import DataFormatError
 
+MAX_RETRY_AFTER = 300.0
+"""The longest ``Retry-After`` obeyed, in seconds; a longer one (or a later HTTP-date) is taken
+as this (a typo or a hostile server must not stall a job for years)."""
+
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now (delta-seconds or an HTTP-date); ``None`` if absent."""
+    """``Retry-After`` (RFC 9110 §10.2.3: delta-seconds or an HTTP-date) as seconds from now,
+    at most :data:`MAX_RETRY_AFTER`; ``None`` if absent or not either form."""
     if not value:
         return None
     value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value[:12]), MAX_RETRY_AFTER)  # 12 digits: already past the cap
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    seconds = when - (time.time() if now is None else now)
+    return min(max(0.0, seconds), MAX_RETRY_AFTER)
+
+
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name`` (a response may repeat it), whichever client read it."""
+    getall = getattr(headers, "getall", None)  # aiohttp's and pyreqwest's headers
+    if getall is not None:
+        try:
+            return list(getall(name))
+        except KeyError:  # aiohttp's, for a header not there
+            return []
+    raw = getattr(headers, "_raw", None)  # the asyncio client's headers: (name, value) bytes
+    if raw is not None:
+        wanted = name.lower().encode("latin-1")
+        return [v.decode("latin-1") for k, v in raw if k.lower() == wanted]
+    found = headers.get(name)
+    return [] if found is None else [found]
 
 
 def dig(body: Any, path: str | None) -> Any:
@@ -46,9 +66,48 @@ def check_loop(url: str, seen: set[str]) -> None:
     seen.add(url)
 
 
-def link_next(link: str, current: str) -> str | None:
-    for part in link.split(","):
-        target, *params = part.split(";")
-        if any(p.strip().replace('"', "").lower() == "rel=next" for p in params):
-            return urljoin(current, target.strip().strip("<>"))
+# a piece of a Link value: a <URI>, a quoted string (with \-escapes), or any other character
+_PIECE = re.compile(r'<[^>]*>|"(?:[^"\\]|\\.)*"?|[^<"]', re.DOTALL)
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside ``<...>`` and quoted strings."""
+    parts: list[str] = []
+    current: list[str] = []
+    for piece in _PIECE.findall(text):
+        if piece == separator:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(piece)
+    parts.append("".join(current))
+    return parts
+
+
+def _links(value: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(target, {param: value})`` of each link-value of a ``Link`` field (RFC 8288 §3);
+    parameter names lowercased, the first occurrence of each kept."""
+    for link in _split(value, ","):
+        target, *params = _split(link, ";")
+        target = target.strip()
+        if not (target.startswith("<") and target.endswith(">")):
+            continue  # not a link-value (a stray comma, or garbage): skipped
+        found: dict[str, str] = {}
+        for param in params:
+            name, _, text = param.partition("=")
+            text = text.strip()
+            if text.startswith('"'):
+                text = re.sub(r"\\(.)", r"\1", text[1:].removesuffix('"'))
+            found.setdefault(name.strip().lower(), text)
+        yield target[1:-1].strip(), found
+
+
+def link_next(links: str | list[str], current: str) -> str | None:
+    """The target of the first link whose ``rel`` (a space-separated list of relation types,
+    case-insensitive) holds ``next``, resolved against ``current``; ``links`` is a ``Link``
+    value or all of a response's."""
+    value = links if isinstance(links, str) else ", ".join(links)
+    for target, params in _links(value):
+        if "next" in params.get("rel", "").lower().split():
+            return urljoin(current, target)
     return None

@@ -15,14 +15,16 @@ timeouts and connection errors raise :class:`~asyncio_lookup.errors.TransientErr
 server's ``Retry-After`` (seconds or HTTP-date), for the lookup layer's ``lookup.max-retries``.
 
 Batches (``batch_url``): ``batch_mode="post_json"`` sends ``POST batch_url`` with body
-``{"<batch_field>": [{"<key column>": value, ...}, ...]}``; ``batch_mode="query"`` sends
-``GET batch_url?<key column>=v1&<key column>=v2...``. The response rows must contain the key
-columns; they are matched back to the keys by value (compared as strings).
+``{"<batch_field>": [{"<key column>": value, ...}, ...]}`` (values: :func:`json_value`);
+``batch_mode="query"`` sends ``GET batch_url?<key column>=v1&<key column>=v2...``. A key no
+request can carry fails alone. The response rows must contain the key columns; they are
+matched back to the keys by value (compared as strings).
 
 A scan (``scan_url``) follows pages: the next page is the value at ``next_field`` in the
 body - a URL (same origin only, credentials are never sent elsewhere) or, with
-``cursor_param``, a cursor put into that query parameter - or else the ``Link: rel="next"``
-header.
+``cursor_param``, a cursor put into that query parameter - or else the ``Link`` header's
+``rel="next"`` link. Every page must be a 2xx answer with a body: a miss status or an empty
+answer fails the scan (a missing page is not the end of the table).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ import asyncio
 import base64
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, unquote_plus, urljoin, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import http_client
 from asyncio_lookup.connectors._args import MAX_POOL, count, seconds
@@ -45,18 +48,26 @@ from asyncio_lookup.connectors._secrets import (
     redact,
     url_secrets,
 )
-from asyncio_lookup.connectors.http_answers import check_loop, dig, link_next, parse_retry_after
+from asyncio_lookup.connectors.http_answers import (
+    check_loop,
+    dig,
+    header_values,
+    link_next,
+    parse_retry_after,
+)
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.http_urls import (
     check_headers,
     encode_value,
     fixed_url,
+    one_credentials,
     path_fields,
     split_before_decoding,
     status_set,
     url_template,
+    utf8_text,
 )
-from asyncio_lookup.connectors.keys import has_null, key_dict, number_text
+from asyncio_lookup.connectors.keys import has_null, key_dict, key_text, number_text
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import (
@@ -138,6 +149,9 @@ class HttpConnector(AsyncFirstSource):
         self.split_before_decoding = split_before_decoding(self.template)
         # one key column in one placeholder: a point URL is prefix + value + suffix
         self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
+        self.batch_url, batch_auth = fixed_url(batch_url, "batch_url")
+        self.scan_url, scan_auth = fixed_url(scan_url, "scan_url")
+        url_auth = one_credentials(url=url_auth, batch_url=batch_auth, scan_url=scan_auth)
         self.basic_auth = basic_auth or url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
@@ -151,7 +165,6 @@ class HttpConnector(AsyncFirstSource):
         self.timeout = seconds("timeout", timeout)
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
-        self.batch_url = fixed_url(batch_url, "batch_url")
         self.batch_mode = batch_mode
         if not isinstance(batch_field, str) or not batch_field:
             raise ConfigurationError("batch_field", batch_field, "a non-empty field name")
@@ -160,7 +173,6 @@ class HttpConnector(AsyncFirstSource):
         self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
         self.max_body_size = count("max_body_size", max_body_size, maximum=2**40)
         self.client = check_client(http_client.DEFAULT_CLIENT if client is None else client)
-        self.scan_url = fixed_url(scan_url, "scan_url")
         self.next_field = next_field
         self.cursor_param = cursor_param
         if cursor_param and not next_field:
@@ -262,16 +274,23 @@ class HttpConnector(AsyncFirstSource):
             return None
         return self.template.format(values, encode_value, self.split_before_decoding)
 
-    def batch_request(self, keys: Sequence[Key]) -> tuple[str, str, bytes | None]:
-        assert self.batch_url is not None
-        objects = [key_dict(self.key_columns, k) for k in keys]
+    def batch_item(self, key: Key) -> str:
+        """One key as a batch request writes it: a JSON object (``post_json``) or query pairs;
+        :class:`DataFormatError` for a value it cannot write (for this key only)."""
+        values = key_dict(self.key_columns, key)
         if self.batch_mode == "post_json":
-            body = json.dumps({self.batch_field: objects}, default=str).encode()
-            return "POST", self.batch_url, body
-        pairs = [(c, str(v)) for obj in objects for c, v in obj.items()]
+            fields = (f"{json.dumps(c)}:{json_value(v)}" for c, v in values.items())
+            return "{" + ",".join(fields) + "}"
+        return "&".join(f"{quote(c, safe='')}={encode_value(v)}" for c, v in values.items())
+
+    def batch_request(self, items: Sequence[str]) -> tuple[str, str, bytes | None]:
+        """The request of a batch of :meth:`batch_item` texts."""
+        assert self.batch_url is not None
+        if self.batch_mode == "post_json":
+            body = f"{{{json.dumps(self.batch_field)}:[{','.join(items)}]}}"
+            return "POST", self.batch_url, body.encode()
         separator = "&" if urlsplit(self.batch_url).query else "?"
-        query = urlencode(pairs, quote_via=quote, safe="")
-        return "GET", f"{self.batch_url}{separator}{query}", None
+        return "GET", f"{self.batch_url}{separator}{'&'.join(items)}", None
 
     def transient(
         self, message: str, retry_after: float | None = None, status: int | None = None
@@ -306,16 +325,23 @@ class HttpConnector(AsyncFirstSource):
             return False
         if 200 <= status < 300:
             return status != 204
+        raise self.status_error(method, url, status, headers, body)
+
+    def status_error(
+        self, method: str, url: str, status: int, headers: Mapping[str, str], body: Any
+    ) -> Exception:
+        """The error of a status that is not an answer: transient (with ``Retry-After``) or
+        :class:`HttpStatusError`."""
         if status in self.transient_statuses:
             retry_after = parse_retry_after(headers.get("Retry-After"))
-            raise self.transient(
+            return self.transient(
                 f"HTTP {method} {mask_url(url)} answered {status}"
                 + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
                 retry_after,
                 status,
             )
         excerpt = bytes(body[:200]).decode("utf-8", "replace")
-        raise HttpStatusError(
+        return HttpStatusError(
             redact(f"HTTP {method} {mask_url(url)} answered {status}: {excerpt}", self.secrets()),
             status,
         )
@@ -341,20 +367,20 @@ class HttpConnector(AsyncFirstSource):
 
     def group(self, keys: Sequence[Key], rows: Sequence[Row]) -> list[Collection[Row]]:
         """Each key's rows of a batch answer, matched on the key columns' values as text
-        (``str()`` of both) or, for a key with a number, by value (:func:`number_text`: the
-        key ``2.0`` matches ``2``); a row without all the key columns, or with a null among
-        them, belongs to no key."""
+        (:func:`key_text` of both, as sent: ``-0.0`` is ``0.0``) or, for a key with a number,
+        by value (:func:`number_text`: the key ``2.0`` matches ``2``); a row without all the
+        key columns, or with a null among them, belongs to no key."""
         columns = self.key_columns
         by_text: dict[tuple[str, ...], list[Row]] = {}
         by_number: dict[tuple[str, ...], list[Row]] = {}
         for row in rows:
             values = [row.get(c) for c in columns]
             if None not in values:
-                by_text.setdefault(tuple(map(str, values)), []).append(row)
+                by_text.setdefault(tuple(map(key_text, values)), []).append(row)
                 by_number.setdefault(tuple(map(number_text, values)), []).append(row)
         out: list[Collection[Row]] = []
         for key in keys:
-            found = by_text.get(tuple(map(str, key)), [])
+            found = by_text.get(tuple(map(key_text, key)), [])
             if any(type(v) in _NUMBERS for v in key):
                 more = by_number.get(tuple(map(number_text, key)), [])
                 seen = set(map(id, found))
@@ -368,14 +394,10 @@ class HttpConnector(AsyncFirstSource):
             if value in (None, ""):
                 return None
             if self.cursor_param:
-                assert self.scan_url is not None
-                parts = urlsplit(self.scan_url)
-                query = [(k, v) for k, v in parse_qsl(parts.query) if k != self.cursor_param]
-                query.append((self.cursor_param, str(value)))
-                return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote, safe="")))
+                return self.cursor_url(str(value))
             target = urljoin(current, str(value))
         else:
-            linked = link_next(headers.get("Link", ""), current)
+            linked = link_next(header_values(headers, "Link"), current)
             if linked is None:
                 return None
             target = linked
@@ -384,6 +406,33 @@ class HttpConnector(AsyncFirstSource):
                 f"scan: refusing to follow next page {mask_url(target)!r} to another origin"
             )
         return target
+
+    def cursor_url(self, cursor: str) -> str:
+        """``scan_url`` with ``cursor`` in ``cursor_param`` (in place of one it had); its other
+        query parameters kept as they are written, blank ones too."""
+        assert self.scan_url is not None and self.cursor_param is not None
+        parts = urlsplit(self.scan_url)
+        kept = [
+            pair
+            for pair in parts.query.split("&")
+            if pair and unquote_plus(pair.partition("=")[0]) != self.cursor_param
+        ]
+        kept.append(f"{quote(self.cursor_param, safe='')}={quote(cursor, safe='')}")
+        return urlunsplit(parts._replace(query="&".join(kept)))
+
+    def scan_page(self, url: str, status: int, headers: Mapping[str, str], data: bytes) -> Any:
+        """The decoded body of a scan page: a 2xx answer with a body. Anything else raises,
+        a miss status too (a page that is not there is not the end of the table; an empty
+        table is an empty list): transient statuses as :class:`TransientError`."""
+        if not 200 <= status < 300:
+            raise self.status_error("GET", url, status, headers, data)
+        decoded = EMPTY if status == 204 else decode_json(self, "GET", url, data)
+        if decoded is EMPTY:
+            raise DataFormatError(
+                f"scan: page {mask_url(url)!r} answered {status} without a body; a page is "
+                "a 2xx answer with JSON rows (an empty table: an empty list)"
+            )
+        return decoded
 
     # -- scan --------------------------------------------------------------------------------
 
@@ -395,12 +444,28 @@ class HttpConnector(AsyncFirstSource):
             while url is not None:
                 check_loop(url, seen)
                 status, headers, data = await client.fetch("GET", url, None)
-                rows, body = self.rows("GET", url, status, headers, data, self.scan_rows_field)
-                for row in rows:
+                body = self.scan_page(url, status, headers, data)
+                for row in self.rows_of("GET", url, body, self.scan_rows_field):
                     yield row
                 url = self.next_page(url, headers, body)
         finally:
             await client.close()
+
+
+def json_value(value: Any) -> str:
+    """A key value as JSON: a number as its number text (``-0.0`` as ``0.0``, a ``Decimal``
+    exactly), text, a boolean, any other value as its text (``str()``, as a JSON string);
+    :class:`DataFormatError` for NaN and infinities (no JSON number) and invalid Unicode."""
+    if isinstance(value, (Decimal, float)):
+        finite = value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)
+        if not finite:
+            raise DataFormatError(
+                f"key value {value!r} has no JSON number: it cannot be sent in a batch"
+            )
+        return key_text(value)  # -0.0 as 0.0
+    if isinstance(value, int):  # bool too: true / false
+        return json.dumps(value)
+    return json.dumps(utf8_text(value))
 
 
 class _HttpLookup(AsyncLookupFunction):
@@ -453,18 +518,27 @@ class _HttpBatchLookup(_HttpLookup):
     ) -> Sequence[Collection[Row] | BaseException]:
         keys = [tuple(k) for k in keys]
         c = self.connector
-        wanted = list(dict.fromkeys(k for k in keys if not has_null(k)))
+        items: dict[Key, str] = {}
+        refused: dict[Key, DataFormatError] = {}  # a key no request can carry: its own error
+        for key in dict.fromkeys(k for k in keys if not has_null(k)):
+            try:
+                items[key] = c.batch_item(key)
+            except DataFormatError as error:
+                refused[key] = error
+        wanted = list(items)
         chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
         client = await self._client()
         found: dict[Key, Collection[Row]] = {}
-        results = await asyncio.gather(*(self._chunk(client, chunk) for chunk in chunks))
+        results = await asyncio.gather(
+            *(self._chunk(client, [items[k] for k in chunk]) for chunk in chunks)
+        )
         for chunk, rows in zip(chunks, results, strict=True):
             for key, key_rows in zip(chunk, c.group(chunk, rows), strict=True):
                 found[key] = key_rows
-        return [[dict(r) for r in found.get(k, ())] for k in keys]
+        return [refused.get(k) or [dict(r) for r in found.get(k, ())] for k in keys]
 
-    async def _chunk(self, client: HttpClient, keys: Sequence[Key]) -> list[Row]:
+    async def _chunk(self, client: HttpClient, items: Sequence[str]) -> list[Row]:
         c = self.connector
-        method, url, body = c.batch_request(keys)
+        method, url, body = c.batch_request(items)
         status, headers, data = await client.fetch(method, url, body)
         return c.rows(method, url, status, headers, data, c.batch_rows_field)[0]

@@ -1,5 +1,7 @@
 """The ``pyreqwest`` client (extra ``asyncio-lookup[pyreqwest]``): Rust reqwest + hyper on a
-tokio thread, HTTP/2 where a TLS server offers it."""
+tokio thread, HTTP/2 where a TLS server offers it. The body is read in chunks up to
+``max_body_size`` and decoded by :mod:`~asyncio_lookup.connectors.http_codings` (reqwest's own
+decoding is off), as the other clients do."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from asyncio_lookup.connectors.http_answers import header_values
 from asyncio_lookup.connectors.http_asyncio import AsyncioClient
 from asyncio_lookup.connectors.http_client import (
     ClientOwner,
@@ -18,6 +21,7 @@ from asyncio_lookup.connectors.http_client import (
     decode_json,
     failure,
 )
+from asyncio_lookup.connectors.http_codings import decode, with_accept_encoding
 from asyncio_lookup.errors import ConfigurationError
 
 _JSON_BODY = {"Content-Type": "application/json"}
@@ -48,6 +52,10 @@ def _as_python_error(error: BaseException) -> BaseException:
     return error
 
 
+def _over(limit: int) -> UnreadableResponse:
+    return UnreadableResponse(f"the body is over max_body_size={limit:,} bytes")
+
+
 class PyreqwestClient:
     """pyreqwest: one ``Client`` (pool of ``max_connections``), the total per-request timeout
     in Rust, redirects not followed, HTTP/2 where a TLS server offers it, proxies from the
@@ -76,7 +84,11 @@ class PyreqwestClient:
             .timeout(timedelta(seconds=owner.timeout))
             .follow_redirects(False)
             .http2(True)  # negotiated (ALPN) where a TLS server offers it
-            .default_headers(owner.request_headers())
+            .gzip(False)  # decoded, bounded, by http_codings
+            .brotli(False)
+            .zstd(False)
+            .deflate(False)
+            .default_headers(with_accept_encoding(owner.request_headers()))
             .build()
         )
         # a key that is only dots would be removed from the path by reqwest's URL parser:
@@ -90,8 +102,7 @@ class PyreqwestClient:
             builder = self.client.request(method, url)
             if body is not None:
                 builder = builder.body_bytes(body).headers(_JSON_BODY)
-            response = await builder.build().send()
-            return response.status, response.headers, self._bounded(await response.bytes())
+            return await self._send(builder)
         except self._timeout_errors as error:
             raise failure(self.owner, TimeoutError(), method, url) from error
         except self._errors as error:
@@ -101,24 +112,30 @@ class PyreqwestClient:
         if has_dot_segment(url):
             return await self._dot_client().get_json(url)
         try:
-            response = await self.client.get(url).build().send()
-            status = response.status
-            body = self._bounded(await response.bytes())
+            status, headers, body = await self._send(self.client.get(url))
         except self._timeout_errors as error:
             raise failure(self.owner, TimeoutError(), "GET", url) from error
         except self._errors as error:
             raise failure(self.owner, _as_python_error(error), "GET", url) from error
         if 200 <= status < 300 and status != 204:
-            return status, response.headers, decode_json(self.owner, "GET", url, body)
-        return status, response.headers, body
+            return status, headers, decode_json(self.owner, "GET", url, body)
+        return status, headers, body
 
-    def _bounded(self, body: Any) -> bytes:
-        data = bytes(body)
-        if len(data) > self.owner.max_body_size:
-            raise UnreadableResponse(
-                f"the body is over max_body_size={self.owner.max_body_size:,} bytes"
-            )
-        return data
+    async def _send(self, builder: Any) -> Fetched:
+        """The answer, its body read in chunks up to ``max_body_size`` and then decoded."""
+        limit = self.owner.max_body_size
+        async with builder.build_streamed() as response:
+            length = response.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) > limit:
+                raise _over(limit)
+            chunks, size = [], 0
+            while (chunk := await response.body_reader.read_chunk()) is not None:
+                size += len(chunk)
+                if size > limit:
+                    raise _over(limit)
+                chunks.append(bytes(chunk))
+            codings = ", ".join(header_values(response.headers, "Content-Encoding"))
+            return response.status, response.headers, decode(codings, b"".join(chunks), limit)
 
     def _dot_client(self) -> AsyncioClient:
         if self._dots is None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors._secrets import mask_url
 from asyncio_lookup.connectors.http11_request import header_block
 from asyncio_lookup.connectors.keys import KeyTemplate, key_text
-from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.errors import ConfigurationError, DataFormatError
+
+Credentials = tuple[str, str]
 
 _MARK = "\x00placeholder\x00"
 
@@ -20,7 +22,22 @@ def encode_value(value: Any) -> str:
     """A key value as an opaque path/query piece: every reserved character and dot encoded."""
     if type(value) is int:
         return str(value)  # digits and "-" only: nothing to encode
-    return quote(key_text(value), safe="").replace(".", "%2E")
+    return quote(utf8_text(value), safe="").replace(".", "%2E")
+
+
+def utf8_text(value: Any) -> str:
+    """``key_text(value)``; a :class:`DataFormatError` (for this key) when it is not valid
+    Unicode text (a lone surrogate), which no request can carry."""
+    text = key_text(value)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as error:
+            raise DataFormatError(
+                f"key value {text!r} is not valid Unicode text ({error.reason}): "
+                "it cannot be sent in an HTTP request"
+            ) from None
+    return text
 
 
 def path_fields(template: KeyTemplate) -> frozenset[str]:
@@ -44,8 +61,9 @@ def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
     )
 
 
-def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | None]:
-    """The URL template without userinfo (returned apart as basic auth), validated."""
+def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None]:
+    """The URL template without userinfo (returned apart, percent-decoded, as basic auth),
+    validated."""
     template = KeyTemplate(url, option)
     probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
     if probe.scheme not in ("http", "https") or not probe.hostname:
@@ -57,14 +75,16 @@ def url_template(url: str, option: str) -> tuple[KeyTemplate, tuple[str, str] | 
             "placeholders in the path or query only",
             "a key must not choose the host, port, credentials or fragment",
         )
-    credentials = None
-    if probe.username is not None:
-        credentials = (probe.username, probe.password or "")
-        parts = urlsplit(url)
-        hostport = parts.netloc.rpartition("@")[2]
-        url = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
-        template = KeyTemplate(url, option)
-    return template, credentials
+    if probe.username is None:
+        return template, None
+    credentials = (unquote(probe.username), unquote(probe.password or ""))
+    return KeyTemplate(_without_userinfo(url), option), credentials
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    hostport = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
 
 
 def status_set(option: str, statuses: Collection[int]) -> frozenset[int]:
@@ -75,11 +95,29 @@ def status_set(option: str, statuses: Collection[int]) -> frozenset[int]:
     return frozenset(statuses)
 
 
-def fixed_url(url: str | None, option: str) -> str | None:
-    """A batch or scan URL: validated like the template, with no placeholders."""
-    if url is not None and url_template(url, option)[0].fields:
+def fixed_url(url: str | None, option: str) -> tuple[str | None, Credentials | None]:
+    """A batch or scan URL: validated like the template, with no placeholders; without its
+    userinfo, returned apart as basic auth (as :func:`url_template` does)."""
+    if url is None:
+        return None, None
+    template, credentials = url_template(url, option)
+    if template.fields:
         raise ConfigurationError(option, mask_url(url), "a URL without placeholders")
-    return url
+    return (url if credentials is None else _without_userinfo(url)), credentials
+
+
+def one_credentials(**given: Credentials | None) -> Credentials | None:
+    """The credentials of the URLs that carry some; they must agree (one connector sends one
+    ``Authorization``)."""
+    found = {option: c for option, c in given.items() if c is not None}
+    if len(set(found.values())) > 1:
+        raise ConfigurationError(
+            "url / batch_url / scan_url",
+            {option: f"{c[0]}:***" for option, c in found.items()},
+            "the same user:password in every URL that has one (or basic_auth)",
+            "the connector sends one Authorization header with every request",
+        )
+    return next(iter(found.values()), None)
 
 
 def check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
