@@ -112,8 +112,14 @@ def _null_safe(part: exp.Expr, resolver: Resolver, dim: Source) -> bool:
     return False
 
 
+def _columns(expression: exp.Expr) -> list[exp.Column]:
+    """The columns of ``expression`` outside its subqueries (theirs are the subquery's)."""
+    nodes = expression.walk(prune=lambda node: isinstance(node, exp.Query))
+    return [node for node in nodes if isinstance(node, exp.Column)]
+
+
 def _refers_to(expression: exp.Expr, resolver: Resolver, dim: Source) -> bool:
-    return any(resolver.resolve(c) is dim for c in expression.find_all(exp.Column))
+    return any(resolver.resolve(c) is dim for c in _columns(expression))
 
 
 class KeyFinder:
@@ -182,6 +188,7 @@ class KeyFinder:
 
     def find(self, on: exp.Expr) -> tuple[list[KeyColumn], list[exp.Expr]]:
         """``ON`` -> (the key, dim-schema order not applied; the other conditions)."""
+        self._check_qualifiers(on)
         candidates: list[tuple[str, exp.Expr, exp.Expr, bool]] = []
         residual: list[exp.Expr] = []
         for part in conjuncts(on):
@@ -191,7 +198,7 @@ class KeyFinder:
                 )
             bound = self._bind(part)
             if bound is None:
-                for referenced in part.find_all(exp.Column):
+                for referenced in _columns(part):
                     self.resolver.resolve(referenced)
                 residual.append(part)
             else:
@@ -224,6 +231,22 @@ class KeyFinder:
             )
         return [KeyColumn(c, e) for c, e in chosen.items()], residual
 
+    def _check_qualifiers(self, on: exp.Expr) -> None:
+        """Refuse ``LookupTable.id`` in the ON of ``JOIN LookupTable ... AS D``: an aliased
+        table's columns are the alias's (as in Flink and Spark)."""
+        alias = self.dim.alias
+        if alias.lower() == self.table.lower():
+            return
+        for column in on.find_all(exp.Column):
+            if column.table.lower() == self.table.lower() and self.resolver.resolve(column) is None:
+                raise SqlError(
+                    "ON",
+                    f"{column.table}.{column.name}",
+                    f"{alias}.{column.name}",
+                    reason=f"in the lookup join of {self.table!r}: the table is aliased as "
+                    f"{alias}, so its columns are {alias}.<column>",
+                )
+
     def _why(self, residual: list[exp.Expr]) -> str:
         """What in ``residual`` looks like an intended key and why it is not one."""
         for part in residual:
@@ -236,6 +259,17 @@ class KeyFinder:
                 dim_side = next(s for s in sides if _refers_to(s, self.resolver, self.dim))
                 if all(_refers_to(s, self.resolver, self.dim) for s in sides):
                     continue
+                other = sides[1] if dim_side is sides[0] else sides[0]
+                if other.find(exp.Query) is not None:
+                    return (
+                        f": in {_sql(part)!r} the value is a subquery (a key's value is a probe "
+                        "expression or a constant: join the subquery to the probe side first)"
+                    )
+                if other.find(exp.AggFunc, exp.Window) is not None:
+                    return (
+                        f": in {_sql(part)!r} the value is an aggregate or a window function "
+                        "(a key's value is a probe expression or a constant)"
+                    )
                 if isinstance(dim_side, exp.Column):
                     return (
                         f": {_sql(dim_side)!r} is a computed column (a filter on the looked-up "

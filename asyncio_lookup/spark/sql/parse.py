@@ -118,6 +118,63 @@ def parse_statement(sql: str) -> exp.Expr:
     return statements[0]
 
 
+HINT_PLACE = "one hint block, right after SELECT: SELECT /*+ LOOKUP(...), SHUFFLE_HASH(...) */"
+
+
+def check_hint_blocks(sql: str) -> None:
+    """Refuse a ``/*+ ... */`` hint that is not the one block right after a ``SELECT``: sqlglot
+    keeps a second block, or a hint after a table name (Flink's ``OPTIONS(...)``), as a plain
+    comment, so the rewritten statement would silently lose it."""
+    try:
+        tokens = sqlglot.tokenize(sql, dialect=FlinkSpark)
+    except TokenError:
+        return  # parse_statement has already refused it
+    starts = [-1] + [t.end for t in tokens]
+    ends = [t.start for t in tokens] + [len(sql)]
+    for gap_start, gap_end in zip(starts, ends, strict=True):
+        # between two tokens: only white space and comments
+        position = gap_start + 1
+        while position < gap_end:
+            if sql.startswith("--", position):
+                newline = sql.find("\n", position)
+                position = gap_end if newline < 0 else newline
+            elif sql.startswith("/*", position):
+                if sql.startswith("/*+", position):
+                    _refuse_hint(sql, position)
+                position = _comment_end(sql, position)
+            else:
+                position += 1
+
+
+def _comment_end(sql: str, start: int) -> int:
+    """The position after the ``/* ... */`` comment at ``start`` (nested comments counted)."""
+    depth, position = 0, start
+    while position < len(sql):
+        if sql.startswith("/*", position):
+            depth, position = depth + 1, position + 2
+        elif sql.startswith("*/", position):
+            depth, position = depth - 1, position + 2
+            if depth == 0:
+                return position
+        else:
+            position += 1
+    return position
+
+
+def _refuse_hint(sql: str, position: int) -> None:
+    line = sql.count("\n", 0, position) + 1
+    column = position - (sql.rfind("\n", 0, position) + 1) + 1
+    body = sql[position + 3 :].lstrip()
+    if body[:7].upper() == "OPTIONS":
+        message = (
+            "Flink's dynamic table options (/*+ OPTIONS(...) */ after a table) are not "
+            "supported: put the options in the table's WITH (...) clause"
+        )
+    else:
+        message = f"a hint here would be ignored; a SELECT takes {HINT_PLACE}"
+    raise SqlParseError(message, line, column, _near(sql, line, column), _caret(sql, line, column))
+
+
 _STATEMENT_WORDS = (
     "SELECT", "WITH", "CREATE", "DROP", "INSERT", "EXPLAIN", "SHOW", "DESCRIBE", "VALUES",
     "TABLE", "FROM", "SET", "USE", "CACHE", "UNCACHE", "REFRESH", "ALTER", "DELETE", "UPDATE",

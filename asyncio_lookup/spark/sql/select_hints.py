@@ -1,6 +1,11 @@
 """A SELECT's hints: ours (LOOKUP, SHUFFLE_HASH on lookup tables) apart from Spark's, each
-LOOKUP hint matched to the lookup join it names (by the table's name or its alias; by the alias
-only for a table joined more than once under different aliases, as in Flink)."""
+matched to the lookup join it names.
+
+A name matches a join as in Flink (``QueryHintsResolver``): by the join's alias, or by its
+table's name when it has no alias. A name that matches no join that way may still name an
+aliased join by its table's name, when exactly one lookup join of the SELECT is of that table
+and no source of the SELECT is called so (a name is never applied to two joins, one by alias and
+one by table name)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,31 @@ def _sql(node: exp.Expr) -> str:
     return node.sql(dialect=DIALECT)
 
 
+def _hint_text(item: exp.Expr | str) -> str:
+    """A hint as text for :func:`parse_hints`: a quote inside a string is doubled (``'D''x'``),
+    as the hint parser reads it, where the Spark generator would write ``'D\\'x'``."""
+    if isinstance(item, str):
+        return item
+    copy = item.copy()
+    for literal in [lit for lit in copy.find_all(exp.Literal) if lit.is_string]:
+        literal.replace(exp.Var(this="'" + literal.this.replace("'", "''") + "'"))
+    return _sql(copy)
+
+
+@dataclass(frozen=True)
+class LookupJoinName:
+    """A lookup join of a SELECT as its hints see it: its table's name and its alias (None
+    when it has none)."""
+
+    table: str
+    alias: str | None
+
+    @property
+    def name(self) -> str:
+        """What Flink matches a hint with: the alias, else the table's name."""
+        return self.alias or self.table
+
+
 @dataclass
 class SelectHints:
     """A SELECT's hints, split into ours (LOOKUP, SHUFFLE_HASH on lookup tables) and Spark's."""
@@ -33,86 +63,84 @@ class SelectHints:
     spark_shuffle: list[str] = field(default_factory=list)
     used_lookup: set[int] = field(default_factory=set)
     used_shuffle: set[str] = field(default_factory=set)
-    #: lookup tables joined more than once under different aliases (lower case): a LOOKUP hint
-    #: matches their joins by alias only, as in Flink
-    by_alias_only: set[str] = field(default_factory=set)
+    joins: list[LookupJoinName] = field(default_factory=list)
+    #: the names of the SELECT's other sources (its FROM item and joins that are not lookups)
+    others: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, select: exp.Select, lookup_names: set[str]) -> SelectHints:
-        hints = cls()
+    def of(cls, select: exp.Select, joins: list[LookupJoinName], others: set[str]) -> SelectHints:
+        """``joins``: the SELECT's lookup joins; ``others``: the names of its other sources."""
+        hints = cls(joins=joins, others={o.lower() for o in others})
         hint = select.args.get("hint")
         for item in hint.expressions if hint is not None else []:
             name = str(item.this if isinstance(item, (exp.JoinHint, exp.Anonymous)) else "")
-            text = item if isinstance(item, str) else _sql(item)
+            text = _hint_text(item)
             if name.upper() == "LOOKUP" or text.upper().startswith("LOOKUP"):
                 for parsed in parse_hints(text):
                     assert isinstance(parsed, LookupHint)
                     hints.lookup.append(parsed)
             elif name.upper() == "SHUFFLE_HASH":
-                others = []
+                spark = []
                 for target in item.expressions:
-                    if target.name.lower() in lookup_names:
+                    if hints.matched(target.name):
                         hints.shuffle.append(target.name)
                     else:
-                        others.append(target)
+                        spark.append(target)
                         hints.spark_shuffle.append(target.name)
-                if others:
-                    hints.spark.append(exp.JoinHint(this="SHUFFLE_HASH", expressions=others))
+                if spark:
+                    hints.spark.append(exp.JoinHint(this="SHUFFLE_HASH", expressions=spark))
             else:
                 hints.spark.append(item)
+        for lookup in hints.lookup:
+            hints.matched(lookup.table, "LOOKUP")  # raises for an ambiguous name
         return hints
 
-    def check_joins(self, joins: list[tuple[str, str]]) -> None:
-        """Refuse a LOOKUP hint naming a table that ``joins`` (table, alias: the SELECT's
-        lookup joins) join more than once under different aliases: it would apply to every one
-        of them, where Flink matches an aliased table by its alias only."""
-        aliases: dict[str, list[str]] = {}
-        for table, alias in joins:
-            aliases.setdefault(table.lower(), []).append(alias)
-        self.by_alias_only = {t for t, a in aliases.items() if len({x.lower() for x in a}) > 1}
-        for hint in self.lookup:
-            table = hint.table.lower()
-            named = aliases.get(table, [])
-            if table in self.by_alias_only and table not in {a.lower() for a in named}:
-                raise HintError(
-                    "LOOKUP",
-                    hint.table,
-                    "the alias of the join it is for: " + ", ".join(repr(a) for a in named),
-                    reason=f"{hint.table!r} is joined more than once in its SELECT, as "
-                    f"{' and '.join(repr(a) for a in named)}; a hint naming the table would "
-                    "apply to all of these joins (Flink matches an aliased table by its alias "
-                    "only): name the alias, one hint per join",
-                )
+    def matched(self, name: str, hint: str = "SHUFFLE_HASH") -> list[LookupJoinName]:
+        """The lookup joins a hint naming ``name`` is for (see the module's docstring)."""
+        wanted = name.strip().lower()
+        by_name = [j for j in self.joins if j.name.lower() == wanted]
+        if by_name or wanted in self.others:
+            return by_name
+        by_table = [j for j in self.joins if j.table.lower() == wanted]
+        if len(by_table) > 1:
+            aliases = [repr(j.name) for j in by_table]
+            raise HintError(
+                hint,
+                name,
+                "the alias of the join it is for: " + ", ".join(aliases),
+                reason=f"{name!r} is joined more than once in its SELECT, as "
+                f"{' and '.join(aliases)}; a hint naming the table would apply to all of these "
+                "joins (Flink matches an aliased table by its alias only): name the alias, one "
+                "hint per join",
+            )
+        return by_table
 
-    def for_join(self, names: tuple[str, str]) -> list[LookupHint | ShuffleHashHint]:
-        """The hints of the lookup join of table ``names[0]`` AS ``names[1]``."""
-        table, alias = names
+    def for_join(self, join: LookupJoinName) -> list[LookupHint | ShuffleHashHint]:
+        """The hints of the lookup join ``join``."""
         out: list[LookupHint | ShuffleHashHint] = []
-        lookup_wanted = {alias.lower()}
-        if table.lower() not in self.by_alias_only:
-            lookup_wanted.add(table.lower())
         for index, hint in enumerate(self.lookup):
-            if hint.table.lower() in lookup_wanted:
+            if join in self.matched(hint.table, "LOOKUP"):
                 self.used_lookup.add(index)
                 out.append(hint)
-        wanted = {n.lower() for n in names}
         for name in self.shuffle:
-            if name.lower() in wanted:
+            if join in self.matched(name):
                 self.used_shuffle.add(name.lower())
                 out.append(ShuffleHashHint((name,)))
         return out
 
-    def check_used(self, joined: list[str], spark_sources: set[str]) -> None:
+    def check_used(self, spark_sources: set[str]) -> None:
         allowed = "a lookup table (or alias) joined in this SELECT: " + (
-            ", ".join(repr(j) for j in joined) or "none"
+            ", ".join(repr(j.name) for j in self.joins) or "none"
         )
         for index, hint in enumerate(self.lookup):
             if index not in self.used_lookup:
+                other = hint.table.strip().lower() in self.others
                 raise SqlError(
                     "LOOKUP",
                     hint.table,
                     allowed,
-                    reason="the hint names no lookup join of its SELECT",
+                    reason="the hint names no lookup join of its SELECT"
+                    + (f" ({hint.table!r} is another of its sources)" if other else ""),
                 )
         for name in self.shuffle + self.spark_shuffle:
             if name.lower() not in self.used_shuffle and name.lower() not in spark_sources:

@@ -17,8 +17,8 @@ from asyncio_lookup.spark.sql.ddl import (
     is_lookup_ddl,
     table_name,
 )
-from asyncio_lookup.spark.sql.parse import SqlError, parse_statement
-from asyncio_lookup.spark.sql.translate import DIALECT, Translator
+from asyncio_lookup.spark.sql.parse import SqlError, check_hint_blocks, parse_statement
+from asyncio_lookup.spark.sql.translate import DIALECT, Translator, system_time
 from asyncio_lookup.spark.table import LookupTable
 
 
@@ -86,6 +86,8 @@ class LookupSQL:
             dropped = self._drop(tree)
             if dropped is not None:
                 return dropped
+        if any(system_time(t) for t in tree.find_all(exp.Table)):
+            check_hint_blocks(statement)  # the rewritten statement keeps the first block only
         if not self._translator.translate(tree):
             return self.spark.sql(statement)
         if isinstance(tree, exp.Create) and str(tree.args.get("kind") or "").upper() == "VIEW":

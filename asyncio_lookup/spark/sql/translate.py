@@ -39,7 +39,12 @@ from asyncio_lookup.spark.sql.scope import (
     visible_ctes,
     where_of,
 )
-from asyncio_lookup.spark.sql.select_hints import SQL_ERROR_FIELD, SelectHints, keeps_failures
+from asyncio_lookup.spark.sql.select_hints import (
+    SQL_ERROR_FIELD,
+    LookupJoinName,
+    SelectHints,
+    keeps_failures,
+)
 from asyncio_lookup.spark.sql.views import filter_view, finish
 
 DIALECT = "spark"
@@ -79,6 +84,22 @@ def selects_innermost_first(node: exp.Expr) -> list[exp.Select]:
     return out
 
 
+def select_hints(select: exp.Select) -> SelectHints:
+    """``select``'s hints, matched against its lookup joins and the names of its other sources."""
+    lookups: list[LookupJoinName] = []
+    others: set[str] = set()
+    from_ = select.args.get("from_")
+    for item in [from_.this] if from_ is not None else []:
+        others.add(item.alias_or_name)
+    for join in select.args.get("joins") or []:
+        item = join.this
+        if isinstance(item, exp.Table) and system_time(item):
+            lookups.append(LookupJoinName(item.name, item.alias or None))
+        else:
+            others.add(item.alias_or_name)
+    return SelectHints.of(select, lookups, others - {""})
+
+
 class Translator:
     """Rewrites the lookup joins of statements for one :class:`LookupSQL`."""
 
@@ -103,9 +124,10 @@ class Translator:
 
     def translate(self, statement: exp.Expr) -> bool:
         """Rewrite every lookup join in ``statement`` in place; False when it has none."""
+        self._inline_lookup_ctes(statement)
         if not self._check_tables(statement):
             for select in statement.find_all(exp.Select):
-                SelectHints.of(select, set()).check_used([], set())  # a LOOKUP hint needs a join
+                SelectHints.of(select, [], set()).check_used(set())  # a LOOKUP hint needs a join
             return False
         self.observed = []
         self.frames = {}
@@ -113,6 +135,51 @@ class Translator:
         for select in selects_innermost_first(statement):
             self._select(select)
         return True
+
+    def _inline_lookup_ctes(self, statement: exp.Expr) -> None:
+        """``JOIN V FOR SYSTEM_TIME AS OF ...`` where the CTE ``V`` is exactly ``SELECT * FROM T``
+        of a lookup table ``T`` joins ``T`` (alias ``V`` when it has none), as Flink's
+        testJoinTemporalTableWithCTE; the CTE goes when nothing else refers to it."""
+        inlined: list[exp.CTE] = []
+        for table in list(statement.find_all(exp.Table)):
+            if not system_time(table) or table.args.get("db") or table.args.get("catalog"):
+                continue
+            name = table.name.lower()
+            cte = next(
+                (c for c in reversed(visible_ctes(table)) if c.alias_or_name.lower() == name), None
+            )
+            target = self._lookup_table_of(cte) if cte is not None else None
+            if cte is None or target is None:
+                continue
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(target))
+            inlined.append(cte)
+        for cte in inlined:
+            with_ = cte.parent
+            if not isinstance(with_, exp.With) or with_.parent is None:
+                continue  # already removed
+            name = cte.alias_or_name.lower()
+            if not any(t.name.lower() == name for t in with_.parent.find_all(exp.Table)):
+                cte.pop()
+                if not with_.expressions:
+                    with_.parent.set("with_", None)
+
+    def _lookup_table_of(self, cte: exp.CTE) -> str | None:
+        """``T`` when ``cte`` is exactly ``SELECT * FROM T`` of a lookup table ``T``."""
+        body, alias = cte.this, cte.args.get("alias")
+        if not isinstance(body, exp.Select) or (alias is not None and alias.columns):
+            return None
+        from_ = body.args.get("from_")
+        source = from_.this if from_ is not None else None
+        if (
+            {k for k, v in body.args.items() if v} != {"expressions", "from_"}
+            or [type(e) for e in body.expressions] != [exp.Star]
+            or not isinstance(source, exp.Table)
+            or {k for k, v in source.args.items() if v} - {"this", "alias"}  # db, version, ...
+        ):
+            return None
+        return source.name if self.tables(source.name) is not None else None
 
     def _check_tables(self, statement: exp.Expr) -> bool:
         found = False
@@ -133,10 +200,10 @@ class Translator:
                 if definition is None:
                     raise SqlError(
                         "FOR SYSTEM_TIME AS OF",
-                        name,
+                        ".".join(p.name for p in table.parts),
                         "a lookup table created with CREATE TEMPORARY TABLE ... WITH "
                         "('connector' = ...) or LookupSQL.register()",
-                        reason=f"{name!r} is not a lookup table",
+                        reason=self._not_lookup(name, qualified, name.lower() in ctes),
                     )
                 join = table.parent
                 if not isinstance(join, exp.Join) or not isinstance(join.parent, exp.Select):
@@ -157,6 +224,20 @@ class Translator:
                 )
         return found
 
+    def _not_lookup(self, name: str, qualified: bool, cte: bool) -> str:
+        """Why ``name`` cannot be the lookup side of ``FOR SYSTEM_TIME AS OF``."""
+        if qualified:
+            also = f" ({name!r} is one: JOIN {name} FOR SYSTEM_TIME AS OF ...)"
+            return "a lookup table's name has no catalog or database" + (
+                also if self.tables(name) is not None else ""
+            )
+        if cte:
+            return (
+                "a CTE cannot be the lookup side of FOR SYSTEM_TIME AS OF (unless it is "
+                "exactly SELECT * FROM <lookup table>)"
+            )
+        return f"{name!r} is not a lookup table"
+
     # ------------------------------------------------------------------ one SELECT
 
     def _lookup_index(self, select: exp.Select) -> int | None:
@@ -166,28 +247,19 @@ class Translator:
         return None
 
     def _select(self, select: exp.Select) -> None:
-        joins = select.args.get("joins") or []
-        lookup_names: set[str] = set()
-        joined: list[str] = []
-        lookups: list[tuple[str, str]] = []
-        for join in joins:
-            if isinstance(join.this, exp.Table) and system_time(join.this):
-                lookup_names |= {join.this.name.lower(), join.this.alias_or_name.lower()}
-                joined.append(join.this.alias_or_name)
-                lookups.append((join.this.name, join.this.alias_or_name))
-        hints = SelectHints.of(select, lookup_names)
-        hints.check_joins(lookups)
-        if not joined and not hints.lookup and not hints.shuffle:
+        hints = select_hints(select)
+        lookups = hints.joins
+        if not lookups and not hints.lookup and not hints.shuffle:
             return
         while (index := self._lookup_index(select)) is not None:
             self._lookup_join(select, index, hints)
         spark_sources = {s.lower() for s in self._plain_aliases(select)}
-        hints.check_used(joined, spark_sources)
+        hints.check_used(spark_sources)
         if hints.spark:
             select.set("hint", exp.Hint(expressions=hints.spark))
         else:
             select.set("hint", None)
-        if joined:
+        if lookups:
             items = self._from_items(select)
             plain = [self._plain_source(select, item) for item in items]
             finish(select, items, self.views, [p for p in plain if p is not None])
@@ -299,7 +371,7 @@ class Translator:
         structs = self.spark.sql(_sql(probe_query))
         struct_types: dict[str, Any] = {f.name: f.dataType for f in structs.schema.fields}
         sources = [Source(alias, tuple(struct_types[alias].names)) for _, alias, _ in probe]
-        join_hints = hints.for_join((name, dim_alias))
+        join_hints = hints.for_join(LookupJoinName(table.name, table.alias or None))
         keep = keeps_failures(join_hints)
         if keep and SQL_ERROR_FIELD.lower() in {c.lower() for c in definition.visible}:
             raise SqlError(

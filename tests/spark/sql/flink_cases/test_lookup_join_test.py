@@ -100,6 +100,12 @@ ACCEPTED = [
      "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.a = D.id",
      "SELECT * FROM (SELECT a, b, proctime FROM MyTable WHERE c > 1000) AS T JOIN lookup_plain "
      "AS D ON T.a = D.id"),
+    ("testJoinTemporalTableWithCTE",
+     "WITH MyLookupTable AS (SELECT * FROM MyTable), OtherLookupTable AS (SELECT * FROM "
+     "LookupTable) SELECT MyLookupTable.b FROM MyLookupTable JOIN OtherLookupTable FOR "
+     "SYSTEM_TIME AS OF MyLookupTable.proctime AS D ON MyLookupTable.a = D.id AND D.age = 10",
+     "WITH MyLookupTable AS (SELECT * FROM MyTable) SELECT MyLookupTable.b FROM MyLookupTable "
+     "JOIN lookup_plain AS D ON MyLookupTable.a = D.id AND D.age = 10"),
     ("testJoinTemporalTableWithProjectionPushDown",
      "SELECT T.*, D.id " + JOIN + "ON T.a = D.id", "SELECT T.*, D.id " + PLAIN + "ON T.a = D.id"),
     ("testJoinTemporalTableWithFilterPushDown",
