@@ -21,11 +21,13 @@ from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.l2.hint_options import SHARED_PREFIX, parse_hint_options
 from asyncio_lookup.validation import (
+    POSITIVE_DURATION_ALLOWED,
     format_duration,
     parse_bool,
     parse_choice,
     parse_duration,
     parse_int,
+    refuse_unitless,
     unknown_option,
 )
 
@@ -129,6 +131,7 @@ HINT_OPTIONS: tuple[_HintOption, ...] = (
     _HintOption("on-error", "on_error", lambda o, v: OnError.of(v, o, HintError).value),
 )
 _BY_NAME = {option.name: option for option in HINT_OPTIONS}
+_DURATION_ALLOWED = {"timeout": _TIMEOUT_ALLOWED, "fixed-delay": POSITIVE_DURATION_ALLOWED}
 LOOKUP_OPTIONS = tuple(_BY_NAME)
 RETRY_OPTIONS = ("retry-predicate", "retry-strategy", "fixed-delay", "max-attempts")
 
@@ -211,6 +214,8 @@ class LookupHint:
                 raise HintError(
                     option.name, value, "each option at most once", reason="given twice"
                 )
+            if option.text is format_duration:  # the duration options
+                refuse_unitless(option.name, value, _DURATION_ALLOWED[option.name], HintError)
             values[option.field] = value
         if values.get("table") is None:
             raise HintError(

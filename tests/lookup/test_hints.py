@@ -384,3 +384,17 @@ def test_shuffle_hash_and_shuffle_option_set_the_shuffle_flag() -> None:
         resolve_lookup("SHUFFLE_HASH('Orders')", "Customers")
     assert "'Orders'" in str(error.value)
     assert error.value.option == "SHUFFLE_HASH"
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [("timeout", 1500), ("fixed-delay", 2), ("lookup.shared-cache.ttl", 60.0)],
+)
+def test_a_hint_duration_given_as_a_bare_number_is_refused(name: str, number: float) -> None:
+    """'1500' is 1.5 s as text (no unit: ms) but 1500 read as 25 minutes."""
+    with pytest.raises(HintError, match="no unit") as info:
+        LookupHint.from_options({"table": "T", name: number})
+    assert info.value.option == name and f"'{number}ms'" in str(info.value)
+    retry = {"retry-predicate": "lookup_miss", "retry-strategy": "fixed_delay", "max-attempts": "1"}
+    whole = {"table": "T", name: f"{number}ms", **(retry if name == "fixed-delay" else {})}
+    assert LookupHint.from_options(whole) is not None

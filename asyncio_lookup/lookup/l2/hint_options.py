@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from asyncio_lookup.errors import ConfigurationError, HintError
-from asyncio_lookup.validation import unknown_option
+from asyncio_lookup.validation import refuse_unitless, unknown_option
 
 SHARED_PREFIX = "lookup.shared-cache."
 
@@ -28,6 +28,8 @@ def parse_hint_options(pairs: Iterable[tuple[str, Any]]) -> tuple[tuple[str, str
         if name in out:
             raise HintError(name, value, "each option at most once", reason="given twice")
         try:
+            if option.is_duration:
+                refuse_unitless(name, value, option.allowed)
             out[name] = option.text(option.parse(name, value))
         except ConfigurationError as error:
             raise HintError(error.option, error.value, error.allowed, error.reason) from None
