@@ -53,6 +53,11 @@ class Headers(Mapping[str, str]):
     def get(self, name: str, default: Any = None) -> Any:
         return self._index().get(name.lower(), default)
 
+    def getall(self, name: str) -> list[str]:
+        """Every value of ``name``, in the order received (a response may repeat a header)."""
+        wanted = name.lower().encode("latin-1")
+        return [v.decode("latin-1") for k, v in self._raw if k.lower() == wanted]
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._index()
 

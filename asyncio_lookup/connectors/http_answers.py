@@ -36,16 +36,12 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     """Every value of header ``name`` (a response may repeat it), whichever client read it."""
-    getall = getattr(headers, "getall", None)  # aiohttp's and pyreqwest's headers
+    getall = getattr(headers, "getall", None)  # every client's headers have it
     if getall is not None:
         try:
             return list(getall(name))
         except KeyError:  # aiohttp's, for a header not there
             return []
-    raw = getattr(headers, "_raw", None)  # the asyncio client's headers: (name, value) bytes
-    if raw is not None:
-        wanted = name.lower().encode("latin-1")
-        return [v.decode("latin-1") for k, v in raw if k.lower() == wanted]
     found = headers.get(name)
     return [] if found is None else [found]
 

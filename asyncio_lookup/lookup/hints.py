@@ -99,6 +99,10 @@ class _HintOption:
     parse: Callable[[str, Any], Any]
     text: Callable[[Any], str] = str
 
+    @property
+    def is_duration(self) -> bool:
+        return self.text is format_duration  # every duration option is shown as one
+
 
 HINT_OPTIONS: tuple[_HintOption, ...] = (
     _HintOption("table", "table", _parse_table, _quote),
@@ -214,7 +218,7 @@ class LookupHint:
                 raise HintError(
                     option.name, value, "each option at most once", reason="given twice"
                 )
-            if option.text is format_duration:  # the duration options
+            if option.is_duration:
                 refuse_unitless(option.name, value, _DURATION_ALLOWED[option.name], HintError)
             values[option.field] = value
         if values.get("table") is None:

@@ -52,8 +52,9 @@ def task_slots(conf: Any) -> tuple[int | None, str]:
         if cores == "*":
             if _remote(conf):  # the server's cores, which this client cannot count
                 return None, f"spark.master={master} on a Spark Connect server"
-            n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-            n = n or os.cpu_count() or 1  # the CPUs this process (and its JVM) may run on
+            # the CPUs this process (and its JVM) may run on, not all the machine has
+            affinity = getattr(os, "sched_getaffinity", None)
+            n = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
         else:
             n = 1 if cores is None else int(cores)
         return max(1, n // cpus), f"spark.master={master}"
