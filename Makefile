@@ -25,6 +25,12 @@ $(NATIVE): $(VENV)/.installed $(NATIVE_SOURCES)
 
 setup: $(VENV)/.installed $(NATIVE)
 
+# The tests' JVMs share one archive of Spark's classes: a session starts on half the CPU
+# (tests/jvm_archive.py); built again with each install.
+JVM_ARCHIVE := $(VENV)/spark-classes.jsa
+$(JVM_ARCHIVE): $(VENV)/.installed tests/jvm_archive.py
+	$(PY) -m tests.jvm_archive $@
+
 demo: setup
 	$(PY) examples/quickstart.py
 
@@ -34,12 +40,12 @@ cluster-demo: setup
 
 # On 3 pytest-xdist workers: classic Spark tests on one, Connect ones on another, the rest spread
 # (tests/conftest.py); `$(PY) -m pytest` alone runs them one by one.
-test: setup
+test: setup $(JVM_ARCHIVE)
 	$(PY) -m pytest -q -n 3
 
 # Every shell recipe of README.md and docs/*.md as written, and every example from the built
 # wheel in a fresh venv outside the repository (tests/test_docs_shell.py; 4.5 min here, 9 under load).
-test-docs: setup
+test-docs: setup $(JVM_ARCHIVE)
 	ASYNCIO_LOOKUP_DOCS_SHELL=1 $(PY) -m pytest -q tests/test_docs_shell.py
 
 bench: setup
