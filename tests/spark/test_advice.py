@@ -28,7 +28,7 @@ from asyncio_lookup.spark.advice import summary, warnings_of
 
 pytestmark = pytest.mark.spark
 
-KEYS = 2000
+KEYS = 600
 #: The connector's timeout: 2 s lets a connect held back by the full backlog time out (the
 #: SYN is resent after 1 s, then 3 s); with the default 10 s, few do on this machine.
 CONNECT_TIMEOUT = 2.0

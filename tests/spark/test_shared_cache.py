@@ -28,7 +28,7 @@ from tests.lookup.test_shared_cache import _free_port, private_redis
 from tests.spark.rate_servers import CountingService
 from tests.spark.test_rate_limit import REPO, _clean_env
 
-KEYS = 2000
+KEYS = 500
 TASKS = 8
 
 
