@@ -30,6 +30,8 @@ from tests.spark.test_rate_limit import REPO, _clean_env
 
 KEYS = 500
 TASKS = 8
+#: The store is killed after 500 calls: with 2,000 keys, well before the job's last call.
+KILL_KEYS = 2000
 
 
 # -- the driver's checks -----------------------------------------------------------------------
@@ -136,7 +138,7 @@ class SlowService(CountingService):
 
 
 def _job(
-    mode: str, session: str, redis_url: str, namespace: str, *urls: str
+    mode: str, session: str, redis_url: str, namespace: str, *urls: str, keys: int = KEYS
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -147,7 +149,7 @@ def _job(
             session,
             redis_url,
             namespace,
-            str(KEYS),
+            str(keys),
             str(TASKS),
             *urls,
         ],
@@ -208,7 +210,7 @@ def test_the_store_killed_mid_job(namespace: str) -> None:
     url = f"redis://127.0.0.1:{port}/0"
     with SlowService(0.2) as service:
         with private_redis(port) as store:
-            job = _job("kill", "classic", url, namespace, service.url)
+            job = _job("kill", "classic", url, namespace, service.url, keys=KILL_KEYS)
             deadline = time.monotonic() + 300
             while len(service.times) < 500 and time.monotonic() < deadline and job.poll() is None:
                 time.sleep(0.05)
@@ -226,7 +228,7 @@ def test_the_store_killed_mid_job(namespace: str) -> None:
         f"\nkilled after {killed_at} calls ({before} entries); {calls} calls in all; "
         f"{after} entries written after the restart; metrics {run['metrics']}"
     )
-    assert run["rows"] == run["exact"] == KEYS * TASKS
+    assert run["rows"] == run["exact"] == KILL_KEYS * TASKS
     assert killed_at < calls  # it was killed mid-job
     assert run["metrics"]["l2ErrorCount"] > 0
     assert after > 0  # back to L2 when the store returned
