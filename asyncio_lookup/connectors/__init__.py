@@ -5,11 +5,11 @@ lookup (``'async'='false'``) runs that code through
 :class:`~asyncio_lookup.lookup.blocking.BlockingLookupFunction`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from asyncio_lookup.connectors.http_connector import HttpConnector
 from asyncio_lookup.connectors.keys import KeyTemplate
 from asyncio_lookup.connectors.memory import InMemoryConnector
-from asyncio_lookup.connectors.postgres_connector import PostgresConnector
-from asyncio_lookup.connectors.redis_connector import RedisConnector
 from asyncio_lookup.connectors.registry import (
     connector_names,
     create_connector,
@@ -17,6 +17,28 @@ from asyncio_lookup.connectors.registry import (
 )
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.errors import DataFormatError, HttpStatusError
+
+if TYPE_CHECKING:
+    from asyncio_lookup.connectors.postgres_connector import PostgresConnector
+    from asyncio_lookup.connectors.redis_connector import RedisConnector
+
+# Imported on first use: redis (with its OpenTelemetry hooks) and asyncpg would add about 80 ms
+# of CPU to every Spark Python worker that unpickles another connector.
+_LAZY = {
+    "PostgresConnector": "asyncio_lookup.connectors.postgres_connector",
+    "RedisConnector": "asyncio_lookup.connectors.redis_connector",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DataFormatError",

@@ -4,14 +4,30 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) to ``sys.executable`` of your environment.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from asyncio_lookup.lookup.rate import RateLimit
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
 from asyncio_lookup.spark.failed_rows import split_failed
 from asyncio_lookup.spark.job_metrics import JobMetrics
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.shuffle import SkewOptions
-from asyncio_lookup.spark.sql import LookupSQL
 from asyncio_lookup.spark.table import LookupTable
+
+if TYPE_CHECKING:
+    from asyncio_lookup.spark.sql import LookupSQL
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the SQL layer (sqlglot) would add about 60 ms of CPU to every Spark
+    # Python worker, which unpickles task code from this package and never parses SQL.
+    if name == "LookupSQL":
+        from asyncio_lookup.spark.sql import LookupSQL
+
+        globals()[name] = LookupSQL
+        return LookupSQL
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "JobMetrics",
