@@ -18,14 +18,18 @@ if TYPE_CHECKING:
     from asyncio_lookup.spark.sql import LookupSQL
 
 
-def __getattr__(name: str) -> Any:
-    # Imported on first use: the SQL layer (sqlglot) would add about 60 ms of CPU to every Spark
-    # Python worker, which unpickles task code from this package and never parses SQL.
-    if name == "LookupSQL":
-        from asyncio_lookup.spark.sql import LookupSQL
+# Imported on first use: the SQL layer (sqlglot) would add about 60 ms of CPU to every Spark
+# Python worker, which unpickles task code from this package and never parses SQL.
+_LAZY = {"LookupSQL": "asyncio_lookup.spark.sql"}
 
-        globals()[name] = LookupSQL
-        return LookupSQL
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
