@@ -99,7 +99,17 @@ def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
 
-    pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", directory, REPO)
+    # Built from a copy of the tracked files: setuptools builds in the source tree's build/,
+    # which the cluster test's wheel build (from the checkout) may be using at the same time.
+    source = directory / "src"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    for name in filter(None, tracked.stdout.split("\0")):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", directory, source)
     (wheel,) = directory.glob("asyncio_lookup-*.whl")
     pip("--python", python, "install", "--quiet", "--no-compile", f"{wheel}[connect]")
     return python
