@@ -5,8 +5,9 @@ lookup (``'async'='false'``) runs that code through
 :class:`~asyncio_lookup.lookup.blocking.BlockingLookupFunction`.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from asyncio_lookup._lazy import lazy_attributes
 from asyncio_lookup.connectors.http_connector import HttpConnector
 from asyncio_lookup.connectors.keys import KeyTemplate
 from asyncio_lookup.connectors.memory import InMemoryConnector
@@ -28,17 +29,7 @@ _LAZY = {
     "PostgresConnector": "asyncio_lookup.connectors.postgres_connector",
     "RedisConnector": "asyncio_lookup.connectors.redis_connector",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 __all__ = [
     "DataFormatError",

@@ -4,8 +4,9 @@ Spark's Python workers must run an interpreter that has this package and pyarrow
 ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) to ``sys.executable`` of your environment.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from asyncio_lookup._lazy import lazy_attributes
 from asyncio_lookup.lookup.rate import RateLimit
 from asyncio_lookup.spark.async_map import async_map, async_map_metrics
 from asyncio_lookup.spark.failed_rows import split_failed
@@ -17,21 +18,10 @@ from asyncio_lookup.spark.table import LookupTable
 if TYPE_CHECKING:
     from asyncio_lookup.spark.sql import LookupSQL
 
-
 # Imported on first use: the SQL layer (sqlglot) would add about 60 ms of CPU to every Spark
 # Python worker, which unpickles task code from this package and never parses SQL.
 _LAZY = {"LookupSQL": "asyncio_lookup.spark.sql"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 __all__ = [
     "JobMetrics",
