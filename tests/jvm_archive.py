@@ -13,7 +13,6 @@ archive ignores it (logging off, so it says nothing) and loads its classes as be
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,10 +50,13 @@ def _workload() -> None:
 
 def build(path: Path) -> None:
     """Runs :func:`_workload` in a JVM that writes the classes it loaded to ``path`` at exit."""
+    from tests.checkout import ROOT
+    from tests.spark.job_session import classic_env
+
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     env = dict(
-        os.environ,
+        classic_env(),
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         JDK_JAVA_OPTIONS=BASE_OPTIONS,
@@ -62,12 +64,9 @@ def build(path: Path) -> None:
         PYSPARK_SUBMIT_ARGS=f'--driver-java-options "-XX:ArchiveClassesAtExit={partial} {QUIET}"'
         " pyspark-shell",
     )
-    for name in [n for n in env if n.startswith(("SPARK_CONNECT", "SPARK_REMOTE"))]:
-        del env[name]  # a classic session
-    root = Path(__file__).resolve().parent.parent
     subprocess.run(
         [sys.executable, "-m", "tests.jvm_archive", "--workload"],
-        cwd=root,
+        cwd=ROOT,
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,

@@ -41,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from tests.checkout import copy_tracked_files
 from tests.docs_blocks import PAGES, ROOT, Block, fenced_blocks
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
@@ -121,13 +122,6 @@ def _load_standalone() -> ModuleType:
     return module
 
 
-def _tracked_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    return [name for name in listed.stdout.split("\0") if name]
-
-
 @dataclass
 class Workspace:
     path: Path
@@ -177,11 +171,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """The repository's files, a fresh venv, and the README's install recipe run in it."""
     base = tmp_path_factory.mktemp("docs-shell")
     path = base / "repo"
-    for name in _tracked_files():
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / name).is_file():
-            shutil.copy2(ROOT / name, target)
+    copy_tracked_files(path)
     installed = ROOT / ".venv" / ".installed"
     if installed.is_file():  # `make demo` runs the repository's venv, never reinstalls it
         (path / ".venv").symlink_to(ROOT / ".venv")

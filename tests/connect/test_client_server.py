@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from asyncio_lookup._native import PURE_ENV
+from tests.checkout import copy_tracked_files
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -102,13 +103,7 @@ def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Built from a copy of the tracked files: setuptools builds in the source tree's build/,
     # which the cluster test's wheel build (from the checkout) may be using at the same time.
     source = directory / "src"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    for name in filter(None, tracked.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
+    copy_tracked_files(source)
     pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", directory, source)
     (wheel,) = directory.glob("asyncio_lookup-*.whl")
     pip("--python", python, "install", "--quiet", "--no-compile", f"{wheel}[connect]")

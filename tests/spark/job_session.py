@@ -14,6 +14,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 
+def classic_env() -> dict[str, str]:
+    """This environment without the variables a local Connect session in this process leaves
+    set (they would put a subprocess's classic session in Connect mode)."""
+    env = dict(os.environ)
+    for name in [n for n in env if n.startswith(("SPARK_CONNECT", "SPARK_LOCAL_REMOTE"))]:
+        del env[name]
+    env.pop("SPARK_REMOTE", None)
+    return env
+
+
 def job_session(
     mode: str, app_name: str, master: str, *, reuse_workers: bool
 ) -> tuple[SparkSession, SparkSession]:

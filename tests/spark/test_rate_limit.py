@@ -27,6 +27,7 @@ from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupSQL, LookupTable, RateLimit, async_map, lookup_join
 from asyncio_lookup.spark.rate_share import task_rate, task_slots
+from tests.spark.job_session import classic_env
 from tests.spark.rate_servers import CountingService, windows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,16 +220,6 @@ def test_cache_hits_do_not_count(spark: SparkSession, service: CountingService) 
 # -- acceptance: four tasks at once, in a session of their own --------------------------------
 
 
-def _clean_env() -> dict[str, str]:
-    """This environment without the variables a local Connect session in this process leaves
-    set (they would put the job's classic session in Connect mode)."""
-    env = dict(os.environ)
-    for name in [n for n in env if n.startswith(("SPARK_CONNECT", "SPARK_LOCAL_REMOTE"))]:
-        del env[name]
-    env.pop("SPARK_REMOTE", None)
-    return env
-
-
 @pytest.fixture(scope="module", params=["classic", "connect"])
 def jobs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """Runs tests/spark/rate_limit_job.py (``local[4]``) against a counting service and one
@@ -246,7 +237,7 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
                 str(R),
             ],
             cwd=REPO,
-            env=_clean_env(),
+            env=classic_env(),
             capture_output=True,
             text=True,
             timeout=500,

@@ -25,8 +25,9 @@ from asyncio_lookup.lookup.l2.settings import namespace_pattern
 from asyncio_lookup.lookup.l2.stores import open_admin
 from asyncio_lookup.spark import LookupTable
 from tests.lookup.test_shared_cache import _free_port, private_redis
+from tests.spark.job_session import classic_env
 from tests.spark.rate_servers import CountingService
-from tests.spark.test_rate_limit import REPO, _clean_env
+from tests.spark.test_rate_limit import REPO
 
 KEYS = 500
 TASKS = 8
@@ -154,7 +155,7 @@ def _job(
             *urls,
         ],
         cwd=REPO,
-        env=_clean_env(),
+        env=classic_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
