@@ -1,6 +1,6 @@
-"""An HTTP/JSON service as a dim table, read with the library's own HTTP/1.1 client on asyncio
-or pyreqwest (``client``; see :mod:`~asyncio_lookup.connectors.http_client`); the sync mode
-runs the same code.
+"""An HTTP/JSON service as a dim table, read with the library's own HTTP/1.1 client on asyncio,
+aiohttp or pyreqwest (``client``; see :mod:`~asyncio_lookup.connectors.http_client`); the sync
+mode runs the same code.
 
 A point lookup is ``GET url`` where ``url`` is a template over the key columns
 (``"http://host/customers/{id}"``). Every key value is percent-encoded with nothing kept safe
@@ -18,7 +18,7 @@ Batches (``batch_url``): ``batch_mode="post_json"`` sends ``POST batch_url`` wit
 ``{"<batch_field>": [{"<key column>": value, ...}, ...]}`` (values: :func:`json_value`);
 ``batch_mode="query"`` sends ``GET batch_url?<key column>=v1&<key column>=v2...``. A key no
 request can carry fails alone. The response rows must contain the key columns; they are
-matched back to the keys by value (compared as strings).
+matched back to the keys by value: as text, and numbers by number (``2.0`` is ``2``).
 
 A scan (``scan_url``) follows pages: the next page is the value at ``next_field`` in the
 body - a URL (same origin only, credentials are never sent elsewhere) or, with

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors._secrets import mask_url
-from asyncio_lookup.connectors.http11_request import header_block
+from asyncio_lookup.connectors.http11_request import CONTROL, header_block
 from asyncio_lookup.connectors.keys import KeyTemplate, key_text
 from asyncio_lookup.errors import ConfigurationError, DataFormatError
 
@@ -64,6 +64,14 @@ def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
 def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None]:
     """The URL template without userinfo (returned apart, percent-decoded, as basic auth),
     validated."""
+    control = CONTROL.search(url)
+    if control:  # urlsplit() drops CR, LF and tab; a client refuses every request with them
+        raise ConfigurationError(
+            option,
+            mask_url(url),
+            "a URL without control characters",
+            f"{control.group()!r} at offset {control.start()}",
+        )
     template = KeyTemplate(url, option)
     probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
     if probe.scheme not in ("http", "https") or not probe.hostname:

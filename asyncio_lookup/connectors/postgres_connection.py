@@ -64,8 +64,19 @@ def parse_libpq_dsn(dsn: str) -> dict[str, str]:
 
 
 def asyncpg_dsn(dsn: str) -> str:
-    """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL."""
+    """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL; a URL of
+    another scheme than ``postgresql://`` / ``postgres://`` (a JDBC one) is refused."""
     if "://" in dsn:
+        scheme = dsn.partition("://")[0]
+        if scheme.lower() not in ("postgresql", "postgres"):
+            raise ConfigurationError(
+                "dsn",
+                f"{scheme}://...",
+                "a libpq key=value DSN or a postgresql:// (postgres://) URL",
+                "not a JDBC URL: drop the 'jdbc:' prefix"
+                if scheme.lower().startswith("jdbc:")
+                else None,
+            )
         return dsn
     params = parse_libpq_dsn(dsn)
     user = quote(params.pop("user", ""), safe="")

@@ -54,6 +54,10 @@ HTTP = "http://127.0.0.1:9/c/{id}"
         (lambda v: HttpConnector(HTTP, miss_statuses=v), "miss_statuses", (404, 99)),
         (lambda v: HttpConnector(HTTP, transient_statuses=v), "transient_statuses", "503"),
         (lambda v: InMemoryConnector([], ["id"], latency=v), "latency", -0.1),
+        # 100 years or more: a socket's timeout cannot hold it (OverflowError at the first call)
+        (lambda v: RedisConnector(REDIS, "k:{id}", socket_timeout=v), "socket_timeout", 1e10),
+        (lambda v: PostgresConnector(PG, "t", command_timeout=v), "command_timeout", 3.2e9),
+        (lambda v: HttpConnector(HTTP, timeout=v), "timeout", 100 * 365 * 86400),
     ],
 )
 def test_out_of_range_arguments_are_rejected_at_construction(
@@ -71,6 +75,43 @@ def test_limits_that_make_sense_are_accepted() -> None:
     PostgresConnector(PG, "t", command_timeout=None, connect_timeout=0.5, pool_size=1)
     HttpConnector(HTTP, timeout=0.05, max_connections=1, miss_statuses=(404, 410))
     InMemoryConnector([], ["id"], latency=0)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "reason"),
+    [
+        ("jdbc:postgresql://db:5432/x", "not a JDBC URL: drop the 'jdbc:' prefix"),
+        ("mysql://u:pw@db/x", None),
+    ],
+)
+def test_a_dsn_of_another_scheme_is_refused_without_its_credentials(
+    dsn: str, reason: str | None
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        PostgresConnector(dsn, "t")
+    assert info.value.option == "dsn" and info.value.reason == reason
+    assert info.value.value == dsn.partition("://")[0] + "://..."  # no host, user or password
+    assert "postgresql://" in info.value.allowed
+    PostgresConnector("POSTGRES://db/x", "t")  # schemes are case-insensitive
+
+
+def test_a_url_with_a_control_character_is_refused_at_construction() -> None:
+    for option, build in [
+        ("url", lambda u: HttpConnector(u)),
+        ("batch_url", lambda u: HttpConnector(HTTP, batch_url=u)),
+        ("scan_url", lambda u: HttpConnector(HTTP, scan_url=u)),
+    ]:
+        for url, bad in [
+            ("http://h/c\r\nX-Evil: 1/{id}", "\r"),
+            ("http://h/c/{id}?a=\x00", "\x00"),
+            ("http://h/c/\t{id}", "\t"),
+        ]:
+            if option != "url":
+                url = url.replace("{id}", "x")
+            with pytest.raises(ConfigurationError) as info:
+                build(url)
+            assert info.value.option == option
+            assert info.value.reason == f"{bad!r} at offset {url.index(bad)}"
 
 
 def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:

@@ -3,8 +3,9 @@ the driver, the SQL DDL path, ``async_map``, and the acceptance jobs against a s
 counts requests per 100 ms window.
 
 A rate limit is an upper bound, so "no 1 s window above 1.1 R" holds however loaded the machine
-is; R is chosen low (200/s over four tasks) so that the floor, an average of at least 0.8 R,
-holds under load too.
+is, as the client sends; the service, timing requests when its own loop reads them, allows for
+its stalls (rate_servers.py). R is chosen low (200/s over four tasks) so that the floor, an
+average of at least 0.8 R, holds under load too.
 """
 
 from __future__ import annotations
@@ -159,10 +160,11 @@ def test_sql_ddl_rate_limit_bounds_the_join(spark: SparkSession, service: Counti
         "JOIN RatedItems FOR SYSTEM_TIME AS OF k.proc_time AS i ON k.id = i.id"
     )
     assert sorted((r.id, r.v) for r in df.collect()) == [(i, f"v{i}") for i in range(120)]
-    seen = windows(service.times)
-    # two slots (local[2,2]): 20/s per task, a burst of 1 each, 2 more for network jitter
+    seen = service.windows()
+    # two slots (local[2,2]): 20/s per task, a burst of 1 each, 2 more for network jitter, and
+    # what the service's own stalls bunched into one window (rate_servers.py)
     assert seen.total == 120
-    assert seen.max_per_second <= rate + 4, seen.counts
+    assert seen.max_per_second <= rate + 4 + rate * seen.stall, (seen.stall, seen.counts)
 
 
 def test_async_map_rate_limit(spark: SparkSession, service: CountingService) -> None:
@@ -245,8 +247,8 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
         runs = [json.loads(line[4:]) for line in result.stdout.splitlines() if line[:4] == "JOB "]
         yield {
-            "limited": (runs[0], windows(limited.times)),
-            "adaptive": (runs[1], windows(throttling.times), len(throttling.rejected)),
+            "limited": (runs[0], limited.windows()),
+            "adaptive": (runs[1], throttling.windows(), len(throttling.rejected)),
         }
 
 
@@ -256,9 +258,13 @@ def test_job_wide_limit_over_four_tasks(jobs: dict[str, Any]) -> None:
     assert run["task_rate"] == R / 4  # local[4]: four slots share the budget
     assert run["rows"] == run["exact"] == ROWS
     assert seen.total == ROWS
-    assert seen.max_per_second <= 1.1 * R, seen.counts
+    # the limiter's bound, and what the service's stalls bunched into one window (rate_servers.py)
+    assert seen.max_per_second <= 1.1 * R + R * seen.stall, (seen.stall, seen.counts)
     assert seen.average >= 0.8 * R, (seen.average, seen.counts)
-    print(f"limited: max 1 s window {seen.max_per_second}, average {seen.average:.1f}/s")
+    print(
+        f"limited: max 1 s window {seen.max_per_second}, average {seen.average:.1f}/s, "
+        f"longest service stall {seen.stall * 1000:.0f} ms"
+    )
 
 
 @pytest.mark.timeout(600)
