@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from asyncio_lookup.errors import ConfigurationError
 
@@ -93,6 +94,34 @@ def refuse_unitless(
             reason="a number has no unit: write it as text with one (e.g. "
             f"'{value}s' or '{value}ms')",
         )
+
+
+REDIS_URL_ALLOWED = (
+    "redis://[user:password@]host[:port][/db], rediss:// (TLS) or unix:///path[?db=N], "
+    "db an integer >= 0"
+)
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL, or None. redis-py itself ignores a database number it
+    cannot read (``/1x``: database 0) and fails only when it connects on a bad port."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises for a port out of range or not a number)
+    except ValueError as error:
+        return str(error)
+    if parts.scheme.lower() not in ("redis", "rediss", "unix"):
+        return f"scheme {parts.scheme!r}"
+    databases = parse_qs(parts.query).get("db", [])
+    if parts.scheme.lower() == "unix":
+        if not parts.path:
+            return "no socket path"
+    elif parts.path not in ("", "/"):
+        databases.append(parts.path[1:])
+    for db in databases:
+        if not db.isascii() or not db.isdigit():
+            return f"database {db!r} is not an integer >= 0"
+    return None
 
 
 def parse_duration(

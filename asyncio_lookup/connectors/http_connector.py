@@ -135,15 +135,6 @@ class HttpConnector(AsyncFirstSource):
     ) -> None:
         self.template, url_auth = url_template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
-        unplaced = [c for c in self.key_columns if c not in self.template.fields]
-        if unplaced:
-            raise ConfigurationError(
-                "key_columns",
-                list(self.key_columns),
-                f"columns that each have a {{placeholder}} in url {mask_url(url)!r}",
-                f"{unplaced} would not be in the request: keys that differ only there would "
-                "get one another's rows",
-            )
         # a placeholder in the path given "" would address the collection (a miss instead)
         self.path_fields = path_fields(self.template)
         self.split_before_decoding = split_before_decoding(self.template)

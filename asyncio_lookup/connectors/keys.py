@@ -91,6 +91,10 @@ class KeyTemplate:
                 "one or more column names",
                 f"the {self.option} {self.template!r} has no {{column}} placeholder",
             )
+        if not all(isinstance(c, str) and c for c in columns) or len(set(columns)) < len(columns):
+            raise ConfigurationError(
+                "key_columns", key_columns, "distinct column names (non-empty text)"
+            )
         unknown = sorted(set(self.fields) - set(columns))
         if unknown:
             raise ConfigurationError(
@@ -98,6 +102,16 @@ class KeyTemplate:
                 self.template,
                 f"placeholders among the key columns {list(columns)}",
                 f"unknown placeholder(s) {unknown}",
+            )
+        unplaced = [c for c in columns if c not in self.fields]
+        if unplaced:
+            raise ConfigurationError(
+                "key_columns",
+                list(columns),
+                f"columns that each have a {{placeholder}} in the {self.option} "
+                f"{mask_url(self.template)!r}",
+                f"{unplaced} would not be in the {self.option}: keys that differ only there "
+                "would get one another's rows",
             )
         return columns
 

@@ -50,6 +50,7 @@ from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict, key_
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.validation import REDIS_URL_ALLOWED, redis_url_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,10 +130,9 @@ class RedisConnector(AsyncFirstSource):
         scan_count: int = 1000,
         pool_timeout: float | None = 20.0,
     ) -> None:
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigurationError(
-                "url", mask_url(str(url)), "a redis://, rediss:// (TLS) or unix:// URL"
-            )
+        problem = redis_url_problem(url) if isinstance(url, str) else "not text"
+        if problem is not None:
+            raise ConfigurationError("url", mask_url(str(url)), REDIS_URL_ALLOWED, problem)
         self.url = url
         self.template = KeyTemplate(key_template, "key_template")
         self.key_columns = self.template.key_columns(key_columns)
@@ -140,6 +140,13 @@ class RedisConnector(AsyncFirstSource):
             raise ConfigurationError("value_format", value_format, " | ".join(VALUE_FORMATS))
         self.value_format = value_format
         self.key_types = dict(key_types or {})
+        not_callable = sorted(c for c, f in self.key_types.items() if not callable(f))
+        if not_callable:
+            raise ConfigurationError(
+                "key_types",
+                {c: self.key_types[c] for c in not_callable},
+                "a function per key column, from the key's text to its value (int, float, ...)",
+            )
         unknown = sorted(set(self.key_types) - set(self.key_columns))
         if unknown:
             raise ConfigurationError(

@@ -70,7 +70,7 @@ async def test_an_empty_key_in_the_path_is_a_miss_not_the_collection(http_servic
 
 
 def test_every_key_column_must_be_in_the_url() -> None:
-    with pytest.raises(ConfigurationError, match=r"\['region'\] would not be in the request"):
+    with pytest.raises(ConfigurationError, match=r"\['region'\] would not be in the url"):
         HttpConnector("http://h/customers/{id}", ["id", "region"])
     with pytest.raises(ConfigurationError, match="key_columns"):
         HttpConnector("http://h/customers", "id", batch_url="http://h/batch")

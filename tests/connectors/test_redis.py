@@ -118,6 +118,20 @@ def test_configuration_errors(redis_url: str) -> None:
         RedisConnector("http://127.0.0.1:6379", "c:{id}")
     with pytest.raises(ConfigurationError, match="key_types"):
         RedisConnector(redis_url, "c:{id}", key_types={"other": int})
+    with pytest.raises(ConfigurationError, match="key_types"):  # a name, not a function
+        RedisConnector(redis_url, "c:{id}", key_types={"id": "int"})
+    # a key column outside the template: ('10', 'EU') and ('10', 'US') would read one key
+    with pytest.raises(ConfigurationError, match=r"\['region'\] would not be in the key_t"):
+        RedisConnector(redis_url, "c:{id}", ["id", "region"])
+    with pytest.raises(ConfigurationError, match="distinct column names"):
+        RedisConnector(redis_url, "c:{id}", ["id", "id"])
+    # a database redis-py cannot read is database 0 there: another table's keys
+    for url in ("redis://127.0.0.1:6379/1x", "redis://127.0.0.1:6379/-1", "redis://h:99999"):
+        with pytest.raises(ConfigurationError) as info:
+            RedisConnector(url, "c:{id}")
+        assert info.value.option == "url" and info.value.reason
+    RedisConnector("redis://127.0.0.1:6379/3", "c:{id}")
+    RedisConnector("unix:///tmp/redis.sock?db=2", "c:{id}")
 
 
 async def test_full_scan_100k(redis_url: str, redis_prefix: str, redis_client: redis.Redis) -> None:

@@ -301,3 +301,20 @@ def test_a_duration_given_as_a_bare_number_is_refused(option: str) -> None:
         assert info.value.option == option and f"'{number}s'" in str(info.value)
     assert LookupOptions.from_dict({**base, option: "10"}) is not None  # text: ms
     assert LookupOptions.from_dict({**base, option: timedelta(seconds=10)}) is not None
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://:pw@127.0.0.1:6379/1x", "database '1x'"),  # redis-py would use database 0
+        ("redis://127.0.0.1:6379/-1", "database '-1'"),
+        ("redis://127.0.0.1:6379/0?db=two", "database 'two'"),
+        ("redis://127.0.0.1:99999/0", "Port out of range"),
+    ],
+)
+def test_a_shared_cache_url_redis_would_misread_is_refused(url: str, problem: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        LookupOptions.from_dict({"lookup.shared-cache.url": url})
+    assert info.value.option == "lookup.shared-cache.url"
+    assert info.value.reason is not None and problem in info.value.reason
+    assert "pw" not in str(info.value)

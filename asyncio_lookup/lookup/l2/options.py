@@ -29,10 +29,12 @@ from asyncio_lookup.validation import (
     BOOL_ALLOWED,
     DURATION_ALLOWED,
     POSITIVE_DURATION_ALLOWED,
+    REDIS_URL_ALLOWED,
     format_duration,
     parse_bool,
     parse_duration,
     parse_int,
+    redis_url_problem,
 )
 
 T = TypeVar("T")
@@ -48,7 +50,12 @@ def parse_url(option: str, value: Any) -> str:
     if not isinstance(value, str) or scheme_of(value.strip()) not in store_schemes():
         shown = mask_password(value) if isinstance(value, str) else value
         raise ConfigurationError(option, shown, SHARED_URL_ALLOWED)
-    return value.strip()
+    url = value.strip()
+    if scheme_of(url) in ("redis", "rediss", "unix"):
+        problem = redis_url_problem(url)
+        if problem is not None:
+            raise ConfigurationError(option, mask_password(url), REDIS_URL_ALLOWED, problem)
+    return url
 
 
 def parse_namespace(option: str, value: Any) -> str:
