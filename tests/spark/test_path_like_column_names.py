@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, hash_partition, plan_lookup_join
 from asyncio_lookup.spark.shuffle import PARTITION_COLUMN
@@ -47,3 +48,33 @@ def test_async_map_sees_path_like_names(spark: SparkSession) -> None:
     left = spark.sql("select 1 as `a.b`, 'x' as `c``d` union all select 2, 'y'")
     out = async_map(left, describe, "s STRING", timeout=10, metrics_id="path-like")
     assert sorted(row.s for row in out.collect()) == ["1-x", "2-y"]
+
+
+def test_names_given_twice_are_refused_on_the_driver(spark: SparkSession) -> None:
+    """Renamed by position, ``id`` twice would reach the task, which reads one value for both:
+    refused as Spark refuses it without a path-like name (AMBIGUOUS_REFERENCE)."""
+    a = spark.sql("select 1 as k, 100 as id, 'p' as `x.y`")
+    b = spark.sql("select 1 as k2, 111 as id")
+    left = a.join(b, a.k == b.k2)
+    assert left.columns == ["k", "id", "x.y", "k2", "id"]
+    dim = LookupTable("D", "id INT, v STRING", InMemoryConnector([{"id": 1, "v": "one"}], ["id"]))
+
+    async def echo(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": row["id"]}]
+
+    for build in (
+        lambda: async_map(left, echo, "id INT", timeout=10, metrics_id="dup-names"),
+        lambda: lookup_join(left, dim, ("k", "id"), how="left", columns=["v"]),
+    ):
+        with pytest.raises(ConfigurationError, match=r"\['id'\].*more than once") as info:
+            build()
+        assert info.value.option == "columns"
+
+
+def test_a_column_named_star(spark: SparkSession) -> None:
+    async def describe(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"s": f"{row['*']}"}]
+
+    left = spark.sql("select 1 as `*` union all select 2")
+    out = async_map(left, describe, "s STRING", timeout=10, metrics_id="star")
+    assert sorted(row.s for row in out.collect()) == ["1", "2"]
