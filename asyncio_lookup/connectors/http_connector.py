@@ -143,7 +143,31 @@ class HttpConnector(AsyncFirstSource):
         self.batch_url, batch_auth = fixed_url(batch_url, "batch_url")
         self.scan_url, scan_auth = fixed_url(scan_url, "scan_url")
         url_auth = one_credentials(url=url_auth, batch_url=batch_auth, scan_url=scan_auth)
-        self.basic_auth = basic_auth or url_auth
+        if basic_auth is not None and not (
+            isinstance(basic_auth, (tuple, list))
+            and len(basic_auth) == 2
+            and all(isinstance(part, str) for part in basic_auth)
+        ):
+            raise ConfigurationError("basic_auth", "***", "a (user, password) pair of strings")
+        if bearer_token is not None and (not isinstance(bearer_token, str) or not bearer_token):
+            raise ConfigurationError("bearer_token", "***", "a non-empty string")
+        given = [
+            name
+            for name, value in (
+                ("basic_auth", basic_auth),
+                ("credentials in the URL", url_auth),
+                ("bearer_token", bearer_token),
+            )
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise ConfigurationError(
+                "basic_auth / bearer_token",
+                "***",
+                "one way to authenticate",
+                f"{' and '.join(given)} are given: which one would be sent is not clear",
+            )
+        self.basic_auth = tuple(basic_auth) if basic_auth is not None else url_auth
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
         check_headers("headers", self.headers, mask_headers(self.headers))

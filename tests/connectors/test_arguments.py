@@ -122,3 +122,21 @@ def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
     assert asyncpg_dsn(dsn) == "postgresql://bob:p%20w%27x@db:5433/x?sslmode=disable"
     with pytest.raises(ConfigurationError, match="'dsn'"):
         PostgresConnector("host=db port", "t")
+
+
+def test_http_credentials_are_checked_and_given_one_way() -> None:
+    # a text would be joined character by character: "a:l:i:c:e:::s:e:c:r:e:t" sent as basic auth
+    for bad in ("alice:secret", ("alice",), ("alice", 5)):
+        with pytest.raises(ConfigurationError, match="a \\(user, password\\) pair") as info:
+            HttpConnector(HTTP, basic_auth=bad)  # type: ignore[arg-type]
+        assert "secret" not in str(info.value)
+    with pytest.raises(ConfigurationError, match="'bearer_token'"):
+        HttpConnector(HTTP, bearer_token="")
+    for kwargs in (
+        {"basic_auth": ("a", "b"), "bearer_token": "t"},
+        {"url": "http://u:pw@127.0.0.1:9/c/{id}", "basic_auth": ("a", "b")},
+        {"url": "http://u:pw@127.0.0.1:9/c/{id}", "bearer_token": "t"},
+    ):
+        with pytest.raises(ConfigurationError, match="one way to authenticate"):
+            HttpConnector(**{"url": HTTP, **kwargs})  # type: ignore[arg-type]
+    assert HttpConnector(HTTP, basic_auth=["a", "b"]).basic_auth == ("a", "b")

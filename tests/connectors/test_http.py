@@ -313,12 +313,16 @@ async def test_secrets_never_in_repr_logs_or_errors(
     secret, token, key = "pa55-w0rd", "tok-SECRET-123", "api-key-XYZ"
     host = http_service.base.removeprefix("http://")
     c = HttpConnector(
-        f"http://alice:{secret}@{host}/echo/{{id}}",
+        f"{http_service.base}/echo/{{id}}",
         headers={"X-Api-Key": key, "Accept-Language": "en"},
         bearer_token=token,
     )
     c2 = pickle.loads(pickle.dumps(c))
-    texts = [repr(c), repr(c2), str(c.scan())]
+    with_password = HttpConnector(f"http://alice:{secret}@{host}/echo/{{id}}")
+    texts = [repr(c), repr(c2), str(c.scan()), repr(with_password), str(with_password.scan())]
+    with pytest.raises(ConfigurationError) as both:  # which one to send: refused, not guessed
+        HttpConnector(f"http://alice:{secret}@{host}/echo/{{id}}", bearer_token=token)
+    texts.append(str(both.value))
     caplog.set_level(logging.DEBUG)
     for connector in (c, c2):
         fn = connector.async_lookup_function()
@@ -332,10 +336,13 @@ async def test_secrets_never_in_repr_logs_or_errors(
         with pytest.raises(HttpStatusError) as sync_info:
             await blocking(connector.lookup_function().lookup, (1,))
         texts.append(str(sync_info.value))
-    refused = HttpConnector(f"http://bob:{secret}@127.0.0.1:9/c/{{id}}", bearer_token=token)
-    with pytest.raises(TransientError) as refused_info:
-        await blocking(refused.lookup_function().lookup, (1,))
-    texts += [str(refused_info.value), repr(refused)]
+    for refused in (
+        HttpConnector(f"http://bob:{secret}@127.0.0.1:9/c/{{id}}"),
+        HttpConnector("http://127.0.0.1:9/c/{id}", bearer_token=token),
+    ):
+        with pytest.raises(TransientError) as refused_info:
+            await blocking(refused.lookup_function().lookup, (1,))
+        texts += [str(refused_info.value), repr(refused)]
     texts += [r.getMessage() for r in caplog.records]
     # the server did receive the credentials (and echoed them into its error body)
     assert http_service.requests[0].headers["Authorization"] == f"Bearer {token}"
