@@ -46,14 +46,36 @@ def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     return [] if found is None else [found]
 
 
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+"""What :func:`dig` returns for a path the body does not have."""
+
+
 def dig(body: Any, path: str | None) -> Any:
+    """The value at the dotted ``path`` in ``body``: ``None`` where the path meets a null,
+    :data:`MISSING` where a field is absent or a step is not an object."""
     if not path:
         return body
     for part in path.split("."):
-        if not isinstance(body, dict):
+        if body is None:
             return None
-        body = body.get(part)
+        if not isinstance(body, dict) or part not in body:
+            return MISSING
+        body = body[part]
     return body
+
+
+def field_path_problem(body: Any, path: str) -> str:
+    """Where ``path`` leaves ``body``, for an error message."""
+    walked: list[str] = []
+    for part in path.split("."):
+        where = ".".join(walked) or "the body"
+        if not isinstance(body, dict):
+            return f"{where} is {type(body).__name__}, not an object"
+        if part not in body:
+            return f"{where} has no field {part!r} (it has {sorted(body)[:20]})"
+        walked.append(part)
+        body = body[part]
+    return "found"
 
 
 def check_loop(url: str, seen: set[str]) -> None:

@@ -49,8 +49,10 @@ from asyncio_lookup.connectors._secrets import (
     url_secrets,
 )
 from asyncio_lookup.connectors.http_answers import (
+    MISSING,
     check_loop,
     dig,
+    field_path_problem,
     header_values,
     link_next,
     parse_retry_after,
@@ -366,6 +368,12 @@ class HttpConnector(AsyncFirstSource):
         if decoded is EMPTY:
             return []
         value = dig(decoded, rows_field) if rows_field else decoded
+        if value is MISSING:
+            assert rows_field is not None  # dig() of no path is the body
+            raise DataFormatError(
+                f"HTTP {method} {mask_url(url)}: the answer has no {rows_field!r} (rows_field): "
+                f"{field_path_problem(decoded, rows_field)}; a null there is a miss"
+            )
         if type(value) is dict:
             return [value]
         if value is None:
@@ -384,8 +392,17 @@ class HttpConnector(AsyncFirstSource):
         """Each key's rows of a batch answer, matched on the key columns' values as text
         (:func:`key_text` of both, as sent: ``-0.0`` is ``0.0``) or, for a key with a number,
         by value (:func:`number_text`: the key ``2.0`` matches ``2``); a row without all the
-        key columns, or with a null among them, belongs to no key."""
+        key columns, or with a null among them, belongs to no key. An answer none of whose rows
+        has every key column is a :class:`DataFormatError`: the service names its keys otherwise
+        (every key would miss)."""
         columns = self.key_columns
+        if rows and not any(all(c in row for c in columns) for row in rows):
+            raise DataFormatError(
+                f"HTTP batch answer of {len(rows)} row(s): none has all the key columns "
+                f"{list(columns)} that rows are matched to keys by (the first row's fields: "
+                f"{sorted(rows[0])[:20]}); name them as the service does (key_columns, the "
+                "placeholders of url)"
+            )
         by_text: dict[tuple[str, ...], list[Row]] = {}
         by_number: dict[tuple[str, ...], list[Row]] = {}
         for row in rows:
@@ -406,7 +423,7 @@ class HttpConnector(AsyncFirstSource):
     def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
         if self.next_field:
             value = dig(body, self.next_field)
-            if value in (None, ""):
+            if value is MISSING or value in (None, ""):
                 return None
             if self.cursor_param:
                 return self.cursor_url(str(value))

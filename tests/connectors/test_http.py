@@ -587,3 +587,41 @@ async def test_a_chain_batches_at_most_batch_size_keys_one_request_per_call(
     assert [r.raw_path.count("id=") for r in batches] == [3, 3, 3]  # the tenth: a point GET
     assert len(http_service.requests) == 4
     assert chain.metrics.snapshot()["numExternalCalls"] == 4
+
+
+async def test_a_rows_field_the_answer_lacks_is_an_error_and_a_null_there_a_miss(
+    http_service: Service,
+) -> None:
+    """A misspelt rows_field ('data.item') made every lookup a miss, silently."""
+    c = HttpConnector(f"{http_service.base}/raw/200/?body={{id}}", rows_field="data.items")
+    assert await _both(c, ('{"data": {"items": [{"a": 1}]}}',)) == [{"a": 1}]
+    assert await _both(c, ('{"data": null}',)) == []
+    assert await _both(c, ('{"data": {"items": null}}',)) == []
+    assert await _both(c, ("null",)) == []
+    for body, problem in [
+        ('{"data": {"item": []}}', "data has no field 'items' (it has ['item'])"),
+        ('{"data": [1]}', "data is list, not an object"),
+        ('{"rows": []}', "the body has no field 'data' (it has ['rows'])"),
+    ]:
+        fn = c.async_lookup_function()
+        await fn.open()
+        try:
+            with pytest.raises(DataFormatError, match=r"'data\.items' \(rows_field\)") as info:
+                await fn.async_lookup((body,))
+        finally:
+            await fn.close()
+        assert problem in str(info.value)
+        with pytest.raises(DataFormatError, match="rows_field"):
+            await blocking(c.lookup_function().lookup, (body,))
+
+
+def test_a_batch_answer_whose_rows_name_no_key_column_is_an_error() -> None:
+    """The service calls the key 'customer_id', the connector 'id': every key missed."""
+    c = HttpConnector("http://h/c/{id}", batch_url="http://h/batch")
+    with pytest.raises(DataFormatError, match=r"none has all the key columns \['id'\]") as info:
+        c.group([(1,), (2,)], [{"customer_id": 1, "name": "a"}, {"customer_id": 2}])
+    assert "['customer_id', 'name']" in str(info.value)
+    # rows that have the key column match as before; a null key or an empty answer is no key
+    assert c.group([(1,), (2,)], [{"id": 1}, {"customer_id": 2}]) == [[{"id": 1}], []]
+    assert c.group([(1,)], [{"id": None}]) == [[]]
+    assert c.group([(1,)], []) == [[]]
