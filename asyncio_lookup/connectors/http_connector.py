@@ -179,6 +179,21 @@ class HttpConnector(AsyncFirstSource):
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
         self.miss_statuses = status_set("miss_statuses", miss_statuses)
         self.transient_statuses = status_set("transient_statuses", transient_statuses)
+        if 200 in self.miss_statuses:
+            raise ConfigurationError(
+                "miss_statuses",
+                sorted(self.miss_statuses),
+                "statuses other than 200 (the answer with rows)",
+                "every lookup would be a miss",
+            )
+        both = sorted(self.miss_statuses & self.transient_statuses)
+        if both:
+            raise ConfigurationError(
+                "miss_statuses / transient_statuses",
+                both,
+                "statuses in one of the two: a miss is final, a transient status is retried",
+                f"{both} in both",
+            )
         self.timeout = seconds("timeout", timeout)
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
@@ -522,12 +537,12 @@ class _HttpLookup(AsyncLookupFunction):
         if url is None:
             return []
         status, headers, payload = await client.get_json(url)
-        # answered() and rows_of() of the usual answer: a 200 with one object as the body
+        # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
+        # object as the body
         if (
             status == 200
             and type(payload) is dict
             and not c.rows_field
-            and 200 not in c.miss_statuses
         ):
             return [payload]
         if not c.answered("GET", url, status, headers, payload):

@@ -102,10 +102,13 @@ def test_batch_rows_are_matched_to_keys_by_text_and_numbers_by_value() -> None:
     assert found == [[{"a": 1, "b": "y"}], []]
 
 
-async def test_a_2xx_status_listed_as_a_miss_is_a_miss(http_service: Service) -> None:
-    """The async path's shortcut for a 200 with one object still honours ``miss_statuses``."""
-    c = HttpConnector(f"{http_service.base}/customers/{{id}}", miss_statuses=(200, 404))
-    assert await _both(c, (1,)) == []
+def test_statuses_that_make_every_lookup_a_miss_or_are_both_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="every lookup would be a miss"):
+        HttpConnector("http://h/c/{id}", miss_statuses=(200, 404))
+    with pytest.raises(ConfigurationError, match=r"\[503\] in both") as info:
+        HttpConnector("http://h/c/{id}", miss_statuses=(404, 503))
+    assert info.value.option == "miss_statuses / transient_statuses"
+    HttpConnector("http://h/c/{id}", miss_statuses=(204, 404, 410))  # another 2xx may be one
 
 
 async def test_composite_key_and_rows_field(http_service: Service) -> None:
