@@ -28,7 +28,7 @@ def _zlib(wbits: int, members: bool = False) -> Decoder:
         out = b""
         while True:
             inflater = zlib.decompressobj(wbits)
-            out += _bounded(inflater.decompress(data, limit + 1 - len(out)), limit)
+            out = _bounded(out + inflater.decompress(data, limit + 1 - len(out)), limit)
             if not inflater.eof:
                 raise zlib.error("incomplete or truncated stream")
             data = inflater.unused_data

@@ -300,6 +300,15 @@ async def test_a_body_inflating_past_max_body_size_is_refused_without_holding_it
     assert peak < 16 << 20, f"{peak >> 20} MiB held for a 1 MiB limit"
 
 
+def test_a_gzip_body_over_the_limit_in_a_later_member_is_refused_as_over_it() -> None:
+    """Each member was bounded alone: the second one stopped at the limit and the body was
+    called truncated instead of too big."""
+    body = gzip.compress(b"a" * 60) + gzip.compress(b"b" * 60)
+    assert DECODERS["gzip"](body, 120) == b"a" * 60 + b"b" * 60
+    with pytest.raises(Exception, match="over max_body_size=100 bytes"):
+        DECODERS["gzip"](body, 100)
+
+
 # -- Retry-After -------------------------------------------------------------------------
 
 
