@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -100,10 +101,12 @@ class LookupJoinArgs:
         object.__setattr__(self, "join_type", JoinType.of(self.how))
         check_on_error(self.on_error)
         check_error_column(self.error_column)
-        for name in ("dim_filter", "condition", "left_condition"):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ConfigurationError(name, value, "a callable or None")
+        for name, parameters in (
+            ("dim_filter", "(dim_row)"),
+            ("condition", "(left_row, dim_row)"),
+            ("left_condition", "(left_row)"),
+        ):
+            check_predicate(name, getattr(self, name), parameters)
         alias = self.alias
         if alias is not None and (not isinstance(alias, str) or not alias.strip()):
             raise ConfigurationError("alias", alias, "a non-empty string or None")
@@ -112,6 +115,24 @@ class LookupJoinArgs:
         if self.shuffle_partitions is not None:
             check_shuffle_partitions(self.shuffle_partitions)
         object.__setattr__(self, "skew_options", SkewOptions.of(self.skew))
+
+
+def check_predicate(name: str, value: Any, parameters: str) -> None:
+    """``value`` is None or a callable that takes ``parameters`` (checked on the driver: the
+    task would fail on its first row)."""
+    if value is None:
+        return
+    allowed = f"a callable {parameters} -> bool, or None"
+    if not callable(value):
+        raise ConfigurationError(name, value, allowed)
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin without one: called as it is
+        return
+    try:
+        signature.bind(*[None] * (parameters.count(",") + 1))
+    except TypeError as error:
+        raise ConfigurationError(name, value, allowed, f"it takes {signature}: {error}") from None
 
 
 def plan_lookup_join(

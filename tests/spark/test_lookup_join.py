@@ -497,3 +497,17 @@ def test_async_map_retry_strategy_and_errors(spark: SparkSession) -> None:
         failing.collect()
     assert "FlakyError" in str(error.value)
     assert "first attempt for row" in str(error.value)
+
+
+def test_predicates_that_cannot_take_their_rows_are_refused_on_the_driver() -> None:
+    """``condition=lambda d: ...`` failed with a TypeError in the task, at its first row."""
+    for name, bad, good in [
+        ("condition", lambda dim: True, lambda left, dim: True),
+        ("dim_filter", lambda left, dim: True, lambda dim: True),
+        ("left_condition", lambda: True, lambda left: True),
+    ]:
+        with pytest.raises(ConfigurationError, match="allowed: a callable \\(") as info:
+            LookupJoinArgs(("k", "id"), **{name: bad})
+        assert info.value.option == name
+        LookupJoinArgs(("k", "id"), **{name: good})
+    LookupJoinArgs(("k", "id"), condition=lambda *rows: True, left_condition=bool)
