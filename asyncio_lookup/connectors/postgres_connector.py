@@ -188,9 +188,16 @@ class PostgresConnector(AsyncFirstSource):
         try:
             actual = await self._column_types(conn)
         except Exception as error:
-            if not is_connection_error(error):
-                raise
-            raise self.transient(error, "schema check") from error
+            if is_connection_error(error):
+                raise self.transient(error, "schema check") from error
+            if self.query is not None and isinstance(error, asyncpg.PostgresError):
+                raise ConfigurationError(
+                    "query",
+                    self.query if len(self.query) <= 200 else self.query[:200] + "...",
+                    "one SELECT statement, read as the subquery SELECT * FROM (<query>) AS src",
+                    f"PostgreSQL refused it: {type(error).__name__}: {error}",
+                ) from error
+            raise
         finally:
             conn.terminate()
         needed = [name for name in self.key_columns + (self.columns or ()) if name]

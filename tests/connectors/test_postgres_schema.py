@@ -173,3 +173,18 @@ def test_spark_type_names() -> None:
 
     assert spark_type_name(LongType()) == "bigint"
     assert spark_type_name(DecimalType(12, 2)) == "decimal(12,2)"
+
+
+@pytest.mark.parametrize(
+    "query", ["DELETE FROM no_such_table", "SELECT 1 AS id; SELECT 2", "SELEC 1 AS id"]
+)
+def test_a_query_that_is_not_one_select_is_a_configuration_error(
+    postgres_dsn: str, query: str
+) -> None:
+    """asyncpg's PostgresSyntaxError named neither the option nor what is allowed."""
+    c = PostgresConnector(postgres_dsn, query=query, key_columns="id")
+    with pytest.raises(ConfigurationError, match="PostgreSQL refused it: PostgresSyntaxError"):
+        c.check_schema([("id", "int")])
+    PostgresConnector(postgres_dsn, query="SELECT 1 AS id", key_columns="id").check_schema(
+        [("id", "int")]
+    )
