@@ -310,6 +310,13 @@ def lookup_join(
         )
     if task.hint.shuffle:
         df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
+    elif args.shuffle_partitions is not None:
+        raise ConfigurationError(
+            "shuffle_partitions",
+            args.shuffle_partitions,
+            "a partition count for a hash lookup join: with a SHUFFLE_HASH hint for the table",
+            reason="this join is not shuffled, so it would do nothing",
+        )
     with_metrics = StructType([*output.fields, StructField(METRICS_COLUMN, StringType(), True)])
     return observe(map_in_arrow(df, task, with_metrics), table.table_id, table.name)
 

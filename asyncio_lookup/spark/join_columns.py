@@ -172,6 +172,14 @@ def select_dim_columns(
             raise ConfigurationError(
                 "rename", {name: output}, "a non-empty output name for each dim column"
             )
+    unselected = [name for name in rename if name not in selected]
+    if unselected:
+        raise ConfigurationError(
+            "rename",
+            unselected,
+            f"dim columns the join outputs: {selected}",
+            reason="not among columns=[...]: the rename would do nothing",
+        )
     provided = getattr(table.connector, "columns", None)
     if isinstance(provided, (list, tuple)) and all(isinstance(c, str) for c in provided):
         absent = [name for name in selected if name not in provided]

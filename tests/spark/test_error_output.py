@@ -133,9 +133,8 @@ def enrich(
         columns=["title", "price"],
         # the hash lookup join too: its routing column is dropped from failed rows as well
         hints="LOOKUP('table'='Products', 'on-error'='keep', 'shuffle'='true')" if keep else None,
-        shuffle_partitions=2,
         skew=False,
-        **({"error_column": "product_error"} if keep else {}),
+        **({"error_column": "product_error", "shuffle_partitions": 2} if keep else {}),
     )
 
 

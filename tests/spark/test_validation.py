@@ -180,6 +180,13 @@ def test_invalid_lookup_tables(
         ({"rename": {"name": "code"}}, "rename", ["collides with column 'code'"]),
         ({"rename": {"name": "n", "country": "N"}}, "rename", ["collides with column 'n'"]),
         ({"dim_filter": "country = 'NL'"}, "dim_filter", ["callable"]),
+        # ignored silently before: a rename of a column not output, a count for no exchange
+        (
+            {"columns": ["name"], "rename": {"country": "c"}},
+            "rename",
+            ["['country']", "not among columns"],
+        ),
+        ({"shuffle_partitions": 4}, "shuffle_partitions", ["4", "SHUFFLE_HASH"]),
         ({"alias": ""}, "alias", []),
     ],
 )
