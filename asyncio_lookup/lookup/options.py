@@ -323,8 +323,43 @@ class LookupOptions:
                     reason=f"required when {RELOAD_STRATEGY!r} is {strategy.name}",
                 )
 
+        self._validate_cache_kind()
         self._validate_rate_limit()
         self._validate_shared_cache()
+
+    def _validate_cache_kind(self) -> None:
+        """An option of another cache kind than ``lookup.cache``'s would do nothing (Flink
+        ignores it silently: a cache the user believes is on)."""
+        needs = {
+            MAX_ROWS: (self.partial_max_rows, CacheType.PARTIAL, None),
+            EXPIRE_AFTER_WRITE: (self.partial_expire_after_write, CacheType.PARTIAL, None),
+            EXPIRE_AFTER_ACCESS: (self.partial_expire_after_access, CacheType.PARTIAL, None),
+            PERIODIC_INTERVAL: (
+                self.full_periodic_interval,
+                CacheType.FULL,
+                ReloadStrategy.PERIODIC,
+            ),
+            ISO_TIME: (self.full_timed_iso_time, CacheType.FULL, ReloadStrategy.TIMED),
+        }
+        for name, (value, cache, strategy) in needs.items():
+            if value is None:
+                continue
+            if self.cache is not cache:
+                raise ConfigurationError(
+                    CACHE,
+                    self.cache.name,
+                    f"{cache.name!r} for {name!r}",
+                    reason=f"{name!r} is set but the cache is {self.cache.name}: "
+                    "it would do nothing",
+                )
+            if strategy is not None and self.full_reload_strategy is not strategy:
+                raise ConfigurationError(
+                    RELOAD_STRATEGY,
+                    self.full_reload_strategy.name,
+                    f"{strategy.name!r} for {name!r}",
+                    reason=f"{name!r} is set but the reload strategy is "
+                    f"{self.full_reload_strategy.name}: it would do nothing",
+                )
 
     def _validate_shared_cache(self) -> None:
         if self.shared_url is None:

@@ -38,11 +38,6 @@ def test_every_option_parses() -> None:
             "lookup.partial-cache.expire-after-write": "3 min",
             "lookup.partial-cache.cache-missing-key": "FALSE",
             "lookup.partial-cache.max-rows": "1000",
-            "lookup.full-cache.reload-strategy": "timed",
-            "lookup.full-cache.periodic-reload.interval": "1h",
-            "lookup.full-cache.periodic-reload.schedule-mode": "fixed_rate",
-            "lookup.full-cache.timed-reload.iso-time": "10:15+07:00",
-            "lookup.full-cache.timed-reload.interval-in-days": "2",
             "lookup.batch.max-size": "16",
             "lookup.batch.max-wait": "100ms",
             "lookup.max-retry-backoff": "30 s",
@@ -55,11 +50,26 @@ def test_every_option_parses() -> None:
     assert options.partial_expire_after_write == 180
     assert options.partial_cache_missing_key is False
     assert options.partial_max_rows == 1000
-    assert options.full_reload_strategy is ReloadStrategy.TIMED
-    assert options.full_periodic_interval == 3600
-    assert options.full_periodic_schedule_mode is ScheduleMode.FIXED_RATE
-    assert options.full_timed_iso_time == time(10, 15, tzinfo=timezone(timedelta(hours=7)))
-    assert options.full_timed_interval_in_days == 2
+    timed = LookupOptions.from_dict(
+        {
+            "lookup.cache": "full",
+            "lookup.full-cache.reload-strategy": "timed",
+            "lookup.full-cache.timed-reload.iso-time": "10:15+07:00",
+            "lookup.full-cache.timed-reload.interval-in-days": "2",
+        }
+    )
+    assert timed.full_reload_strategy is ReloadStrategy.TIMED
+    assert timed.full_timed_iso_time == time(10, 15, tzinfo=timezone(timedelta(hours=7)))
+    assert timed.full_timed_interval_in_days == 2
+    periodic = LookupOptions.from_dict(
+        {
+            "lookup.cache": "full",
+            "lookup.full-cache.periodic-reload.interval": "1h",
+            "lookup.full-cache.periodic-reload.schedule-mode": "fixed_rate",
+        }
+    )
+    assert periodic.full_periodic_interval == 3600
+    assert periodic.full_periodic_schedule_mode is ScheduleMode.FIXED_RATE
     assert options.batch_max_size == 16
     assert options.batch_max_wait == pytest.approx(0.1)
     cache = options.build_cache()
@@ -111,11 +121,18 @@ def test_round_trip_through_to_dict() -> None:
             "lookup.cache": "PARTIAL",
             "lookup.partial-cache.max-rows": "7",
             "lookup.partial-cache.expire-after-write": "1500ms",
-            "lookup.full-cache.timed-reload.iso-time": "23:05Z",
             "lookup.batch.max-wait": "2ms",
         }
     )
     assert LookupOptions.from_dict(original.to_dict()) == original
+    timed = LookupOptions.from_dict(
+        {
+            "lookup.cache": "FULL",
+            "lookup.full-cache.reload-strategy": "TIMED",
+            "lookup.full-cache.timed-reload.iso-time": "23:05Z",
+        }
+    )
+    assert LookupOptions.from_dict(timed.to_dict()) == timed
 
 
 @pytest.mark.parametrize(
@@ -318,3 +335,55 @@ def test_a_shared_cache_url_redis_would_misread_is_refused(url: str, problem: st
     assert info.value.option == "lookup.shared-cache.url"
     assert info.value.reason is not None and problem in info.value.reason
     assert "pw" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "option", "named"),
+    [
+        ({"lookup.partial-cache.max-rows": "100"}, "lookup.cache", "the cache is NONE"),
+        (
+            {
+                "lookup.cache": "FULL",
+                "lookup.full-cache.periodic-reload.interval": "1h",
+                "lookup.partial-cache.expire-after-write": "1 min",
+            },
+            "lookup.cache",
+            "'lookup.partial-cache.expire-after-write' is set but the cache is FULL",
+        ),
+        (
+            {
+                "lookup.cache": "PARTIAL",
+                "lookup.partial-cache.max-rows": "100",
+                "lookup.full-cache.periodic-reload.interval": "1h",
+            },
+            "lookup.cache",
+            "the cache is PARTIAL",
+        ),
+        (
+            {
+                "lookup.cache": "FULL",
+                "lookup.full-cache.reload-strategy": "TIMED",
+                "lookup.full-cache.timed-reload.iso-time": "10:15",
+                "lookup.full-cache.periodic-reload.interval": "1h",
+            },
+            "lookup.full-cache.reload-strategy",
+            "the reload strategy is TIMED",
+        ),
+        (
+            {
+                "lookup.cache": "FULL",
+                "lookup.full-cache.periodic-reload.interval": "1h",
+                "lookup.full-cache.timed-reload.iso-time": "10:15",
+            },
+            "lookup.full-cache.reload-strategy",
+            "the reload strategy is PERIODIC",
+        ),
+    ],
+)
+def test_an_option_of_another_cache_kind_is_refused(
+    given: dict[str, str], option: str, named: str
+) -> None:
+    """Flink ignores them: a cache the user believes is on, or a reload that never happens."""
+    with pytest.raises(ConfigurationError, match="it would do nothing") as info:
+        LookupOptions.from_dict(given)
+    assert info.value.option == option and named in str(info.value)
