@@ -4,6 +4,7 @@ so the driver runs it too (:meth:`~asyncio_lookup.lookup.chain.LookupChain.valid
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -218,6 +219,10 @@ def build_parts(
             cache = options.build_cache(clock or MONOTONIC)
     shared: SharedTier | None = None
     settings = options.shared_cache()
+    own = getattr(plan.provider_cache, "cache_missing_key", None)
+    if settings is not None and options.shared_cache_missing_key is None and own is not None:
+        # unset: as the partial cache (L1) does, the provider's own one too
+        settings = dataclasses.replace(settings, cache_missing_key=bool(own))
     if settings is not None:
         namespace = settings.namespace or shared_namespace or shared_namespace_of(name, source)
         shared = SharedTier(settings, namespace, key_columns, name=name)

@@ -387,3 +387,37 @@ def test_an_option_of_another_cache_kind_is_refused(
     with pytest.raises(ConfigurationError, match="it would do nothing") as info:
         LookupOptions.from_dict(given)
     assert info.value.option == option and named in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [({}, False), ({"lookup.shared-cache.cache-missing-key": "true"}, True)],
+)
+def test_the_shared_cache_keeps_misses_as_a_providers_own_cache_does_unless_told(
+    given: dict[str, str], expected: bool
+) -> None:
+    """A source with its own partial cache keeping misses out got them shared in L2."""
+    from asyncio_lookup.lookup import DefaultLookupCache, PartialCachingAsyncLookupProvider
+    from asyncio_lookup.lookup.chain_build import build_parts
+    from asyncio_lookup.lookup.functions import AsyncLookupFunction
+
+    class Empty(AsyncLookupFunction):
+        async def async_lookup(self, key: tuple[object, ...]) -> list[dict[str, object]]:
+            return []
+
+    own = DefaultLookupCache.new_builder().maximum_size(100).cache_missing_key(False).build()
+    options = LookupOptions.from_dict(
+        {"lookup.shared-cache.url": "redis://127.0.0.1:6379/0", **given}
+    )
+    parts = build_parts(
+        PartialCachingAsyncLookupProvider.of(Empty(), own),
+        options,
+        prefer_async=True,
+        name="T",
+        key_columns=["id"],
+        clock=None,
+        target="t",
+        shared_namespace="test-options",
+    )
+    assert parts.cache is own and parts.shared is not None
+    assert parts.shared.settings.cache_missing_key is expected
