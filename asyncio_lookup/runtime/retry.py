@@ -7,6 +7,7 @@ worth a retry. The built-ins are immutable, so one strategy can serve any number
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -118,6 +119,20 @@ class ExponentialBackoffRetryStrategy(_RetriesCounted):
         return delay
 
 
+def _predicate(
+    result_predicate: ResultPredicate | None, exception_predicate: ExceptionPredicate | None
+) -> AsyncRetryPredicate:
+    if result_predicate is None and exception_predicate is None:
+        warnings.warn(
+            "a retry strategy without result_predicate or exception_predicate never retries "
+            "(as Flink's); give one, such as RetryPredicates.EMPTY_RESULT or "
+            "RetryPredicates.HAS_EXCEPTION",
+            UserWarning,
+            stacklevel=3,
+        )
+    return AsyncRetryPredicate(result_predicate, exception_predicate)
+
+
 class RetryStrategies:
     """The built-in strategies (Flink's ``AsyncRetryStrategies``)."""
 
@@ -134,7 +149,7 @@ class RetryStrategies:
         return FixedDelayRetryStrategy(
             _check_max_attempts(max_attempts),
             _check_delay("delay", delay),
-            AsyncRetryPredicate(result_predicate, exception_predicate),
+            _predicate(result_predicate, exception_predicate),
         )
 
     @staticmethod
@@ -159,7 +174,7 @@ class RetryStrategies:
             initial,
             maximum,
             float(multiplier),
-            AsyncRetryPredicate(result_predicate, exception_predicate),
+            _predicate(result_predicate, exception_predicate),
         )
 
 

@@ -155,8 +155,12 @@ def test_exponential_backoff_schedules_each_record_independently() -> None:
     assert keys(out) == ["a", "b"]
 
 
-def test_strategy_without_predicate_does_not_retry() -> None:
-    strategy = RetryStrategies.fixed_delay(3, 0.1)
+def test_strategy_without_predicate_does_not_retry_and_says_so_when_built() -> None:
+    with pytest.warns(UserWarning, match="never retries") as caught:
+        strategy = RetryStrategies.fixed_delay(3, 0.1)
+    assert caught[0].filename == __file__  # the caller's line, not the library's
+    with pytest.warns(UserWarning, match="never retries"):
+        RetryStrategies.exponential_backoff(3, 0.1, 1.0, 2.0)
     fn = Scripted(const(0.0, []))
     out = run_virtual(collect(AsyncWaitOperator(fn, timeout=10, retry_strategy=strategy), [0]))
     assert len(fn.calls) == 1 and out == [(0.0, (0, []))]
