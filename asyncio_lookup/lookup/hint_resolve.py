@@ -4,6 +4,7 @@ merged option by option) with Flink's job-level defaults ``table.exec.async-look
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,7 @@ def resolve_lookup(
         output_mode = output_mode_name(lookup.output_mode)
     output_mode = _keyed(output_mode, defaults)
     timeout = lookup.timeout if lookup.timeout is not None else defaults.timeout
+    _check_async_options(lookup, table, timeout)
     return ResolvedLookup(
         table=table,
         prefer_async=lookup.async_ is not False,
@@ -175,6 +177,38 @@ def resolve_lookup(
         on_error=OnError.of(lookup.on_error or "fail"),
         hint=lookup,
     )
+
+
+def _check_async_options(lookup: LookupHint, table: str, timeout: float | None) -> None:
+    """Async options a sync join ignores (as Flink does) are warned about; a retry delay no
+    retry can wait out before the total timeout is an error (every retried row times out)."""
+    if lookup.async_ is False:
+        ignored = [
+            name
+            for name, value in (
+                ("output-mode", lookup.output_mode),
+                ("capacity", lookup.capacity),
+                ("timeout", lookup.timeout),
+            )
+            if value is not None
+        ]
+        if ignored:
+            warnings.warn(
+                f"LOOKUP hint for {table!r}: 'async'='false' looks keys up one at a time, in "
+                f"input order, without a timeout: {ignored} do nothing",
+                UserWarning,
+                stacklevel=4,
+            )
+        return
+    delay = lookup.fixed_delay
+    if delay is not None and timeout is not None and timeout < NEVER and delay >= timeout:
+        raise HintError(
+            "fixed-delay",
+            format_duration(delay),
+            f"a delay shorter than the timeout ({format_duration(timeout)})",
+            reason="the timeout counts every retry: no retry could start before it, so every "
+            "row retried would fail with a timeout",
+        )
 
 
 def _keyed(mode: OutputModeName, defaults: AsyncDefaults) -> OutputModeName:

@@ -398,3 +398,32 @@ def test_a_hint_duration_given_as_a_bare_number_is_refused(name: str, number: fl
     retry = {"retry-predicate": "lookup_miss", "retry-strategy": "fixed_delay", "max-attempts": "1"}
     whole = {"table": "T", name: f"{number}ms", **(retry if name == "fixed-delay" else {})}
     assert LookupHint.from_options(whole) is not None
+
+
+MISS_RETRY = "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', 'max-attempts'='3'"
+
+
+def test_a_retry_delay_the_timeout_cannot_hold_is_an_error() -> None:
+    """Every retried row timed out (a miss failed the job instead of being dropped)."""
+    with pytest.raises(HintError, match="shorter than the timeout \\(1 s\\)") as info:
+        resolve_lookup(
+            f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s', 'timeout'='1s')", "D"
+        )
+    assert info.value.option == "fixed-delay"
+    with pytest.raises(HintError, match="fixed-delay"):  # the job default's timeout too
+        resolve_lookup(
+            f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s')",
+            "D",
+            defaults=AsyncDefaults(timeout=2),
+        )
+    assert resolve_lookup(f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='1s')", "D").has_retry
+    # no timeout (100 years or more), or a sync join (no timeout there): any delay
+    never = f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s', 'timeout'='36500d')"
+    assert resolve_lookup(never, "D").timeout is None
+
+
+def test_async_options_of_a_sync_join_are_warned_about() -> None:
+    with pytest.warns(UserWarning, match=r"'async'='false'.*\['capacity', 'timeout'\] do nothing"):
+        resolve_lookup("LOOKUP('table'='D', 'async'='false', 'capacity'='5', 'timeout'='1s')", "D")
+    sync_retry = f"LOOKUP('table'='D', 'async'='false', {MISS_RETRY}, 'fixed-delay'='5s')"
+    assert resolve_lookup(sync_retry, "D", defaults=AsyncDefaults(timeout=1)).has_retry
