@@ -150,26 +150,42 @@ def pushable_where(
         for j in select.args.get("joins") or []
     ):
         return []
-    out = []
-    for part in conjuncts(where_of(select)):
-        if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
-            continue
-        if any(
-            f.name.lower() in NONDETERMINISTIC
-            for f in part.find_all(exp.Anonymous, exp.Func)
-            if hasattr(f, "name")
-        ):
-            continue
-        columns = list(part.find_all(exp.Column))
-        if any(not c.table and any(s.field(c.name) is not None for s in later) for c in columns):
-            continue
-        try:
-            owners = [resolver.resolve(c) for c in columns]
-        except SqlError:
-            continue
-        if columns and all(o is not None and o in sources for o in owners):
-            out.append(part)
-    return out
+    return [
+        part
+        for part in conjuncts(where_of(select))
+        if _on_probe_alone(part, resolver, sources, later)
+    ]
+
+
+def split_probe_conditions(
+    conditions: Sequence[exp.Expr], resolver: Resolver, sources: list[Source]
+) -> tuple[list[exp.Expr], list[exp.Expr]]:
+    """``ON`` conditions besides the key: those over probe columns alone (decided before the
+    lookup, as Flink's pre-filter), and the rest (on the looked-up rows)."""
+    probe = [c for c in conditions if _on_probe_alone(c, resolver, sources, ())]
+    return probe, [c for c in conditions if not any(c is p for p in probe)]
+
+
+def _on_probe_alone(
+    part: exp.Expr, resolver: Resolver, sources: list[Source], later: Sequence[Source]
+) -> bool:
+    """A deterministic condition without subqueries whose columns are all probe columns."""
+    if part.find(exp.Query, exp.AggFunc, exp.Window) is not None:
+        return False
+    if any(
+        f.name.lower() in NONDETERMINISTIC
+        for f in part.find_all(exp.Anonymous, exp.Func)
+        if hasattr(f, "name")
+    ):
+        return False
+    columns = list(part.find_all(exp.Column))
+    if any(not c.table and any(s.field(c.name) is not None for s in later) for c in columns):
+        return False
+    try:
+        owners = [resolver.resolve(c) for c in columns]
+    except SqlError:
+        return False
+    return bool(columns) and all(o is not None and o in sources for o in owners)
 
 
 def needed_fields(

@@ -6,9 +6,11 @@ side (``FROM`` and the joins before the lookup join) is analysed by Spark as
 ``ON`` equalities give; the result, shaped as one struct column per alias (``o``, ``c``), becomes
 a temporary view that replaces the probe side and the lookup join in the ``SELECT``. ``o.total``
 and ``c.zip`` then resolve as struct fields, so the rest of the statement stays Spark SQL.
-``WHERE`` conditions on probe columns alone are applied before the lookups. Other ``ON``
-conditions filter the looked-up rows (for ``LEFT JOIN`` a probe row whose dim rows all fail
-keeps NULLs). Nothing here runs a Spark job.
+``WHERE`` conditions on probe columns alone are applied before the lookups, and so are ``ON``
+conditions on probe columns alone (as Flink's pre-filter: an inner join drops a row that fails
+one, a left join keeps it with NULLs; neither looks it up). Other ``ON`` conditions filter the
+looked-up rows (for ``LEFT JOIN`` a probe row whose dim rows all fail keeps NULLs). Nothing
+here runs a Spark job.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from asyncio_lookup.spark.sql.scope import (
     needed_fields,
     pushable_where,
     qualified,
+    split_probe_conditions,
     visible_ctes,
     where_of,
 )
@@ -398,6 +401,10 @@ class Translator:
             name, resolver, dim, definition.columns, definition.key, definition.data_types()
         )
         key, residual = finder.find(join.args["on"])
+        # ON conditions on probe columns alone decide before the lookup (Flink's pre-filter):
+        # an inner join drops the row, a left join keeps it unmatched; neither looks it up
+        before, residual = split_probe_conditions(residual, resolver, sources)
+        pre_filter = and_all([qualified(b, resolver) for b in before])
         later = self._later_sources(select, index) if where_of(select) is not None else []
         pushed = pushable_where(select, resolver, sources, later)
         if pushed:
@@ -421,7 +428,10 @@ class Translator:
             dim_column, expression = bound.column, bound.expression
             key_name = f"{prefix}_k{j}"
             readable[key_name] = _sql(expression)
-            columns.append(F.expr(_sql(qualified(expression, resolver))).alias(key_name))
+            key_value = F.expr(_sql(qualified(expression, resolver)))
+            if pre_filter is not None and how == "left":  # a NULL key: no lookup, NULLs
+                key_value = F.when(F.expr(_sql(pre_filter)), key_value)
+            columns.append(key_value.alias(key_name))
             on.append((key_name, dim_column))
         rid = f"{prefix}_rid"
         consolidate = how == "left" and bool(residual)
@@ -432,6 +442,8 @@ class Translator:
             condition = and_all([qualified(p, resolver) for p in pushed])
             assert condition is not None
             probe_df = probe_df.where(F.expr(_sql(condition)))
+        if pre_filter is not None and how != "left":
+            probe_df = probe_df.where(F.expr(_sql(pre_filter)))
         probe_df = probe_df.select(*columns)
 
         dim_fields = [f for f in needed[dim_alias] if f != SQL_ERROR_FIELD]

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from asyncio_lookup.connectors import InMemoryConnector
+from asyncio_lookup.connectors import InMemoryConnector, register_connector
 from asyncio_lookup.errors import ConfigurationError, HintError
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.spark import LookupSQL
 from asyncio_lookup.spark.sql import SqlError, SqlParseError
 from asyncio_lookup.spark.sql.primary_key import checked
 from tests.spark.conftest import no_spark_job
 from tests.spark.sql.conftest import (
     USER_DATA,
+    VALUES,
     FlinkTables,
     register_data,
     result,
@@ -316,3 +319,76 @@ def test_a_primary_key_returning_several_rows_joins_them_all_and_warns(
     assert len(warnings) == 1  # once per table and worker
     assert "dim_with_pk" in warnings[0] and "(15,)" in warnings[0] and "2 rows" in warnings[0]
     assert checked(source, "t", ("id",), ("len",)) is source  # another key: not checked
+
+
+# ------------------------------------------------------------- ON conditions on the probe alone
+
+
+class _Refusing(AsyncLookupFunction):
+    """Fails the lookup of a refused key: a join that asks for one fails."""
+
+    def __init__(self, inner: AsyncLookupFunction, refused: tuple[int, ...]) -> None:
+        self.inner, self.refused = inner, refused
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        if key[0] in self.refused:
+            raise ValueError(f"key {key} must not be looked up")
+        return await self.inner.async_lookup(key)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class RefusingConnector(InMemoryConnector):
+    def __init__(self, rows: Any, key_columns: Sequence[str], refused: tuple[int, ...]) -> None:
+        super().__init__(rows, key_columns)
+        self.refused = refused
+
+    def async_lookup_function(self) -> AsyncLookupFunction:
+        return _Refusing(super().async_lookup_function(), self.refused)
+
+
+def refusing(
+    data_id: str = "",
+    key_columns: tuple[str, ...] = (),
+    columns: tuple[str, ...] = (),
+    refused: str = "",
+) -> RefusingConnector:
+    rows = [{c: row.get(c) for c in columns} for row in VALUES[data_id]]
+    return RefusingConnector(
+        rows, key_columns or columns[:1], tuple(int(k) for k in refused.split(","))
+    )
+
+
+register_connector("refusing", refusing, replace=True)
+
+
+@pytest.mark.parametrize(
+    ("join", "expected"),
+    [
+        # Flink's LookupJoinRunner: a row failing the pre-filter is not looked up; LEFT pads it
+        ("LEFT JOIN", ["1,Julian", "2,null", "3,null", "8,null", "9,null"]),
+        ("JOIN", ["1,Julian"]),  # pushed below the join
+    ],
+)
+def test_on_conditions_on_the_probe_alone_decide_before_the_lookup(
+    flink: Callable[..., FlinkTables], join: str, expected: list[str]
+) -> None:
+    """``ON T.id = D.id AND T.len < 15`` looked up every row and filtered after: a failing or
+    slow lookup (or a lookup-miss retry) of a row the condition excludes hit the job."""
+    tables = flink("memory")
+    tables.sql.sql(
+        user_table(
+            f"'connector' = 'refusing', 'data-id' = '{register_data(USER_DATA)}', "
+            "'refused' = '2,3'",
+            name=f"Refusing{len(join)}",
+        )
+    )
+    statement = (
+        f"SELECT T.id, D.name FROM src AS T {join} Refusing{len(join)} "
+        "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.id = D.id AND T.len < 15"
+    )
+    assert result(tables.sql.sql(statement)) == expected
