@@ -63,11 +63,13 @@ def upgrade(options: Mapping[str, str]) -> Upgraded:
     """Rewrite the deprecated JDBC cache options to the current ones, as the JDBC connector
     reads them.
 
-    - Without ``'lookup.cache'``, ``lookup.cache.max-rows > 0`` turns the partial cache on with
+    - Without ``'lookup.cache'`` (or with ``'NONE'``, which flink-connector-jdbc's legacy cache
+      does not read), ``lookup.cache.max-rows > 0`` turns the partial cache on with
       ``expire-after-write`` = ``lookup.cache.ttl`` (10 s when not given), as Flink's legacy
       cache; ``max-rows <= 0`` (the JDBC default ``-1``) means no legacy cache, and ``ttl`` or
       ``caching-missing-key`` without ``max-rows`` change nothing.
-    - With ``'lookup.cache' = 'PARTIAL'`` each deprecated option stands for its current name.
+    - With ``'lookup.cache' = 'PARTIAL'`` each deprecated option stands for its current name;
+      with another cache kind (FULL) a deprecated option is an error naming it.
     - A deprecated option and its current name both given with different values is an error.
     """
     out = {k: v for k, v in options.items() if k.lower() not in DEPRECATED}
@@ -76,6 +78,17 @@ def upgrade(options: Mapping[str, str]) -> Upgraded:
         return Upgraded(out)
     result = Upgraded(out)
     cache = next((v for k, v in options.items() if k.lower() == CACHE), None)
+    kind = None if cache is None else cache.strip().upper()
+    if kind == "NONE":  # flink-connector-jdbc builds its legacy cache whatever NONE says
+        cache = None
+    elif kind not in (None, "PARTIAL"):
+        written, value = next(iter(legacy.values()))
+        raise ConfigurationError(
+            written,
+            value,
+            f"'lookup.cache' = 'PARTIAL', or no {written!r}",
+            reason=f"a partial cache option, with {CACHE!r} = {cache!r}",
+        )
     max_rows = legacy.get(LEGACY_MAX_ROWS)
     if cache is None and max_rows is not None:
         rows = parse_int(LEGACY_MAX_ROWS, max_rows[1], minimum=-(2**63))

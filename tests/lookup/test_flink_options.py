@@ -96,3 +96,18 @@ def test_long_max_value_expiry_means_never() -> None:
     assert cache is not None
     cache.put(("k",), [{"a": 1}])
     assert cache.get_if_present(("k",)) == [{"a": 1}]
+
+
+def test_legacy_options_with_lookup_cache_none_build_the_legacy_cache() -> None:
+    """flink-connector-jdbc builds its legacy cache from max-rows and ttl whatever
+    'lookup.cache' = 'NONE' says; here they were renamed under NONE and then refused, naming
+    'lookup.partial-cache.max-rows', which the statement never wrote."""
+    given = {"lookup.cache": "NONE", "lookup.cache.max-rows": "100", "lookup.cache.ttl": "5s"}
+    options = LookupOptions.from_dict(upgrade(given).options)
+    assert (options.partial_max_rows, options.partial_expire_after_write) == (100, 5.0)
+
+
+def test_legacy_options_under_a_full_cache_are_an_error_naming_them() -> None:
+    with pytest.raises(ConfigurationError, match=r"'lookup\.cache' = 'FULL'") as info:
+        upgrade({"lookup.cache": "FULL", "lookup.cache.max-rows": "100"})
+    assert info.value.option == "lookup.cache.max-rows"
