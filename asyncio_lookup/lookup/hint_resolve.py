@@ -22,6 +22,7 @@ from asyncio_lookup.lookup.hints import (
     parse_hints,
     parse_output_mode,
     parse_timeout,
+    unqualified,
 )
 from asyncio_lookup.lookup.retry import MissRetry
 from asyncio_lookup.validation import NEVER, format_duration, parse_bool
@@ -108,7 +109,7 @@ class ResolvedLookup:
 
 
 def _names_match(name: str, table: str, aliases: Iterable[str]) -> bool:
-    wanted = name.strip().lower()
+    wanted = unqualified(name).lower()
     return wanted == table.lower() or any(wanted == a.lower() for a in aliases)
 
 

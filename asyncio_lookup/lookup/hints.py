@@ -90,6 +90,21 @@ def _quote(text: str) -> str:
     return text.replace("'", "''")
 
 
+#: Qualifiers a hint may put before a table's name: Flink matches a hint naming
+#: ``default_catalog.default_database.T`` or ``default_database.T`` to the table ``T`` a
+#: ``CREATE TEMPORARY TABLE`` made in its default catalog and database.
+DEFAULT_QUALIFIERS = ("default_catalog.default_database.", "default_database.")
+
+
+def unqualified(name: str) -> str:
+    """``name`` without Flink's default catalog and database qualifiers (any case)."""
+    name = name.strip()
+    for prefix in DEFAULT_QUALIFIERS:
+        if name.lower().startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
 @dataclass(frozen=True)
 class _HintOption:
     """One LOOKUP hint option: its :class:`LookupHint` field, parser and text form."""

@@ -427,3 +427,11 @@ def test_async_options_of_a_sync_join_are_warned_about() -> None:
         resolve_lookup("LOOKUP('table'='D', 'async'='false', 'capacity'='5', 'timeout'='1s')", "D")
     sync_retry = f"LOOKUP('table'='D', 'async'='false', {MISS_RETRY}, 'fixed-delay'='5s')"
     assert resolve_lookup(sync_retry, "D", defaults=AsyncDefaults(timeout=1)).has_retry
+
+
+def test_a_hint_may_name_the_table_with_flinks_default_catalog_and_database() -> None:
+    """Flink matches 'default_catalog.default_database.D' to the temporary table D."""
+    for name in ("default_catalog.default_database.D", "DEFAULT_DATABASE.D"):
+        assert resolve_lookup(f"LOOKUP('table'='{name}', 'capacity'='7')", "D").capacity == 7
+    with pytest.raises(HintError, match="not the dim table"):
+        resolve_lookup("LOOKUP('table'='other_db.D', 'capacity'='7')", "D")

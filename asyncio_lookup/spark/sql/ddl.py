@@ -145,6 +145,8 @@ def _options(properties: exp.Properties | None) -> tuple[dict[str, str], bool]:
         if isinstance(prop, exp.TemporaryProperty):
             temporary = True
             continue
+        if isinstance(prop, exp.SchemaCommentProperty):  # COMMENT '...': metadata only
+            continue
         if not isinstance(prop, exp.Property) or not isinstance(prop.this, exp.Literal):
             raise SqlError(
                 "WITH",

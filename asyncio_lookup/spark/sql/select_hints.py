@@ -16,6 +16,7 @@ from sqlglot import exp
 from asyncio_lookup.errors import HintError
 from asyncio_lookup.lookup import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
+from asyncio_lookup.lookup.hints import unqualified
 from asyncio_lookup.spark.sql.parse import SqlError
 
 DIALECT = "spark"
@@ -97,7 +98,7 @@ class SelectHints:
 
     def matched(self, name: str, hint: str = "SHUFFLE_HASH") -> list[LookupJoinName]:
         """The lookup joins a hint naming ``name`` is for (see the module's docstring)."""
-        wanted = name.strip().lower()
+        wanted = unqualified(name).lower()
         by_name = [j for j in self.joins if j.name.lower() == wanted]
         if by_name or wanted in self.others:
             return by_name

@@ -392,3 +392,20 @@ def test_on_conditions_on_the_probe_alone_decide_before_the_lookup(
         "FOR SYSTEM_TIME AS OF T.proctime AS D ON T.id = D.id AND T.len < 15"
     )
     assert result(tables.sql.sql(statement)) == expected
+
+
+def test_a_table_comment_in_the_ddl_is_metadata(
+    spark: SparkSession, flink: Callable[..., FlinkTables]
+) -> None:
+    """``COMMENT 'tbl'`` before ``WITH`` crashed with a bare KeyError."""
+    tables = flink("memory")
+    with no_spark_job(spark):
+        tables.sql.sql(
+            "CREATE TEMPORARY TABLE Commented (age INT, id BIGINT, name STRING) "
+            f"COMMENT 'the users' WITH ({values_options()})"
+        )
+    joined = tables.sql.sql(
+        "SELECT /*+ LOOKUP('table'='default_catalog.default_database.Commented') */ T.id, D.name "
+        "FROM src AS T JOIN Commented FOR SYSTEM_TIME AS OF T.proctime AS D ON T.id = D.id"
+    )
+    assert result(joined) == ["1,Julian", "2,Jark", "3,Fabian"]
