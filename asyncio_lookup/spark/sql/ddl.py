@@ -209,6 +209,17 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
                     primary.append(item.name)
                 elif isinstance(constraint.args.get("kind"), exp.NotNullColumnConstraint):
                     not_null = " NOT NULL"
+            if any(
+                node.this in (exp.DataType.Type.TIME, exp.DataType.Type.TIMETZ)
+                for node in kind.find_all(exp.DataType)
+            ):  # the Spark dialect writes TIME as TIMESTAMP: another type, silently
+                raise SqlError(
+                    item.name,
+                    kind.sql(),
+                    "a type the lookup join converts: for a time of day, STRING (CAST it in "
+                    "the SELECT)",
+                    reason="TIME columns are not supported",
+                )
             columns.append((item.name, _column_type(kind) + not_null))
         elif isinstance(item, exp.PrimaryKey):
             primary.extend(e.name for e in item.expressions)

@@ -409,3 +409,13 @@ def test_a_table_comment_in_the_ddl_is_metadata(
         "FROM src AS T JOIN Commented FOR SYSTEM_TIME AS OF T.proctime AS D ON T.id = D.id"
     )
     assert result(joined) == ["1,Julian", "2,Jark", "3,Fabian"]
+
+
+def test_a_time_column_is_refused_not_read_as_a_timestamp(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    """sqlglot's Spark dialect writes TIME as TIMESTAMP: the first lookup then failed on a
+    type the statement never declared."""
+    with no_spark_job(spark), pytest.raises(SqlError, match="TIME columns are not supported") as e:
+        sql.sql(f"CREATE TEMPORARY TABLE Timed (id BIGINT, t TIME) WITH ({values_options()})")
+    assert e.value.option == "t"
