@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError, lookup_context
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
-from asyncio_lookup.lookup.functions import Key, Row
+from asyncio_lookup.lookup.functions import NAN, Key, Row
 from asyncio_lookup.lookup.hint_resolve import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
 from asyncio_lookup.runtime.rebatch import (
@@ -81,6 +81,13 @@ class KeyBinding:
     @property
     def is_literal(self) -> bool:
         return self.left_column is None
+
+    @property
+    def literal_key(self) -> Any:
+        """The literal as a key value: a NaN as the one :data:`NAN` (a NaN equals no other
+        NaN object in a key tuple; this one arrives unpickled in every task)."""
+        literal = self.literal
+        return NAN if type(literal) is float and literal != literal else literal
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ class JoinSpec:
         A key holding a NULL, or a row failing ``left_condition``, becomes ``None``.
         """
         parts: list[Sequence[Any]] = [
-            [b.literal] * num_rows if b.left_column is None else columns[b.left_column]
+            [b.literal_key] * num_rows if b.left_column is None else columns[b.left_column]
             for b in self.keys
         ]
         keys: list[Key | None] = list(zip(*parts, strict=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -240,8 +241,14 @@ def check_literal(value: Any, data_type: DataType, option: str) -> Any:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         converted = _INEXACT
     # Arrow truncates 1.5 to 1 for an integer type and reads bytes as text: exact only if equal
-    # (a datetime is the same instant in the column's time zone)
-    if converted is _INEXACT or (not isinstance(value, datetime.datetime) and converted != value):
+    # (a datetime is the same instant in the column's time zone; NaN is NaN, as Spark joins it)
+    same = converted == value or (
+        isinstance(value, float)
+        and isinstance(converted, float)
+        and math.isnan(value)
+        and math.isnan(converted)
+    )
+    if converted is _INEXACT or (not isinstance(value, datetime.datetime) and not same):
         raise ConfigurationError(
             option, value, allowed, reason="does not convert exactly to the dim key column's type"
         )

@@ -279,7 +279,7 @@ class LookupJoinTask:
 
     def _key_of(self, batch: pa.RecordBatch, index: int) -> tuple[Any, ...]:
         return tuple(
-            binding.literal
+            binding.literal_key
             if binding.left_column is None
             else batch.column(binding.left_column)[index].as_py()
             for binding in self.spec.keys

@@ -159,6 +159,10 @@ def test_nan_keys_join_as_in_spark_sql(spark: SparkSession) -> None:
         nans = LookupTable("Nans", "k DOUBLE, v STRING", InMemoryConnector(dim, ["k"]), options)
         out = lookup_join(df.coalesce(1), nans, on=[("x", "k")], columns=["v"]).collect()
         assert Counter(str(tuple(r)) for r in out) == expected, options
+    # a NaN literal too (it was refused as "does not convert exactly": NaN != NaN)
+    nans = LookupTable("Nans", "k DOUBLE, v STRING", InMemoryConnector(dim, ["k"]))
+    out = lookup_join(df.limit(1), nans, on=[], literals={"k": nan}, columns=["v"]).collect()
+    assert [r.v for r in out] == ["nan-row"]
 
 
 def test_keys_python_cannot_compare_as_spark_does_are_refused(spark: SparkSession) -> None:
