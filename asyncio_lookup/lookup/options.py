@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.cache import DefaultLookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
+from asyncio_lookup.lookup.flink_options import DEPRECATED
 from asyncio_lookup.lookup.l2.options import (
     SHARED_URL_ALLOWED,
     SharedCacheSettings,
@@ -285,6 +286,14 @@ class LookupOptions:
         values: dict[str, Any] = {}
         for name, raw in options.items():
             option = OPTIONS.get(name) if isinstance(name, str) else None
+            if option is None and isinstance(name, str) and name.lower() in DEPRECATED:
+                current = DEPRECATED[name.lower()]
+                raise ConfigurationError(
+                    name,
+                    raw,
+                    f"{current!r} (with 'lookup.cache' = 'PARTIAL')",
+                    reason="a deprecated name of Flink's JDBC connector, read in SQL DDL only",
+                )
             if option is None:
                 raise unknown_option(
                     name, raw, OPTIONS, kind="lookup table option", prefixes=("lookup.",)
