@@ -7,7 +7,10 @@ elements and regroups what the operator emits. An output batch holds outputs of 
 only, each with the index of the element it came from, so the adapter can gather input columns
 column-wise (Arrow ``take``) instead of per cell. A batch's outputs are yielded when its last
 element is emitted, or earlier in pieces of ``flush_rows`` outputs; the order of the outputs is
-the operator's output mode's.
+the operator's output mode's. Before a batch's outputs are yielded, what the batches read
+before it have gathered so far is yielded, in input order: an output never overtakes one the
+operator emitted earlier (a key's rows keep their order in key-ordered mode when they are in
+different input batches).
 
 Per element the cost is one dict insert and one dict pop (the element's batch and index, found
 by identity, so the elements need no wrapper and the function sees them as they are). A batch's
@@ -81,12 +84,14 @@ class Rebatched(Generic[B, OUT]):
 
 
 class _Pending(Generic[B, OUT]):
-    """An input batch with elements still in the operator, and its outputs gathered so far."""
+    """An input batch with elements still in the operator, and its outputs gathered so far;
+    ``seq``: its position among the input batches."""
 
-    __slots__ = ("left", "out")
+    __slots__ = ("left", "out", "seq")
 
-    def __init__(self, batch: B, left: int) -> None:
+    def __init__(self, batch: B, left: int, seq: int) -> None:
         self.left = left
+        self.seq = seq
         self.out: Rebatched[B, OUT] = Rebatched(batch)
 
 
@@ -113,9 +118,10 @@ class Rebatcher(Generic[B, E, OUT]):
     ) -> AsyncIterator[Rebatched[B, OUT]]:
         """The output batches; on every exit the operator's run and ``batches`` are closed."""
         owner: dict[int, tuple[_Pending[B, OUT], int]] = {}
+        pending_batches: dict[int, _Pending[B, OUT]] = {}  # by seq, in input order
         flush_rows = self.flush_rows
         fans_out = self.operator.fans_out
-        source = self._source(batches, owner)
+        source = self._source(batches, owner, pending_batches)
         try:
             async with self.operator.running(source, chunked=True) as run:
                 while (entries := await run.next_batch()) is not None:
@@ -135,12 +141,23 @@ class Rebatcher(Generic[B, E, OUT]):
                             out.outputs.append(output)
                         pending.left -= 1
                         if pending.left == 0:
+                            del pending_batches[pending.seq]
                             if not out.outputs:
                                 continue
                         elif len(out.outputs) >= flush_rows:
                             pending.out = Rebatched(out.batch)
                         else:
                             continue
+                        earlier = [  # a snapshot: the source adds batches while we yield
+                            b
+                            for b in pending_batches.values()
+                            if b.seq < pending.seq and b.out.outputs
+                        ]
+                        for before in earlier:
+                            held, before.out = before.out, Rebatched(before.out.batch)
+                            yield held
+                            if run.failure is not None:
+                                raise run.failure
                         yield out
                         if run.failure is not None:  # while the consumer had the batch
                             raise run.failure
@@ -151,9 +168,12 @@ class Rebatcher(Generic[B, E, OUT]):
         self,
         batches: AsyncIterable[B] | Iterable[B],
         owner: dict[int, tuple[_Pending[B, OUT], int]],
+        pending_batches: dict[int, _Pending[B, OUT]],
     ) -> AsyncGenerator[list[E], None]:
-        """Each batch's elements, as one list, each registered in ``owner`` (in C)."""
+        """Each batch's elements, as one list, each registered in ``owner`` (in C); each
+        batch in ``pending_batches`` until its last element is out."""
         inputs = as_async_iterator(batches)
+        seq = 0
         try:
             async for batch in inputs:
                 size = len(batch)
@@ -165,7 +185,9 @@ class Rebatcher(Generic[B, E, OUT]):
                         f"a batch of {size} gave {len(elements)} elements; elements() must give "
                         "one per row"
                     )
-                pending: _Pending[B, OUT] = _Pending(batch, size)
+                pending: _Pending[B, OUT] = _Pending(batch, size, seq)
+                pending_batches[seq] = pending
+                seq += 1
                 owner.update(zip(map(id, elements), zip(repeat(pending), range(size)), strict=True))
                 yield elements
         finally:

@@ -425,6 +425,6 @@ def test_the_shared_cache_keeps_misses_as_a_providers_own_cache_does_unless_told
 
 def test_a_deprecated_jdbc_name_in_python_options_names_the_current_one() -> None:
     """'lookup.cache.ttl' suggested 'lookup.cache' (the nearest name), not what it stands for."""
-    with pytest.raises(ConfigurationError, match="partial-cache.expire-after-write") as info:
+    with pytest.raises(ConfigurationError, match=r"partial-cache\.expire-after-write") as info:
         LookupOptions.from_dict({"lookup.cache.ttl": "10s"})
     assert info.value.option == "lookup.cache.ttl" and "SQL DDL only" in str(info.value)

@@ -161,3 +161,45 @@ def test_capacity_bounds_what_is_in_flight_and_each_element_is_out_once(
         for batch, indices, outputs in got:
             assert outputs == [str(batch[i]) for i in indices]
             assert indices == sorted(indices)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=2, max_size=5),
+    delays=st.lists(st.integers(0, 3), min_size=1, max_size=30),
+    mode=st.sampled_from([OutputMode.KEY_ORDERED, OutputMode.UNORDERED, OutputMode.ORDERED]),
+    capacity=st.integers(2, 8),
+)
+def test_no_output_overtakes_one_the_operator_emitted_earlier(
+    keys: list[list[int]], delays: list[int], mode: OutputMode, capacity: int
+) -> None:
+    """A batch read later that finished first was yielded before what an earlier, unfinished
+    batch had gathered: in key-ordered mode a key's later row came out before its earlier one.
+    Now the rebatched outputs, in order, are exactly the operator's emission order."""
+    batches = [[b * 100 + k for k in batch_keys] for b, batch_keys in enumerate(keys)]
+
+    async def slow(item: Item) -> Collection[int]:
+        position = (item.value // 100) * 10 + item.value % 100
+        await asyncio.sleep(0.001 * delays[position % len(delays)])
+        return [item.value]
+
+    operator: AsyncWaitOperator[Item, int] = AsyncWaitOperator(
+        slow,
+        timeout=5.0,
+        capacity=capacity,
+        output_mode=mode,
+        key_selector=(lambda item: item.value % 100) if mode is OutputMode.KEY_ORDERED else None,
+    )
+
+    async def run() -> list[int]:
+        out: list[int] = []
+        async for rebatched in Rebatcher(operator, items, flush_rows=100).run(batches):
+            out.extend(rebatched.outputs)
+        return out
+
+    got = asyncio.run(run())
+    assert sorted(got) == sorted(v for b in batches for v in b)
+    if mode is not OutputMode.UNORDERED:  # each key's values in input order
+        for key in range(4):
+            of_key = [v for v in got if v % 100 == key]
+            assert of_key == sorted(of_key), (mode, key, got)
