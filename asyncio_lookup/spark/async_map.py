@@ -97,6 +97,9 @@ class AsyncMapTask:
     key: tuple[str, ...] | None = None  # output_mode 'key_ordered': the key columns
     otel: bool = False  # export to OpenTelemetry at task end (asyncio_lookup.otel.enabled)
     time_zone: str = "UTC"  # the session's: naive datetimes into TIMESTAMP are read in it
+    #: Positions of the schema's NOT NULL columns: a metrics trailer puts zeros there (Spark
+    #: reads every column of the row before the trailer filter and fails on a null there).
+    not_null: tuple[int, ...] = ()
 
     def operator(
         self,
@@ -239,7 +242,8 @@ class AsyncMapTask:
                     if sketch is not None:
                         total_latency[kind].merge(sketch)
             sections = {SECTION: section(found, advice)}
-            return trailer(schema, encode(task, values, latency, final=final, sections=sections))
+            text = encode(task, values, latency, final=final, sections=sections)
+            return trailer(schema, text, self.not_null)
 
         def export_totals(failed_rows: int) -> None:
             counters: dict[str, int | float]
@@ -425,6 +429,15 @@ def async_map(
         [pa.field(f.name, arrow_type(f.dataType, "schema", large), True) for f in parsed.fields]
     )
     keep = check_on_error(on_error) is OnError.KEEP
+    not_null = tuple(i for i, f in enumerate(parsed.fields) if not f.nullable)
+    if keep and not_null:
+        raise ConfigurationError(
+            "schema",
+            [parsed.fields[i].name for i in not_null],
+            "nullable columns with on_error='keep'",
+            reason="they are NOT NULL, and a failed row is output with NULL in every column of "
+            "the schema",
+        )
     error_field = None
     if keep:
         error_column_free(check_error_column(error_column), parsed.names, "the schema")
@@ -447,6 +460,7 @@ def async_map(
         key=_check_key(key, output_mode, df),
         otel=otel_from_conf(df.sparkSession.conf),
         time_zone=session_time_zone(df, (f.dataType for f in parsed.fields)),
+        not_null=not_null,
     )
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:

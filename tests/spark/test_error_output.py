@@ -376,6 +376,26 @@ def test_async_map_keeps_failed_rows(spark: SparkSession) -> None:
     assert metrics["numFailedRows"] == len(bad) and isinstance(metrics["numFailedRows"], int)
 
 
+def test_async_map_with_not_null_columns_reports_its_metrics(spark: SparkSession) -> None:
+    """The metrics trailer was NULL in every column: Spark failed every task reading it."""
+
+    async def double(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"n": row["n"], "twice": 2 * row["n"], "label": f"n{row['n']}"}]
+
+    df = spark.createDataFrame([(n,) for n in range(50)], "n INT").repartition(2)
+    out = async_map(
+        df,
+        double,
+        "n INT NOT NULL, twice INT, label STRING NOT NULL",
+        timeout=5.0,
+        metrics_id="not-null-map",
+    )
+    assert sorted((r.n, r.twice, r.label) for r in out.collect()) == [
+        (n, 2 * n, f"n{n}") for n in range(50)
+    ]
+    assert async_map_metrics("not-null-map")["numCompleted"] == 50
+
+
 # ------------------------------------------------------------------ validation
 
 
@@ -415,6 +435,10 @@ def test_arguments_are_checked_on_the_driver(
             async_map(df, Enrich(), "n INT", timeout=1.0, on_error="ignore")
         with pytest.raises(ConfigurationError, match=r"'error_column'.*schema already has"):
             async_map(df, Enrich(), "n INT, lookup_error INT", timeout=1.0, on_error="keep")
+        # a failed row has NULL in every schema column: NOT NULL ones failed the whole job
+        with pytest.raises(ConfigurationError, match=r"\['n'\].*nullable columns") as info:
+            async_map(df, Enrich(), "n INT NOT NULL, score INT", timeout=1.0, on_error="keep")
+        assert info.value.option == "schema"
 
 
 # ------------------------------------------------------------------ SQL
