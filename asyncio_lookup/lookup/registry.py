@@ -4,7 +4,9 @@ Scope).
 Spark reuses Python workers across tasks; every task of this process that joins through the same
 ``LookupTable`` gets the same chain, so its cache (or full-cache snapshot) and its connection
 pools serve the next task too. A released chain stays open while idle; it is closed after
-``idle_timeout`` seconds unused (checked when a chain is next acquired) or at process exit.
+``idle_timeout`` seconds unused, or when more than ``MAX_IDLE_CHAINS`` are idle (the least
+recently used first: a job that builds a ``LookupTable`` per micro-batch would otherwise hold
+a pool per table), both checked when a chain is next acquired; or at process exit.
 A chain whose FULL load failed, or that was opened on another event loop, is replaced.
 """
 
@@ -20,6 +22,9 @@ from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.shared import Lease, Shared
 
 DEFAULT_IDLE_TIMEOUT = 600.0
+#: The most idle (released, unused) chains a process keeps open: more tables than a job joins
+#: at once, fewer pools than a database's connection limit.
+MAX_IDLE_CHAINS = 16
 
 _chains: Shared[str, LookupChain] = Shared()
 _settings = {"idle_timeout": DEFAULT_IDLE_TIMEOUT}
@@ -53,6 +58,11 @@ async def _sweep(loop: asyncio.AbstractEventLoop) -> None:
 
     for lease in _chains.evict_where(doomed):
         await _discard(lease, loop)
+    idle = _chains.leases_where(lambda lease: lease.users == 0 and lease.opened)
+    idle.sort(key=lambda lease: lease.idle_since if lease.idle_since is not None else now)
+    for lease in idle[: max(0, len(idle) - MAX_IDLE_CHAINS)]:
+        if lease.users == 0 and _chains.evict(lease):
+            await _discard(lease, loop)
 
 
 async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> LookupChain:

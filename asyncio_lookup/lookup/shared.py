@@ -77,6 +77,11 @@ class Shared(Generic[K, R]):
                 return True
             return False
 
+    def leases_where(self, wanted: Callable[[Lease[R]], bool]) -> list[Lease[R]]:
+        """The leases for which ``wanted`` is true (checked under the lock)."""
+        with self._lock:
+            return [lease for lease in self._leases.values() if wanted(lease)]
+
     def evict_where(self, doomed: Callable[[Lease[R]], bool]) -> list[Lease[R]]:
         """Forget and return every lease for which ``doomed`` is true (checked under the lock)."""
         with self._lock:

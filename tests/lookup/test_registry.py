@@ -176,3 +176,20 @@ async def test_release_of_a_replaced_chain_leaves_its_successor_in_use() -> None
     assert await second.async_lookup((1,)) == [{"k": 1, "load": 3}]
     release_chain("F", second)
     release_chain("G")
+
+
+async def test_idle_chains_beyond_the_cap_are_closed_least_recently_used_first() -> None:
+    """A LookupTable per micro-batch left a chain (and its pools) per table open for 600 s."""
+    table = Table({(1,): [{"id": 1}]})
+    fns = [AsyncFn(table) for _ in range(registry.MAX_IDLE_CHAINS + 3)]
+    made: list[LookupChain] = []
+    for n, fn in enumerate(fns):
+        await acquire_chain(f"T{n}", factory(table, fn, made))
+        release_chain(f"T{n}")
+    held = await acquire_chain("in-use", factory(table, AsyncFn(table), made))
+    # the sweep of the last acquire left at most the cap idle, the oldest ones closed
+    assert [fn.closed for fn in fns[:3]] == [1, 1, 1]
+    assert sum(1 for fn in fns if fn.closed == 0) == registry.MAX_IDLE_CHAINS
+    assert all(fn.closed == 0 for fn in fns[-registry.MAX_IDLE_CHAINS :])
+    assert "in-use" in registry.chain_ids()
+    release_chain("in-use", held)
