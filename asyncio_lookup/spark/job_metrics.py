@@ -126,7 +126,8 @@ class JobMetrics(dict[str, int | float]):
 
     - ``latency``: the merged sketches, ``{"record": ..., "call": ...}``
       (:class:`~asyncio_lookup.runtime.sketch.LatencySketch`; empty when nothing was timed);
-    - ``tasks``: how many task attempts reported (each successful attempt once);
+    - ``tasks``: how many task attempts reported (each successful attempt once; a task reading
+      several partitions of the join, after ``coalesce``, counts each);
     - ``partial``: why the figures cover only part of the job, or None when they cover it all;
     - ``sections``: the other merged trailer sections, by name (:func:`register_section`);
     - ``title``: what it measured (the table's name), for :meth:`_repr_html_` and :meth:`plot`.
