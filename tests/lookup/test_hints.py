@@ -328,14 +328,14 @@ def test_lookup_hints_for_the_table_merge_option_by_option() -> None:
     name and its alias both name it."""
     resolved = resolve_lookup(
         [
-            "LOOKUP('table'='D', 'async'='false', 'capacity'='7')",
-            "LOOKUP('table'='T', 'capacity'='7', 'retry-predicate'='lookup_miss', "
+            "LOOKUP('table'='D', 'async'='false', 'on-error'='keep')",
+            "LOOKUP('table'='T', 'retry-predicate'='lookup_miss', "
             "'retry-strategy'='fixed_delay', 'fixed-delay'='10s', 'max-attempts'='3')",
         ],
         "T",
         aliases=["D"],
     )
-    assert (resolved.prefer_async, resolved.capacity) == (False, 7)
+    assert (resolved.prefer_async, resolved.on_error.name) == (False, "KEEP")
     assert (resolved.retry_delay, resolved.retry_max_attempts) == (10.0, 3)
 
 

@@ -89,9 +89,10 @@ def test_runner_matches_the_reference(
         how, (KeyBinding("id", left_column="cid"),), dim_filter=lambda d: d["v"] >= min_v
     )
     async_mode = mode != "sync"
-    hint = (
-        f"LOOKUP('table'='T', 'async'='{str(async_mode).lower()}', "
-        f"'output-mode'='{'ordered' if mode == 'sync' else mode}', 'capacity'='{capacity}')"
+    hint = (  # a sync join takes no output mode or capacity (a warning)
+        "LOOKUP('table'='T', 'async'='false')"
+        if mode == "sync"
+        else f"LOOKUP('table'='T', 'async'='true', 'output-mode'='{mode}', 'capacity'='{capacity}')"
     )
     settings_ = resolve_lookup(hint, "T")
     probes = [

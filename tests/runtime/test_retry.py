@@ -24,14 +24,16 @@ from .virtual_time import run_virtual
 
 
 def test_fixed_delay_counts_retries_and_has_a_constant_backoff() -> None:
-    s = RetryStrategies.fixed_delay(3, 0.25)
+    s = RetryStrategies.fixed_delay(3, 0.25, result_predicate=RetryPredicates.EMPTY_RESULT)
     assert [s.can_retry(n) for n in (1, 2, 3, 4)] == [True, True, True, False]
     assert [s.backoff(n) for n in (1, 2, 3)] == [0.25, 0.25, 0.25]
     assert isinstance(s, AsyncRetryStrategy)
 
 
 def test_exponential_backoff_is_a_pure_function_of_the_attempt_number() -> None:
-    s = RetryStrategies.exponential_backoff(10, 0.1, 1.0, 2.0)
+    s = RetryStrategies.exponential_backoff(
+        10, 0.1, 1.0, 2.0, exception_predicate=RetryPredicates.HAS_EXCEPTION
+    )
     expected = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     assert [s.backoff(n) for n in range(1, 7)] == pytest.approx(expected)
     # any call order, any number of times: same answers (no state shared between records)
@@ -43,8 +45,12 @@ def test_exponential_backoff_is_a_pure_function_of_the_attempt_number() -> None:
 def test_timedelta_delays() -> None:
     from datetime import timedelta
 
-    assert RetryStrategies.fixed_delay(1, timedelta(milliseconds=20)).backoff(1) == 0.02
-    s = RetryStrategies.exponential_backoff(1, timedelta(seconds=1), timedelta(seconds=3), 1.5)
+    empty = RetryPredicates.EMPTY_RESULT
+    fixed = RetryStrategies.fixed_delay(1, timedelta(milliseconds=20), result_predicate=empty)
+    assert fixed.backoff(1) == 0.02
+    s = RetryStrategies.exponential_backoff(
+        1, timedelta(seconds=1), timedelta(seconds=3), 1.5, result_predicate=empty
+    )
     assert (s.initial_delay, s.max_delay) == (1.0, 3.0)
 
 
