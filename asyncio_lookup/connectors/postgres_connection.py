@@ -63,11 +63,17 @@ def parse_libpq_dsn(dsn: str) -> dict[str, str]:
     return params
 
 
+#: A URL's scheme (``jdbc:postgresql`` too), at the start of the DSN: a libpq keyword DSN may
+#: hold ``://`` in a value, and what comes before it there may be a password.
+_URL_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.:-]*)://")
+
+
 def asyncpg_dsn(dsn: str) -> str:
     """asyncpg takes URLs only: a libpq keyword/value DSN is rewritten as a URL; a URL of
     another scheme than ``postgresql://`` / ``postgres://`` (a JDBC one) is refused."""
-    if "://" in dsn:
-        scheme = dsn.partition("://")[0]
+    url = _URL_SCHEME.match(dsn)
+    if url is not None:
+        scheme = url.group(1)
         if scheme.lower() not in ("postgresql", "postgres"):
             raise ConfigurationError(
                 "dsn",

@@ -24,7 +24,7 @@ from asyncio_lookup.lookup.shared import Lease, Shared
 DEFAULT_IDLE_TIMEOUT = 600.0
 #: The most idle (released, unused) chains a process keeps open: more tables than a job joins
 #: at once, fewer pools than a database's connection limit.
-MAX_IDLE_CHAINS = 16
+MAX_IDLE_CHAINS = 32
 
 _chains: Shared[str, LookupChain] = Shared()
 _settings = {"idle_timeout": DEFAULT_IDLE_TIMEOUT}
@@ -47,7 +47,9 @@ async def _discard(lease: Lease[LookupChain], loop: asyncio.AbstractEventLoop) -
             chain.abandon()
 
 
-async def _sweep(loop: asyncio.AbstractEventLoop) -> None:
+async def _sweep(loop: asyncio.AbstractEventLoop, acquiring: str) -> None:
+    """Close what is idle too long, from another loop, or beyond the cap (never the chain
+    ``acquiring`` is about to take: in a cycle it would be the least recently used)."""
     now = time.monotonic()
     timeout = _settings["idle_timeout"]
 
@@ -58,7 +60,9 @@ async def _sweep(loop: asyncio.AbstractEventLoop) -> None:
 
     for lease in _chains.evict_where(doomed):
         await _discard(lease, loop)
-    idle = _chains.leases_where(lambda lease: lease.users == 0 and lease.opened)
+    idle = _chains.leases_where(
+        lambda lease: lease.users == 0 and lease.opened and lease.key != acquiring
+    )
     idle.sort(key=lambda lease: lease.idle_since if lease.idle_since is not None else now)
     for lease in idle[: max(0, len(idle) - MAX_IDLE_CHAINS)]:
         if lease.users == 0 and _chains.evict(lease):
@@ -72,7 +76,7 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
     every waiter gets the error; the next acquire starts afresh. Pair with :func:`release_chain`.
     """
     loop = asyncio.get_running_loop()
-    await _sweep(loop)
+    await _sweep(loop, table_id)
     lease = _chains.get(table_id)
     chain = None if lease is None else lease.resource
     if lease is not None and chain is not None and (lease.loop is not loop or chain.failed):

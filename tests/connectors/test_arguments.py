@@ -93,6 +93,9 @@ def test_a_dsn_of_another_scheme_is_refused_without_its_credentials(
     assert info.value.value == dsn.partition("://")[0] + "://..."  # no host, user or password
     assert "postgresql://" in info.value.allowed
     PostgresConnector("POSTGRES://db/x", "t")  # schemes are case-insensitive
+    # a keyword DSN with "://" in a value is no URL, and its password is never shown
+    libpq = "host=db dbname=x user=u password=hunter2 application_name=svc://x"
+    assert PostgresConnector(libpq, "t").url.startswith("postgresql://u:hunter2@db/x?")
 
 
 def test_a_url_with_a_control_character_is_refused_at_construction() -> None:

@@ -193,3 +193,16 @@ async def test_idle_chains_beyond_the_cap_are_closed_least_recently_used_first()
     assert all(fn.closed == 0 for fn in fns[-registry.MAX_IDLE_CHAINS :])
     assert "in-use" in registry.chain_ids()
     release_chain("in-use", held)
+
+
+async def test_tables_used_in_turn_up_to_the_cap_keep_their_chains() -> None:
+    """The sweep of an acquire closed the very chain it was about to take (the least recently
+    used one, in a cycle): every table reopened on every task."""
+    table = Table({(1,): [{"id": 1}]})
+    made: list[LookupChain] = []
+    fns = [AsyncFn(table) for _ in range(registry.MAX_IDLE_CHAINS + 1)]
+    for _ in range(3):
+        for n, fn in enumerate(fns):
+            await acquire_chain(f"T{n}", factory(table, fn, made))
+            release_chain(f"T{n}")
+    assert len(made) == len(fns) and all(fn.closed == 0 for fn in fns)
