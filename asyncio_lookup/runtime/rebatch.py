@@ -7,10 +7,11 @@ elements and regroups what the operator emits. An output batch holds outputs of 
 only, each with the index of the element it came from, so the adapter can gather input columns
 column-wise (Arrow ``take``) instead of per cell. A batch's outputs are yielded when its last
 element is emitted, or earlier in pieces of ``flush_rows`` outputs; the order of the outputs is
-the operator's output mode's. Before a batch's outputs are yielded, what the batches read
-before it have gathered so far is yielded, in input order: an output never overtakes one the
-operator emitted earlier (a key's rows keep their order in key-ordered mode when they are in
-different input batches).
+the operator's output mode's. In key-ordered mode, before a batch's outputs are yielded, what
+the batches read before it have gathered so far is yielded, in input order: an output never
+overtakes one the operator emitted earlier, so a key's rows keep their order when they are in
+different input batches (ordered mode never finishes a later batch first; unordered mode
+promises no order, and flushing there would only cut batches small).
 
 Per element the cost is one dict insert and one dict pop (the element's batch and index, found
 by identity, so the elements need no wrapper and the function sees them as they are). A batch's
@@ -36,6 +37,7 @@ from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime.elements import OutputMode
 from asyncio_lookup.runtime.run import OperatorRun
 
 B = TypeVar("B", bound=Sized)
@@ -121,6 +123,7 @@ class Rebatcher(Generic[B, E, OUT]):
         pending_batches: dict[int, _Pending[B, OUT]] = {}  # by seq, in input order
         flush_rows = self.flush_rows
         fans_out = self.operator.fans_out
+        key_ordered = getattr(self.operator, "output_mode", None) is OutputMode.KEY_ORDERED
         source = self._source(batches, owner, pending_batches)
         try:
             async with self.operator.running(source, chunked=True) as run:
@@ -148,11 +151,15 @@ class Rebatcher(Generic[B, E, OUT]):
                             pending.out = Rebatched(out.batch)
                         else:
                             continue
-                        earlier = [  # a snapshot: the source adds batches while we yield
-                            b
-                            for b in pending_batches.values()
-                            if b.seq < pending.seq and b.out.outputs
-                        ]
+                        earlier = (  # a snapshot: the source adds batches while we yield
+                            [
+                                b
+                                for b in pending_batches.values()
+                                if b.seq < pending.seq and b.out.outputs
+                            ]
+                            if key_ordered
+                            else ()
+                        )
                         for before in earlier:
                             held, before.out = before.out, Rebatched(before.out.batch)
                             yield held
