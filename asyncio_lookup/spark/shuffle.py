@@ -284,6 +284,12 @@ def plan_shuffle(
         partition = F.pmod(base + spread, F.lit(n))
     else:
         partition = base
+    left_keys = [key_columns[p] for p in positions]
+    if left_keys:  # a key holding a NULL is never looked up: any task may take its row
+        has_null = left_keys[0].isNull()
+        for column in left_keys[1:]:
+            has_null = has_null | column.isNull()
+        partition = F.when(has_null, F.pmod(_row_hash(df), F.lit(n))).otherwise(partition)
     routing = PartitionRouting(
         num_partitions=n,
         partitioner=partitioner,

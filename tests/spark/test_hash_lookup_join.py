@@ -387,3 +387,24 @@ def test_a_key_type_only_spark_can_hash_shuffles_but_loads_the_whole_table(
         (n, f"d{n % 50}") for n in range(200) if n % 50 < 40
     )
     assert table.metrics()["numCachedRecords"] == 40  # not partitioned: the dim side can't hash
+
+
+def test_rows_whose_key_holds_a_null_are_spread_over_the_tasks(spark: SparkSession) -> None:
+    """A NULL key (never looked up: an SQL LEFT join's ON pre-filter makes many) hashed to one
+    partition: 90 % of the rows in one task."""
+    df = spark.range(4000).select(
+        F.when(F.col("id") % 10 == 0, (F.col("id") % 97).cast("int")).alias("customer_id"),
+        F.col("id").alias("n"),
+    )
+    table = LookupTable("Customers", "id INT, name STRING", InMemoryConnector([], ["id"]))
+    out = lookup_join(
+        df,
+        table,
+        on=[("customer_id", "id")],
+        how="left",
+        hints="SHUFFLE_HASH('Customers')",
+        shuffle_partitions=2,
+        skew=False,
+    )
+    sizes = [r[1] for r in out.groupBy(F.spark_partition_id()).count().collect()]
+    assert sum(sizes) == 4000 and max(sizes) < 0.6 * 4000, sizes
