@@ -198,7 +198,8 @@ class PartitionRouting:
         if any(v is None for v in key):
             return False  # a NULL key is never looked up
         for position, value in self.literals:
-            if key[position] != value:
+            found = key[position]
+            if found != value and not (found != found and value != value):  # NaN is NaN
                 return False
         try:
             return partition in self.partitions(key)

@@ -294,7 +294,9 @@ def plan_shuffle(
         num_partitions=n,
         partitioner=partitioner,
         hasher=hasher,
-        literals=tuple((p, b.literal) for p, b in enumerate(spec.keys) if b.left_column is None),
+        literals=tuple(
+            (p, b.literal_key) for p, b in enumerate(spec.keys) if b.left_column is None
+        ),
         hot=hot,
     )
     routed = df.withColumn(PARTITION_COLUMN, partition.cast("int"))

@@ -84,6 +84,10 @@ def test_accepts_checks_literals_nulls_and_keeps_rows_it_cannot_route() -> None:
     assert not routing.accepts({"id": None, "region": "EU"}, columns, home)
     assert routing.accepts({"id": "3", "region": "EU"}, columns, 0)  # unroutable: kept
     assert routing.accepts({"id": "3", "region": "EU"}, columns, 1)
+    # a NaN literal accepts the dim's NaN rows (NaN != NaN kept them out of every partition)
+    nan = PartitionRouting(2, hasher, hasher, literals=((1, float("nan")),))
+    assert nan.accepts({"id": 3, "x": float("nan")}, ("id", "x"), home)
+    assert not nan.accepts({"id": 3, "x": 1.0}, ("id", "x"), home)
 
 
 def test_can_filter_needs_a_hash_the_dim_side_can_compute() -> None:
