@@ -55,6 +55,7 @@ from asyncio_lookup.connectors.http_answers import (
     field_path_problem,
     header_values,
     link_next,
+    omitted_empty,
     parse_retry_after,
 )
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
@@ -385,6 +386,8 @@ class HttpConnector(AsyncFirstSource):
         value = dig(decoded, rows_field) if rows_field else decoded
         if value is MISSING:
             assert rows_field is not None  # dig() of no path is the body
+            if omitted_empty(decoded, rows_field):
+                return []
             raise DataFormatError(
                 f"HTTP {method} {mask_url(url)}: the answer has no {rows_field!r} (rows_field): "
                 f"{field_path_problem(decoded, rows_field)}; a null there is a miss"

@@ -601,6 +601,9 @@ async def test_a_rows_field_the_answer_lacks_is_an_error_and_a_null_there_a_miss
     assert await _both(c, ('{"data": null}',)) == []
     assert await _both(c, ('{"data": {"items": null}}',)) == []
     assert await _both(c, ("null",)) == []
+    # proto3 JSON leaves an empty list out: an object with no list under another name
+    assert await _both(c, ("{}",)) == []
+    assert await _both(c, ('{"data": {"total": 0}, "nextPageToken": "x"}',)) == []
     for body, problem in [
         ('{"data": {"item": []}}', "data has no field 'items' (it has ['item'])"),
         ('{"data": [1]}', "data is list, not an object"),
