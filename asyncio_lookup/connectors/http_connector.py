@@ -542,11 +542,7 @@ class _HttpLookup(AsyncLookupFunction):
         status, headers, payload = await client.get_json(url)
         # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
         # object as the body
-        if (
-            status == 200
-            and type(payload) is dict
-            and not c.rows_field
-        ):
+        if status == 200 and type(payload) is dict and not c.rows_field:
             return [payload]
         if not c.answered("GET", url, status, headers, payload):
             return []
