@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from asyncio_lookup.errors import ConfigurationError
 
@@ -110,14 +110,17 @@ def redis_url_problem(url: str) -> str | None:
         parts.port  # noqa: B018 (raises for a port out of range or not a number)
     except ValueError as error:
         return str(error)
-    if parts.scheme.lower() not in ("redis", "rediss", "unix"):
-        return f"scheme {parts.scheme!r}"
+    scheme = url.partition("://")[0] if "://" in url else parts.scheme
+    if scheme not in ("redis", "rediss", "unix"):  # redis-py takes them in lower case only
+        return f"scheme {scheme!r}"
     databases = parse_qs(parts.query).get("db", [])
-    if parts.scheme.lower() == "unix":
+    if parts.scheme == "unix":
         if not parts.path:
             return "no socket path"
-    elif parts.path not in ("", "/"):
-        databases.append(parts.path[1:])
+    else:  # as redis-py reads it: the path without its slashes, percent-decoded
+        path = unquote(parts.path).replace("/", "")
+        if path:
+            databases.append(path)
     for db in databases:
         if not db.isascii() or not db.isdigit():
             return f"database {db!r} is not an integer >= 0"

@@ -64,6 +64,8 @@ def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
 def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None]:
     """The URL template without userinfo (returned apart, percent-decoded, as basic auth),
     validated."""
+    if not isinstance(url, str):
+        raise ConfigurationError(option, url, "an http:// or https:// URL (text)")
     control = CONTROL.search(url)
     if control:  # urlsplit() drops CR, LF and tab; a client refuses every request with them
         raise ConfigurationError(
@@ -96,8 +98,10 @@ def _without_userinfo(url: str) -> str:
 
 
 def status_set(option: str, statuses: Collection[int]) -> frozenset[int]:
-    if isinstance(statuses, (str, bytes)) or not all(
-        type(s) is int and 100 <= s <= 599 for s in statuses
+    if (
+        not isinstance(statuses, Collection)
+        or isinstance(statuses, (str, bytes))
+        or not all(type(s) is int and 100 <= s <= 599 for s in statuses)
     ):
         raise ConfigurationError(option, statuses, "HTTP status codes (integers 100-599)")
     return frozenset(statuses)

@@ -32,6 +32,8 @@ class KeyTemplate:
     """
 
     def __init__(self, template: str, option: str) -> None:
+        if not isinstance(template, str):
+            raise ConfigurationError(option, template, "a text with {column} placeholders")
         self.template = template
         self.option = option
         self.literals: list[str] = []
@@ -82,8 +84,12 @@ class KeyTemplate:
             columns = tuple(dict.fromkeys(self.fields))
         elif isinstance(key_columns, str):
             columns = (key_columns,)
-        else:
+        elif isinstance(key_columns, (list, tuple)):
             columns = tuple(key_columns)
+        else:
+            raise ConfigurationError(
+                "key_columns", key_columns, "a column name or a list of column names"
+            )
         if not columns:
             raise ConfigurationError(
                 "key_columns",

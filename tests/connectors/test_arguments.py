@@ -143,3 +143,16 @@ def test_http_credentials_are_checked_and_given_one_way() -> None:
         with pytest.raises(ConfigurationError, match="one way to authenticate"):
             HttpConnector(**{"url": HTTP, **kwargs})  # type: ignore[arg-type]
     assert HttpConnector(HTTP, basic_auth=["a", "b"]).basic_auth == ("a", "b")
+
+
+def test_arguments_of_the_wrong_type_are_configuration_errors() -> None:
+    """They raised bare TypeErrors that named neither the option nor what is allowed."""
+    for build, option in [
+        (lambda: HttpConnector(5), "url"),  # type: ignore[arg-type]
+        (lambda: HttpConnector(HTTP, key_columns=5), "key_columns"),  # type: ignore[arg-type]
+        (lambda: HttpConnector(HTTP, miss_statuses=404), "miss_statuses"),  # type: ignore[arg-type]
+        (lambda: RedisConnector(REDIS, 7), "key_template"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(ConfigurationError) as info:
+            build()
+        assert info.value.option == option

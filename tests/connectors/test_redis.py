@@ -132,6 +132,11 @@ def test_configuration_errors(redis_url: str) -> None:
         assert info.value.option == "url" and info.value.reason
     RedisConnector("redis://127.0.0.1:6379/3", "c:{id}")
     RedisConnector("unix:///tmp/redis.sock?db=2", "c:{id}")
+    # as redis-py reads them: slashes dropped, percent-decoded; the scheme in lower case only
+    RedisConnector("redis://127.0.0.1:6379/0/", "c:{id}")
+    RedisConnector("redis://127.0.0.1/%31", "c:{id}")
+    with pytest.raises(ConfigurationError, match="scheme 'REDIS'"):
+        RedisConnector("REDIS://127.0.0.1:6379/0", "c:{id}")
 
 
 async def test_full_scan_100k(redis_url: str, redis_prefix: str, redis_client: redis.Redis) -> None:
