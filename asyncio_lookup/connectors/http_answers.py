@@ -64,32 +64,23 @@ def dig(body: Any, path: str | None) -> Any:
     return body
 
 
-def omitted_empty(body: Any, path: str) -> bool:
-    """Whether ``path`` is absent from ``body`` as an empty list is in proto3 JSON (Google APIs,
-    gRPC gateways leave empty repeated fields out): a field missing from an object that holds
-    no list under another name. An object holding one (``{"item": [...]}`` for ``items``)
-    more likely names the rows otherwise: that is no omission."""
-    for part in path.split("."):
-        if not isinstance(body, dict):
-            return False
-        if part not in body:
-            return not any(isinstance(value, list) for value in body.values())
-        body = body[part]
-    return False
-
-
-def field_path_problem(body: Any, path: str) -> str:
-    """Where ``path`` leaves ``body``, for an error message."""
+def missing_field(body: Any, path: str) -> str | None:
+    """Where ``path`` leaves ``body`` (for an error), or None when the field is absent as an
+    empty list is in proto3 JSON (Google APIs, gRPC gateways leave empty repeated fields out):
+    missing from an object that holds no list under another name. An object holding one
+    (``{"item": [...]}`` for ``items``) more likely names the rows otherwise: an error."""
     walked: list[str] = []
     for part in path.split("."):
         where = ".".join(walked) or "the body"
         if not isinstance(body, dict):
             return f"{where} is {type(body).__name__}, not an object"
         if part not in body:
+            if not any(isinstance(value, list) for value in body.values()):
+                return None
             return f"{where} has no field {part!r} (it has {sorted(body)[:20]})"
         walked.append(part)
         body = body[part]
-    return "found"
+    return None
 
 
 def check_loop(url: str, seen: set[str]) -> None:

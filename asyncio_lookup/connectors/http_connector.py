@@ -52,10 +52,9 @@ from asyncio_lookup.connectors.http_answers import (
     MISSING,
     check_loop,
     dig,
-    field_path_problem,
     header_values,
     link_next,
-    omitted_empty,
+    missing_field,
     parse_retry_after,
 )
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
@@ -386,11 +385,12 @@ class HttpConnector(AsyncFirstSource):
         value = dig(decoded, rows_field) if rows_field else decoded
         if value is MISSING:
             assert rows_field is not None  # dig() of no path is the body
-            if omitted_empty(decoded, rows_field):
+            problem = missing_field(decoded, rows_field)
+            if problem is None:  # an empty list left out
                 return []
             raise DataFormatError(
                 f"HTTP {method} {mask_url(url)}: the answer has no {rows_field!r} (rows_field): "
-                f"{field_path_problem(decoded, rows_field)}; a null there is a miss"
+                f"{problem}; a null there is a miss"
             )
         if type(value) is dict:
             return [value]

@@ -26,6 +26,11 @@ Row: TypeAlias = Mapping[str, Any]
 NAN = float("nan")
 
 
+def one_nan(value: Any) -> Any:
+    """``value``, or :data:`NAN` when it is a NaN float."""
+    return NAN if value != value and type(value) is float else value
+
+
 def same_nan(values: list[Any]) -> list[Any]:
     """``values`` with every NaN float replaced by :data:`NAN` (in place; returned)."""
     for i, value in enumerate(values):

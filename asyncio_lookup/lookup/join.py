@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from asyncio_lookup.errors import ConfigurationError, lookup_context
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
-from asyncio_lookup.lookup.functions import NAN, Key, Row
+from asyncio_lookup.lookup.functions import Key, Row, one_nan
 from asyncio_lookup.lookup.hint_resolve import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
 from asyncio_lookup.runtime.rebatch import (
@@ -86,8 +86,7 @@ class KeyBinding:
     def literal_key(self) -> Any:
         """The literal as a key value: a NaN as the one :data:`NAN` (a NaN equals no other
         NaN object in a key tuple; this one arrives unpickled in every task)."""
-        literal = self.literal
-        return NAN if type(literal) is float and literal != literal else literal
+        return one_nan(self.literal)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pyspark.sql.types import ArrayType, MapType, StringType, StructField, Struc
 from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.lookup.advice import SECTION, Advice, section
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
-from asyncio_lookup.lookup.functions import NAN, same_nan
+from asyncio_lookup.lookup.functions import one_nan, same_nan
 from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
 from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
@@ -318,8 +318,7 @@ class RowKey:
     def __call__(self, row: Mapping[str, Any]) -> Any:
         columns = self.columns
         if len(columns) == 1:
-            value = row[columns[0]]
-            return NAN if value != value and type(value) is float else value
+            return one_nan(row[columns[0]])
         return tuple(same_nan([row[column] for column in columns]))
 
 
