@@ -45,6 +45,7 @@ from asyncio_lookup.spark.failed_rows import (
     convert_keeping_failures,
     error_array,
     error_column_free,
+    refuse_unused_error_column,
 )
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, JobMetrics, encode
 from asyncio_lookup.spark.map_in_arrow import map_in_arrow
@@ -442,6 +443,8 @@ def async_map(
         error_column_free(check_error_column(error_column), parsed.names, "the schema")
         error_field = pa.field(error_column, arrow_type(ERROR_TYPE, "schema", large), True)
         parsed = StructType([*parsed.fields, StructField(error_column, ERROR_TYPE, True)])
+    else:
+        refuse_unused_error_column(error_column, "on_error")
     task = AsyncMapTask(
         fn=fn,
         schema=arrow_schema,

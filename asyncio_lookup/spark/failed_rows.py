@@ -44,6 +44,17 @@ def check_error_column(name: Any) -> str:
     return name
 
 
+def refuse_unused_error_column(name: Any, on_error: str) -> None:
+    """Refuse an ``error_column`` other than the default when failed rows are not kept."""
+    if name != DEFAULT_ERROR_COLUMN:
+        raise ConfigurationError(
+            "error_column",
+            name,
+            f"{DEFAULT_ERROR_COLUMN!r} (the default) unless {on_error} is 'keep'",
+            reason="only kept failed rows have an error column, so it would do nothing",
+        )
+
+
 def check_on_error(value: Any) -> OnError | None:
     """``on_error``: None (not given), ``'fail'`` or ``'keep'``."""
     return None if value is None else OnError.of(value)

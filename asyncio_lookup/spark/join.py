@@ -35,6 +35,7 @@ from asyncio_lookup.spark.failed_rows import (
     check_error_column,
     check_on_error,
     error_column_free,
+    refuse_unused_error_column,
 )
 from asyncio_lookup.spark.join_columns import (
     OnInput,
@@ -182,6 +183,8 @@ def plan_lookup_join(
         error_column = args.error_column
         error_column_free(error_column, output.names, "the join's output")
         output = StructType([*output.fields, StructField(error_column, ERROR_TYPE, True)])
+    else:
+        refuse_unused_error_column(args.error_column, "on_error (or the LOOKUP hint's 'on-error')")
     task = LookupJoinTask(
         table_id=table.table_id,
         table_name=table.name,
@@ -316,6 +319,14 @@ def lookup_join(
             args.shuffle_partitions,
             "a partition count for a hash lookup join: with a SHUFFLE_HASH hint for the table",
             reason="this join is not shuffled, so it would do nothing",
+        )
+    elif args.skew is not None and args.skew is not False:
+        raise ConfigurationError(
+            "skew",
+            args.skew,
+            "None or False unless the join is a hash lookup join (a SHUFFLE_HASH hint for the "
+            "table)",
+            reason="only a shuffled join spreads hot keys, so it would do nothing",
         )
     with_metrics = StructType([*output.fields, StructField(METRICS_COLUMN, StringType(), True)])
     return observe(map_in_arrow(df, task, with_metrics), table.table_id, table.name)

@@ -431,6 +431,22 @@ def test_arguments_are_checked_on_the_driver(
         )
         fine = lookup_join(df, table, on=[("cid", "id")], on_error="KEEP", error_column="why")
         assert fine.columns[-1] == "why"
+        # an error column named without the error output would do nothing
+        with pytest.raises(ConfigurationError, match=r"'why' for 'error_column'.*would do"):
+            lookup_join(df, table, on=[("cid", "id")], columns=["name"], error_column="why")
+        with pytest.raises(ConfigurationError, match=r"'why' for 'error_column'.*would do"):
+            lookup_join(df, table, on=[("cid", "id")], on_error="fail", error_column="why")
+        hinted = lookup_join(
+            df,
+            table,
+            on=[("cid", "id")],
+            columns=["name"],
+            hints="LOOKUP('table'='Customers', 'on-error'='keep')",
+            error_column="why",
+        )
+        assert hinted.columns[-1] == "why"
+        with pytest.raises(ConfigurationError, match=r"'why' for 'error_column'.*would do"):
+            async_map(df, Enrich(), "n INT", timeout=1.0, error_column="why")
         with pytest.raises(ConfigurationError, match=r"'on_error'"):
             async_map(df, Enrich(), "n INT", timeout=1.0, on_error="ignore")
         with pytest.raises(ConfigurationError, match=r"'error_column'.*schema already has"):

@@ -129,6 +129,19 @@ def test_flip_234_lookup_join_verbatim(spark: SparkSession, sql: LookupSQL) -> N
     assert sum(rows(df).values()) > 200
 
 
+def test_skew_of_the_session_applies_to_shuffled_joins_only(
+    spark: SparkSession, pg: Any, orders: DataFrame
+) -> None:
+    # lookup_join refuses skew options for a join that is not shuffled; LookupSQL's are
+    # for its SHUFFLE_HASH joins, so a plain join in the same session still plans.
+    lookup = LookupSQL(spark, skew=True)
+    lookup.sql(customers_ddl(pg.create(CUSTOMERS)))
+    plain_customers(spark, CUSTOMERS)
+    with no_spark_job(spark):
+        df = lookup.sql(FLIP_234)
+    assert rows(df) == rows(spark.sql(PLAIN))
+
+
 def test_flip_234_retry_joins_rows_that_arrive_after_the_first_lookup(
     spark: SparkSession, pg: Any, orders: DataFrame
 ) -> None:

@@ -187,6 +187,8 @@ def test_invalid_lookup_tables(
             ["['country']", "not among columns"],
         ),
         ({"shuffle_partitions": 4}, "shuffle_partitions", ["4", "SHUFFLE_HASH"]),
+        ({"skew": True}, "skew", ["True", "SHUFFLE_HASH", "would do nothing"]),
+        ({"skew": {"sample_fraction": 1.0}}, "skew", ["sample_fraction", "SHUFFLE_HASH"]),
         ({"alias": ""}, "alias", []),
     ],
 )

@@ -157,3 +157,11 @@ def keeps_failures(hints: list[LookupHint | ShuffleHashHint]) -> bool:
     """True when the join's LOOKUP hints (merged, as in resolution) keep failed rows."""
     lookup = merge_lookup_hints([h for h in hints if isinstance(h, LookupHint)])
     return lookup is not None and lookup.on_error == "keep"
+
+
+def shuffles(hints: list[LookupHint | ShuffleHashHint]) -> bool:
+    """True when the join's hints make it a hash lookup join (SHUFFLE_HASH or 'shuffle')."""
+    if any(isinstance(h, ShuffleHashHint) for h in hints):
+        return True
+    lookup = merge_lookup_hints([h for h in hints if isinstance(h, LookupHint)])
+    return lookup is not None and bool(lookup.shuffle)

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.spark.failed_rows import DEFAULT_ERROR_COLUMN
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.metrics import observed_by
 from asyncio_lookup.spark.sql.ddl import TableDefinition
@@ -47,6 +48,7 @@ from asyncio_lookup.spark.sql.select_hints import (
     LookupJoinName,
     SelectHints,
     keeps_failures,
+    shuffles,
 )
 from asyncio_lookup.spark.sql.views import filter_view, finish
 
@@ -465,8 +467,8 @@ class Translator:
                 columns=[f for f, _ in dim_flat],
                 rename=dict(dim_flat),
                 alias=dim_alias,
-                skew=self.skew,
-                error_column=error_column,
+                skew=self.skew if shuffles(join_hints) else None,
+                error_column=error_column if keep else DEFAULT_ERROR_COLUMN,
             )
         except SqlError:
             raise
