@@ -264,16 +264,25 @@ class RedisConnector(AsyncFirstSource):
 
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:
         """The key columns of a scanned key name; ``None`` for a name that the template does
-        not match or ``key_types`` cannot convert (another table's key sharing the prefix)."""
+        not match, that ``key_types`` cannot convert (another table's key sharing the prefix),
+        or that is not the name a lookup of the converted key reads (``007`` or ``+7`` for the
+        int 7, whose name is ``7``): a scanned row joins only the key whose name it has."""
         match = self.template.parser().match(redis_key)
         if match is None:
             return None
         values: dict[str, Any] = match.groupdict()
+        if not self.key_types:
+            return values
         for column, convert in self.key_types.items():
             try:
                 values[column] = convert(values[column])
             except (ValueError, TypeError, ArithmeticError):
                 return None
+        try:
+            if self.template.format(values, key_text) != redis_key:
+                return None
+        except DataFormatError:
+            return None
         return values
 
     async def _scan(self) -> AsyncIterator[Row]:

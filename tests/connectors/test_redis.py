@@ -175,6 +175,30 @@ async def test_scan_hash_glob_escaping_and_key_parsing(
     assert rows == [{"f": "1", "g": "a", "n": 1}, {"f": "2", "g": "b", "n": 2}]  # the key wins
 
 
+async def test_scan_keeps_only_the_names_a_lookup_of_the_key_reads(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    # int('007') == int('+7') == int(' 7') == 7, but a lookup of 7 reads "...:7": the other
+    # spellings would give key 7 (and 10, 3) rows no point lookup returns.
+    spellings = ["7", "007", "+7", " 7", "1_0", "\u0663", "-0", "7.0"]
+    for name in spellings:
+        redis_client.set(f"{redis_prefix}sp:{name}", json.dumps({"name": name}))
+    redis_client.set(f"{redis_prefix}fp:7.0", json.dumps({"name": "7.0"}))
+    redis_client.set(f"{redis_prefix}fp:7", json.dumps({"name": "7"}))
+    redis_client.set(f"{redis_prefix}fp:-0.0", json.dumps({"name": "-0.0"}))
+    ints = RedisConnector(redis_url, redis_prefix + "sp:{id}", key_types={"id": int})
+    assert [r async for r in ints.scan()] == [{"name": "7", "id": 7}]
+    floats = RedisConnector(redis_url, redis_prefix + "fp:{x}", key_types={"x": float})
+    assert [r async for r in floats.scan()] == [{"name": "7.0", "x": 7.0}]
+    fn = ints.async_lookup_function()
+    await fn.open()
+    try:  # the same answer as a point lookup
+        assert await fn.async_lookup((7,)) == [{"name": "7", "id": 7}]
+        assert await fn.async_lookup((10,)) == []
+    finally:
+        await fn.close()
+
+
 async def test_restart_mid_run_recovers_without_loss_or_duplicates(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
