@@ -140,6 +140,13 @@ def _key_fits(pg_type: str, declared: str) -> tuple[bool, str, str]:
             f"an integral type: {wider} or decimal(p,0) with p >= {digits}",
             f"a {declared} key with a fraction would be truncated and match the wrong row",
         )
+    if base == "real" and declared != "float":
+        return (
+            False,
+            "float",
+            f"a {declared} key is rounded to real (float4) before the compare, so many keys "
+            "would match one row",
+        )
     if base == "timestamp without time zone" and declared != "timestamp_ntz":
         return (
             False,

@@ -22,7 +22,7 @@ def typed(postgres_dsn: str, pg_table: str) -> str:
         f'CREATE TABLE "{pg_table}" (id integer, big bigint, small smallint, '
         "price double precision, amount numeric(12,2), ratio numeric, name text, "
         "code varchar(8), ok boolean, day date, at timestamp, atz timestamptz, blob bytea, "
-        '"Odd Name" integer, at3 timestamp(3), atz3 timestamptz(3))',
+        '"Odd Name" integer, at3 timestamp(3), atz3 timestamptz(3), score real)',
     )
     return pg_table
 
@@ -85,6 +85,8 @@ def test_lossy_declarations_name_table_column_types_and_the_fix(
         ("small", "double", "smallint", "an integral type: smallint, int, bigint or decimal(p,0)"),
         ("at", "timestamp", "timestamp without time zone", "timestamp_ntz"),
         ("at3", "timestamp", "timestamp(3) without time zone", "timestamp_ntz"),
+        # a double key is rounded to real: 16777217.0 and 0.1000000001 each matched a row
+        ("score", "double", "real", "float"),
     ],
 )
 def test_key_columns_must_match_exactly(
@@ -115,6 +117,7 @@ def test_exact_key_declarations_pass(postgres_dsn: str, typed: str) -> None:
         ("atz", "timestamp"),
         ("atz3", "timestamp"),
         ("price", "double"),
+        ("score", "float"),
     ]:
         PostgresConnector(postgres_dsn, typed, column).check_schema([(column, declared)])
 
