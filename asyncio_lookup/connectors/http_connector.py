@@ -406,13 +406,16 @@ class HttpConnector(AsyncFirstSource):
             + f" are {type(value).__name__}, expected an object or a list of objects"
         )
 
-    def group(self, keys: Sequence[Key], rows: Sequence[Row]) -> list[Collection[Row]]:
+    def group(
+        self, keys: Sequence[Key], rows: Sequence[Row], exact: Sequence[Row] | None = None
+    ) -> list[Collection[Row]]:
         """Each key's rows of a batch answer, matched on the key columns' values as text
         (:func:`key_text` of both, as sent: ``-0.0`` is ``0.0``) or, for a key with a number,
         by value (:func:`number_text`: the key ``2.0`` matches ``2``); a row without all the
         key columns, or with a null among them, belongs to no key. An answer none of whose rows
         has every key column is a :class:`DataFormatError`: the service names its keys otherwise
-        (every key would miss)."""
+        (every key would miss). ``exact``: the same rows decoded with exact decimals, whose
+        key values are matched in place of ``rows``' (for DECIMAL keys)."""
         columns = self.key_columns
         if rows and not any(all(c in row for c in columns) for row in rows):
             raise DataFormatError(
@@ -423,8 +426,8 @@ class HttpConnector(AsyncFirstSource):
             )
         by_text: dict[tuple[str, ...], list[Row]] = {}
         by_number: dict[tuple[str, ...], list[Row]] = {}
-        for row in rows:
-            values = [row.get(c) for c in columns]
+        for row, matched in zip(rows, rows if exact is None else exact, strict=True):
+            values = [matched.get(c) for c in columns]
             if None not in values:
                 by_text.setdefault(tuple(map(key_text, values)), []).append(row)
                 by_number.setdefault(tuple(map(number_text, values)), []).append(row)
@@ -575,16 +578,22 @@ class _HttpBatchLookup(_HttpLookup):
         chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
         client = await self._client()
         found: dict[Key, Collection[Row]] = {}
-        results = await asyncio.gather(
-            *(self._chunk(client, [items[k] for k in chunk]) for chunk in chunks)
-        )
-        for chunk, rows in zip(chunks, results, strict=True):
-            for key, key_rows in zip(chunk, c.group(chunk, rows), strict=True):
+        results = await asyncio.gather(*(self._chunk(client, chunk, items) for chunk in chunks))
+        for chunk, (rows, exact) in zip(chunks, results, strict=True):
+            for key, key_rows in zip(chunk, c.group(chunk, rows, exact), strict=True):
                 found[key] = key_rows
         return [refused.get(k) or [dict(r) for r in found.get(k, ())] for k in keys]
 
-    async def _chunk(self, client: HttpClient, items: Sequence[str]) -> list[Row]:
+    async def _chunk(
+        self, client: HttpClient, chunk: Sequence[Key], items: Mapping[Key, str]
+    ) -> tuple[list[Row], list[Row] | None]:
+        """The rows of one batch request, and for DECIMAL keys the same rows with every JSON
+        number read exactly (a float would make 0.100000000000000001 the key 0.1)."""
         c = self.connector
-        method, url, body = c.batch_request(items)
+        method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
-        return c.rows(method, url, status, headers, data, c.batch_rows_field)[0]
+        rows = c.rows(method, url, status, headers, data, c.batch_rows_field)[0]
+        if not rows or not any(type(v) is Decimal for key in chunk for v in key):
+            return rows, None
+        exact = json.loads(data, parse_float=Decimal)
+        return rows, c.rows_of(method, url, exact, c.batch_rows_field)

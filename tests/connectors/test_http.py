@@ -102,6 +102,27 @@ def test_batch_rows_are_matched_to_keys_by_text_and_numbers_by_value() -> None:
     assert found == [[{"a": 1, "b": "y"}], []]
 
 
+async def test_decimal_keys_are_matched_to_the_exact_numbers_of_a_batch_answer(
+    http_service: Service,
+) -> None:
+    # A float reads 0.100000000000000001 as 0.1: that row went to the key 0.1 and its own key
+    # missed. DECIMAL keys are matched against the answer's numbers read exactly.
+    answer = '[{"id": 0.100000000000000001, "n": "long"}, {"id": 0.1, "n": "short"}]'
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/raw/200/{quote(answer)}",
+        batch_mode="query",
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        keys = [(Decimal("0.1"),), (Decimal("0.100000000000000001"),), (Decimal("0.10"),)]
+        results = await fn.async_lookup_batch(keys)
+    finally:
+        await fn.close()
+    assert [[r["n"] for r in rows] for rows in results] == [["short"], ["long"], ["short"]]
+
+
 def test_statuses_that_make_every_lookup_a_miss_or_are_both_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="every lookup would be a miss"):
         HttpConnector("http://h/c/{id}", miss_statuses=(200, 404))
