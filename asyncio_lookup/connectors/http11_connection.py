@@ -190,7 +190,8 @@ class Http11Connection(asyncio.Protocol):
         self.raw_headers.append((name, value))
         size = len(name)
         if size == 16 and name.lower() == b"content-encoding":
-            self.coding = value
+            # repeated lines are one list (RFC 9110 §5.3): "gzip" then "br" is "gzip, br"
+            self.coding = value if self.coding is None else self.coding + b", " + value
         elif size == 10 and name.lower() == b"keep-alive":
             self.keep_alive = _keep_alive_timeout(value)
 

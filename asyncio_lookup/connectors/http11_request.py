@@ -62,13 +62,10 @@ class Origin:
                 self.absolute = f"{scheme}://{self.authority}"
                 proxy_headers = authorization
         self.address = (self.proxy[0], self.proxy[1]) if self.proxy else (self.host, self.port)
-        self.tail = (
-            b"Host: "
-            + self.authority.encode("idna" if not authority.isascii() else "ascii")
-            + b"\r\n"
-            + headers
-            + proxy_headers
-        )
+        host = b"Host: " + self.authority.encode("idna" if not authority.isascii() else "ascii")
+        if (b"\r\n" + headers).lower().find(b"\r\nhost:") >= 0:
+            host = b""  # the caller's Host header names the virtual host, as in curl -H
+        self.tail = host + (b"\r\n" if host else b"") + headers + proxy_headers
         self.tail_end = self.tail + b"\r\n"  # the end of a request without a body
         self.url_prefix = ""  # "scheme://authority/" as the client's URLs spell it
 

@@ -174,6 +174,15 @@ class HttpConnector(AsyncFirstSource):
         self.headers = dict(headers or {})
         check_headers("headers", self.headers, mask_headers(self.headers))
         check_headers("basic_auth / bearer_token", self.request_headers(), "***")
+        for option, value in (
+            ("rows_field", rows_field),
+            ("batch_rows_field", batch_rows_field),
+            ("scan_rows_field", scan_rows_field),
+            ("next_field", next_field),
+            ("cursor_param", cursor_param),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(option, value, "a field name (text) or None")
         self.rows_field = rows_field
         self.batch_rows_field = rows_field if batch_rows_field is None else batch_rows_field
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
@@ -321,8 +330,9 @@ class HttpConnector(AsyncFirstSource):
         if self.batch_mode == "post_json":
             body = f"{{{json.dumps(self.batch_field)}:[{','.join(items)}]}}"
             return "POST", self.batch_url, body.encode()
-        separator = "&" if urlsplit(self.batch_url).query else "?"
-        return "GET", f"{self.batch_url}{separator}{'&'.join(items)}", None
+        base = self.batch_url.partition("#")[0]  # a fragment is never sent: keys go before it
+        separator = "" if base.endswith(("?", "&")) else "&" if "?" in base else "?"
+        return "GET", f"{base}{separator}{'&'.join(items)}", None
 
     def transient(
         self, message: str, retry_after: float | None = None, status: int | None = None

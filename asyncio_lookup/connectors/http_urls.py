@@ -74,9 +74,12 @@ def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None
             "a URL without control characters",
             f"{control.group()!r} at offset {control.start()}",
         )
+    scheme, colon, rest = url.partition(":")
+    if colon and scheme.lower() in ("http", "https"):
+        url = scheme.lower() + colon + rest  # the clients compare schemes in lower case
     template = KeyTemplate(url, option)
     probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
-    if probe.scheme not in ("http", "https") or not probe.hostname:
+    if not url.startswith(("http://", "https://")) or not probe.hostname:
         raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
     if _MARK in probe.scheme + probe.netloc + probe.fragment:
         raise ConfigurationError(
@@ -84,6 +87,16 @@ def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None
             mask_url(url),
             "placeholders in the path or query only",
             "a key must not choose the host, port, credentials or fragment",
+        )
+    try:
+        probe.port  # noqa: B018 -- raises for a port that is not a number in 0-65535
+    except ValueError as error:
+        raise ConfigurationError(
+            option, mask_url(url), "an http:// or https:// URL with a port in 1-65535", str(error)
+        ) from None
+    if probe.port == 0:
+        raise ConfigurationError(
+            option, mask_url(url), "an http:// or https:// URL with a port in 1-65535"
         )
     if probe.username is None:
         return template, None
@@ -132,8 +145,16 @@ def one_credentials(**given: Credentials | None) -> Credentials | None:
     return next(iter(found.values()), None)
 
 
+# Fields that frame a request or its connection: the clients write them; a second
+# Content-Length made the server read the next request's first bytes as this one's body.
+FRAMING_HEADERS = frozenset(
+    ("content-length", "transfer-encoding", "te", "trailer", "upgrade", "connection", "keep-alive")
+)
+
+
 def check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
-    """Refuse on the driver what would break a request's header block (CR/LF injection)."""
+    """Refuse on the driver what would break a request's header block (CR/LF injection) or its
+    framing (:data:`FRAMING_HEADERS`), and a second ``Host``."""
     try:
         header_block(headers)
     except (ValueError, AttributeError, TypeError) as error:
@@ -144,3 +165,14 @@ def check_headers(option: str, headers: dict[str, str], shown: Any) -> None:
             "control characters (CR, LF, ...)",
             str(error),
         ) from error
+    names = [name.lower() for name in headers]
+    framing = sorted({name for name in headers if name.lower() in FRAMING_HEADERS})
+    if framing:
+        raise ConfigurationError(
+            option,
+            shown,
+            "headers other than " + ", ".join(sorted(FRAMING_HEADERS)),
+            f"{framing} frame the request or its connection, which the HTTP client does",
+        )
+    if names.count("host") > 1:
+        raise ConfigurationError(option, shown, "at most one Host header")

@@ -575,12 +575,46 @@ async def test_a_body_over_max_body_size_fails_the_lookup(http_service: Service)
         ({"headers": {"Bad Name": "1"}}, "'headers'"),
         ({"bearer_token": "t\r\nX-Injected: 1"}, "'basic_auth / bearer_token'"),
         ({"max_body_size": 0}, "'max_body_size'"),
+        # framing is the client's: a second Content-Length ate the next request's bytes
+        ({"headers": {"Content-Length": "10"}}, r"'headers'.*\['Content-Length'\] frame"),
+        ({"headers": {"transfer-encoding": "chunked"}}, "'headers'.*transfer-encoding"),
+        ({"headers": {"Connection": "close"}}, "'headers'"),
+        ({"headers": {"Host": "a", "host": "b"}}, "'headers'.*at most one Host"),
+        ({"rows_field": 5}, "5 for 'rows_field'"),
+        ({"next_field": ["a"]}, "'next_field'"),
+        ({"batch_rows_field": 1.5}, "'batch_rows_field'"),
     ],
 )
 def test_header_injection_and_bad_limits_are_refused_on_the_driver(options, named) -> None:
     with pytest.raises(ConfigurationError, match=named) as raised:
         HttpConnector("http://h/c/{id}", **options)
     assert "t\r\nX-Injected" not in str(raised.value), "the secret is not echoed"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:99999/c/{id}", "http://h:abc/c/{id}", "http://h:-1/c/{id}", "http://h:0/c"]
+)
+def test_a_port_no_socket_can_have_is_refused_on_the_driver(url: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"'url'.*port in 1-65535"):
+        HttpConnector(url)
+
+
+async def test_a_scheme_in_capitals_and_a_host_header_reach_the_service(
+    http_service: Service,
+) -> None:
+    base = http_service.base.replace("http://", "HTTP://")
+    c = HttpConnector(f"{base}/customers/{{id}}", headers={"host": "customers.internal"})
+    assert await _both(c, (1,)) == [{"id": 1, "name": "Ada", "country": "UK"}]
+    # the caller's Host for both paths (aiohttp.web answers 400 to a second Host line)
+    assert [r.host for r in http_service.requests] == ["customers.internal"] * 2
+
+
+@pytest.mark.parametrize("suffix", ["", "#top", "?", "?x=1", "?x=1&", "?x=1#top"])
+def test_query_batches_put_the_keys_in_the_query_of_any_batch_url(suffix: str) -> None:
+    c = HttpConnector("http://h/c/{id}", batch_url="http://h/batch" + suffix, batch_mode="query")
+    method, url, body = c.batch_request([c.batch_item((1,)), c.batch_item((2,))])
+    query = "x=1&" if "x=1" in suffix else ""
+    assert (method, url, body) == ("GET", f"http://h/batch?{query}id=1&id=2", None)
 
 
 async def test_a_chain_batches_at_most_batch_size_keys_one_request_per_call(

@@ -190,6 +190,8 @@ CODED = {
     b"deflate": zlib.compress(b'{"coded": "deflate"}'),
     b"raw-deflate": zlib.compress(b'{"coded": "raw-deflate"}', wbits=-15),
     b"gzip, gzip": gzip.compress(gzip.compress(b'{"coded": "twice"}')),
+    # the same list on two header lines (RFC 9110 §5.3): the first was lost
+    b"gzip\r\nContent-Encoding: gzip": gzip.compress(gzip.compress(b'{"coded": "two lines"}')),
 }
 
 
