@@ -158,7 +158,10 @@ class ResultHandler:
             if calls is not None:
                 calls.add((run.clock() - started) * 1000.0)
             if self.state is _PENDING and not run.closed:
-                receiver.complete_exceptionally(error)
+                try:
+                    receiver.complete_exceptionally(error)
+                except BaseException as outcome:  # the retry predicates' or strategy's own
+                    _end_stream(run, outcome)
             return
         except BaseException as error:
             _end_stream(run, error)  # no Exception: never retried, never given to on_error
@@ -166,7 +169,10 @@ class ResultHandler:
         if calls is not None:
             calls.add((run.clock() - started) * 1000.0)
         if self.state is _PENDING and not run.closed:
-            receiver.complete(result)
+            try:
+                receiver.complete(result)
+            except BaseException as outcome:  # an Exception there fails the record itself
+                _end_stream(run, outcome)
 
     def complete(self, result: Any) -> None:
         """The record's final result (a result that is no collection fails it)."""

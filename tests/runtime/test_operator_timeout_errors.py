@@ -502,6 +502,10 @@ def _abort_on_error(_element: int, _error: BaseException, _attempts: int) -> lis
     raise Abort("on_error")
 
 
+def _abort_on(_outcome: Any) -> bool:
+    raise Abort("a retry predicate")
+
+
 async def _aborting_source() -> Any:
     yield 0
     yield 1
@@ -528,8 +532,35 @@ async def _one_batch(elements: list[int]) -> list[list[int]]:
             None,
             "the source",
         ),
+        (
+            lambda: AsyncWaitOperator(
+                # its hook's fallback came out, as if the call had succeeded
+                WithTimeoutHook(lambda element, attempt: (0.0, [element])),
+                timeout=0.5,
+                retry_strategy=RetryStrategies.fixed_delay(2, 0.01, result_predicate=_abort_on),
+            ),
+            [0],
+            "a retry predicate",
+        ),
+        (
+            lambda: AsyncWaitOperator(
+                _value_error_at_one,
+                timeout=0.5,
+                retry_strategy=RetryStrategies.fixed_delay(2, 0.01, exception_predicate=_abort_on),
+            ),
+            [0, 1, 2],
+            "a retry predicate",
+        ),
     ],
-    ids=["function", "function-with-timeout", "timeout-hook", "on_error", "batch-source"],
+    ids=[
+        "function",
+        "function-with-timeout",
+        "timeout-hook",
+        "on_error",
+        "batch-source",
+        "result-predicate",
+        "exception-predicate",
+    ],
 )
 def test_a_base_exception_from_user_code_ends_the_stream_with_it(
     make: Any, source: Any, where: str
