@@ -243,11 +243,15 @@ class DefaultLookupCacheBuilder:
         self._clock: Clock = MONOTONIC
 
     def expire_after_access(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._access = parse_duration("expire_after_access", duration, text=False, never=True)
+        self._access = parse_duration(
+            "expire_after_access", duration, text=False, never=True, positive=True
+        )
         return self
 
     def expire_after_write(self, duration: float | timedelta) -> DefaultLookupCacheBuilder:
-        self._write = parse_duration("expire_after_write", duration, text=False, never=True)
+        self._write = parse_duration(
+            "expire_after_write", duration, text=False, never=True, positive=True
+        )
         return self
 
     def maximum_size(self, maximum_size: int) -> DefaultLookupCacheBuilder:
@@ -255,7 +259,9 @@ class DefaultLookupCacheBuilder:
         return self
 
     def cache_missing_key(self, cache_missing_key: bool) -> DefaultLookupCacheBuilder:
-        self._missing = bool(cache_missing_key)
+        if not isinstance(cache_missing_key, bool):
+            raise ConfigurationError("cache_missing_key", cache_missing_key, "True or False")
+        self._missing = cache_missing_key
         return self
 
     def clock(self, clock: Clock) -> DefaultLookupCacheBuilder:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import numbers
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,15 @@ def _kind(value: object) -> object:
         return "number"
     if kind is datetime.datetime:
         return ("datetime", value.tzinfo is not None)  # type: ignore[attr-defined]
+    if kind is bool:
+        return kind
+    if kind.__module__ == "numpy" and hasattr(value, "item"):  # np.int64(1) == 1 ...
+        plain = value.item()
+        return kind if type(plain) is kind else _kind(plain)
+    if isinstance(value, numbers.Number):  # a custom provider's numbers
+        return "number"
+    if isinstance(value, datetime.datetime):  # pandas.Timestamp
+        return ("datetime", value.tzinfo is not None)
     return kind
 
 

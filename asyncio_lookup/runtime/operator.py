@@ -149,7 +149,9 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         if metrics is not None and not isinstance(metrics, OperatorMetrics):
             raise ConfigurationError("metrics", metrics, "an OperatorMetrics or None")
         self.metrics = metrics if metrics is not None else OperatorMetrics()
-        self.manage_lifecycle = bool(manage_lifecycle)
+        if not isinstance(manage_lifecycle, bool):
+            raise ConfigurationError("manage_lifecycle", manage_lifecycle, "True or False")
+        self.manage_lifecycle = manage_lifecycle
         if on_error is not None and not callable(on_error):
             raise ConfigurationError(
                 "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"

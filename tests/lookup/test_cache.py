@@ -145,6 +145,13 @@ def test_unbounded_cache_is_rejected() -> None:
         DefaultLookupCache.new_builder().maximum_size(-1)
     with pytest.raises(ConfigurationError, match="expire_after_write"):
         DefaultLookupCache.new_builder().expire_after_write(-1)
+    # an expiry of 0 never hits yet stores every miss (the lookup.* options refuse '0s' too)
+    for expiry in ("expire_after_write", "expire_after_access"):
+        with pytest.raises(ConfigurationError, match=rf"{expiry}.*greater than 0"):
+            getattr(DefaultLookupCache.new_builder(), expiry)(0)
+    # bool('false') is True: only a real bool says whether empty results are cached
+    with pytest.raises(ConfigurationError, match=r"'false' for 'cache_missing_key'"):
+        DefaultLookupCache.new_builder().cache_missing_key("false")  # type: ignore[arg-type]
 
 
 def test_pickles_configuration_without_entries() -> None:

@@ -144,6 +144,25 @@ def test_a_key_no_scanned_key_can_equal_is_an_error_not_a_silent_miss() -> None:
         dates.get((date(2024, 1, 1),))
 
 
+def test_numpy_and_pandas_keys_of_a_scan_compare_as_numbers_and_datetimes() -> None:
+    """A custom provider's scan built with numpy or pandas: a key missing from it was an
+    error (np.int64 and pandas.Timestamp were kinds of their own), not a miss."""
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    rows = [{"id": np.int64(1), "x": np.float64(0.5), "ts": pd.Timestamp("2024-01-01")}]
+    for column, hit, miss in [
+        ("id", 1, 7),
+        ("x", 0.5, Decimal("0.25")),
+        ("ts", datetime(2024, 1, 1), datetime(2024, 1, 2)),
+    ]:
+        cache = FullCache(lambda: rows, [column], None, CacheMetricGroup())
+        cache.start().result(timeout=10)
+        assert cache.get((hit,)) == rows and cache.get((miss,)) == []
+    flags = FullCache(lambda: [{"b": np.bool_(True)}], ["b"], None, CacheMetricGroup())
+    flags.start().result(timeout=10)
+    assert flags.get((True,)) == [{"b": np.bool_(True)}] and flags.get((False,)) == []
+
+
 async def test_async_scan_runs_on_the_reload_thread() -> None:
     threads: list[str] = []
 

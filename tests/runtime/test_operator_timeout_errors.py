@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.errors import ConfigurationError, ResultTypeError
 from asyncio_lookup.runtime import (
     AsyncBatchWaitOperator,
     AsyncFunction,
@@ -343,6 +343,8 @@ def test_manage_lifecycle_false_leaves_open_and_close_to_the_caller() -> None:
     op = AsyncWaitOperator(fn, timeout=None, manage_lifecycle=False)
     run_virtual(collect(op, range(3)))
     assert (fn.opened, fn.closed) == (0, 0)
+    with pytest.raises(ConfigurationError, match=r"'false' for 'manage_lifecycle'"):
+        AsyncWaitOperator(fn, timeout=None, manage_lifecycle="false")  # bool('false') is True
 
 
 def test_async_source_is_read_lazily_and_closed_early_on_failure() -> None:
