@@ -264,7 +264,13 @@ class PostgresConnector(AsyncFirstSource):
         return f"SELECT {cols} FROM {self.source_sql()} LIMIT 0"
 
     def scan_sql(self) -> str:
-        return f"SELECT {self.select_sql()} FROM {self.source_sql()}"
+        """Every row, with its key columns even when ``columns`` leaves them out (a full cache
+        indexes the rows by them)."""
+        select = self.select_sql()
+        if self.columns is not None:
+            extra = [k for k in self.key_columns if k not in self.columns]
+            select = ", ".join([select, *(f"src.{quote_ident(k)}" for k in extra)])
+        return f"SELECT {select} FROM {self.source_sql()}"
 
     # -- errors ------------------------------------------------------------------------------
 

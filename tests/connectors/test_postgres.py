@@ -208,6 +208,17 @@ async def test_full_scan_100k(postgres_dsn: str, pg_table: str) -> None:
     assert len(again) == n and sorted(r["id"] for r in again) == list(range(n))
 
 
+async def test_a_scan_reads_the_key_columns_that_columns_leaves_out(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    # a full cache indexes the scanned rows by their key: every load failed without it
+    _exec(postgres_dsn, f'CREATE TABLE "{pg_table}" (id int, name text, extra text)')
+    _exec(postgres_dsn, f"INSERT INTO \"{pg_table}\" VALUES (1, 'a', 'x'), (2, 'b', 'y')")
+    c = PostgresConnector(postgres_dsn, pg_table, "id", ["name"])
+    rows = sorted([r async for r in c.scan()], key=lambda r: r["id"])
+    assert rows == [{"name": "a", "id": 1}, {"name": "b", "id": 2}]
+
+
 async def test_restart_mid_run_recovers_without_loss_or_duplicates(
     postgres_dsn: str, pg_table: str
 ) -> None:
