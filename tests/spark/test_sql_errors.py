@@ -300,3 +300,19 @@ def test_a_registered_connector_takes_its_parameters_as_options(spark: SparkSess
         "SELECT k, f.v FROM Keys LEFT JOIN F FOR SYSTEM_TIME AS OF Keys.pt AS f ON f.id = k"
     )
     assert sorted(tuple(r) for r in df.collect()) == [(1, 10), (3, 30), (4, None)]
+
+
+@pytest.mark.parametrize(
+    ("user", "password"), [("postgres", "p\\w"), ("o'neil", "it's"), ("a b", "c d = 'e'")]
+)
+def test_ddl_credentials_reach_a_libpq_dsn_as_written(user: str, password: str) -> None:
+    # pasted into user=... password='...' unquoted, a backslash was dropped, a quote broke it
+    from urllib.parse import unquote, urlsplit
+
+    from asyncio_lookup.spark.sql.connectors import plan_connector
+
+    options = {"url": "host=127.0.0.1 dbname=test", "table-name": "t"}
+    options.update(username=user, password=password)
+    connector = plan_connector("postgres", options, ("id",), {"id": "INT"}).build(("id",))
+    parts = urlsplit(connector.url)
+    assert (unquote(parts.username or ""), unquote(parts.password or "")) == (user, password)

@@ -192,13 +192,22 @@ def _postgres(
         _required(connector, kwargs, "table", "table-name")
     if "://" in url:
         dsn = _with_credentials(url, user, password)
-    else:
-        extra = [f"user={user}" if user else "", f"password='{password}'" if password else ""]
-        dsn = " ".join([url, *[e for e in extra if e]])
+    else:  # libpq key=value: each value quoted, its \ and ' escaped
+        extra = [
+            f"{key}={_libpq_value(value)}"
+            for key, value in (("user", user), ("password", password))
+            if value
+        ]
+        dsn = " ".join([url, *extra])
     kwargs.update(dsn=dsn, columns=columns)
     return ConnectorPlan(
         connector, PostgresConnector, kwargs, flexible=True, key_param="key_columns"
     )
+
+
+def _libpq_value(value: str) -> str:
+    """``value`` as a quoted libpq connection-string value."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 _HTTP = {
