@@ -316,3 +316,27 @@ def test_ddl_credentials_reach_a_libpq_dsn_as_written(user: str, password: str) 
     connector = plan_connector("postgres", options, ("id",), {"id": "INT"}).build(("id",))
     parts = urlsplit(connector.url)
     assert (unquote(parts.username or ""), unquote(parts.password or "")) == (user, password)
+
+
+@pytest.mark.parametrize("name", ["redis", "jdbc"])
+def test_a_connector_registered_under_a_builtin_name_is_the_one_the_ddl_builds(name: str) -> None:
+    # register_connector(..., replace=True) was honoured by create_connector, not by the DDL
+    from asyncio_lookup.connectors import RedisConnector
+    from asyncio_lookup.connectors import registry as connector_registry
+    from asyncio_lookup.spark.sql.connectors import plan_connector
+
+    def mine(key_columns: list[str], rows: str = "") -> InMemoryConnector:
+        return InMemoryConnector([{"id": int(r)} for r in rows.split(",") if r], key_columns)
+
+    before = dict(connector_registry._registry())
+    register_connector(name, mine, replace=True)
+    try:
+        plan = plan_connector(name, {"rows": "1,2"}, ("id",), {"id": "INT"})
+        assert isinstance(plan.build(("id",)), InMemoryConnector)
+    finally:
+        connector_registry._factories.clear()
+        connector_registry._factories.update(before)
+    redis = {"url": "redis://127.0.0.1:6379/0", "key-template": "c:{id}"}
+    assert isinstance(
+        plan_connector("redis", redis, ("id",), {"id": "INT"}).build(("id",)), RedisConnector
+    )

@@ -348,6 +348,22 @@ def _spec_names(name: str) -> set[str]:
     return {k.replace("_", "-") for k in _registered_spec(name)}
 
 
+_BUILTIN = {"postgres": PostgresConnector, "http": HttpConnector, "redis": RedisConnector}
+
+
+def _registered_over_builtin(name: str) -> bool:
+    """Whether ``register_connector`` put a factory of the user's under a name this module
+    maps onto a built-in connector (``jdbc`` included): the DDL builds theirs, as
+    ``create_connector`` does."""
+    if name != "jdbc" and name not in _BUILTIN:
+        return False
+    try:
+        factory = connector_factory(name)
+    except ConfigurationError:  # "jdbc", not registered
+        return False
+    return factory is not _BUILTIN.get(name)
+
+
 def plan_connector(
     connector: str, options: Mapping[str, str], columns: tuple[str, ...], types: Mapping[str, str]
 ) -> ConnectorPlan:
@@ -368,7 +384,9 @@ def plan_connector(
         if ignored(k) and k.lower() not in spec and k.replace("_", "-") not in spec
     )
     options = {k: v for k, v in options.items() if k not in skipped}
-    if name in ("jdbc", "postgres"):
+    if _registered_over_builtin(name):
+        plan = _registered(name, options, columns)
+    elif name in ("jdbc", "postgres"):
         plan = _postgres(name, options, columns)
     elif name == "http":
         plan = _http(options, columns)
