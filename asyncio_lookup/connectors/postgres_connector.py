@@ -202,6 +202,26 @@ class PostgresConnector(AsyncFirstSource):
             conn.terminate()
         needed = [name for name in self.key_columns + (self.columns or ()) if name]
         check_columns(self.relation_name(), actual, declared, needed, self.key_columns)
+        assert actual is not None  # check_columns refuses a missing relation
+        self._key_pg_types = {k: actual[k] for k in self.key_columns if k in actual}
+
+    def check_full_cache(self, fields: Sequence[tuple[str, Any]]) -> None:
+        """Refuse a FULL cache over key columns whose ``=`` in PostgreSQL is not Python's
+        (known once :meth:`check_schema` ran): ``character(n)`` ignores trailing spaces and
+        ``citext`` case, so the snapshot, indexed by the values themselves, would miss rows
+        that NONE and PARTIAL join."""
+        for column, pg_type in getattr(self, "_key_pg_types", {}).items():
+            base = pg_type.split("(", 1)[0].strip()
+            if base in ("character", "bpchar", "citext"):
+                raise ConfigurationError(
+                    "lookup.cache",
+                    "FULL",
+                    "NONE or PARTIAL, or a query= that selects the key normalised "
+                    f"(rtrim({column}) for character(n), lower({column}) for citext) with keys "
+                    "normalised alike",
+                    f"key column {self.relation_name()}.{column} is {pg_type}, whose = PostgreSQL "
+                    "decides (trailing spaces, case) and a snapshot cannot",
+                )
 
     def relation_name(self) -> str:
         return ".".join(self.table) if self.table is not None else "query"

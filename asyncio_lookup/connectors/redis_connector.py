@@ -108,6 +108,9 @@ def _callable_name(convert: Callable[..., Any]) -> str:
     return name
 
 
+_TEXT_TYPES = ("string", "varchar", "char")
+
+
 class RedisConnector(AsyncFirstSource):
     """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor.
 
@@ -261,6 +264,26 @@ class RedisConnector(AsyncFirstSource):
         for row in rows:
             row.update(key_values)  # the key's columns, not what the value holds under them
         return rows
+
+    def check_full_cache(self, fields: Sequence[tuple[str, Any]]) -> None:
+        """Refuse a FULL cache whose key columns are declared other than STRING without a
+        ``key_types`` converter: the scan reads them from key names as text, which no INT
+        (DATE, ...) key equals, so every lookup would fail in the tasks."""
+        declared = dict(fields)
+        for column in self.key_columns:
+            kind: Any = declared.get(column)
+            if kind is None or column in self.key_types:
+                continue
+            name = kind.simpleString() if hasattr(kind, "simpleString") else str(kind).lower()
+            if name.split("(", 1)[0] not in _TEXT_TYPES:
+                raise ConfigurationError(
+                    "key_types",
+                    {c: _callable_name(f) for c, f in sorted(self.key_types.items())},
+                    f"a converter for key column {column!r} ({{{column!r}: int}} for an INT "
+                    "key), or the column declared STRING",
+                    f"a FULL cache reads {column!r} from key names as text, which no {name} key "
+                    "equals",
+                )
 
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:
         """The key columns of a scanned key name; ``None`` for a name that the template does

@@ -173,6 +173,9 @@ def plan_lookup_join(
         key_columns=spec.key_columns,
     )
     table.check_target()
+    check_full_cache = getattr(table.connector, "check_full_cache", None)
+    if options.cache is CacheType.FULL and check_full_cache is not None:
+        check_full_cache([(f.name, f.dataType) for f in table.schema.fields])
     dim_fields = {f.name: f for f in table.schema.fields}
     output = StructType(
         list(left.fields)

@@ -349,3 +349,46 @@ def test_a_tables_settings_are_fixed() -> None:
     ):
         with pytest.raises(AttributeError):
             setattr(table, name, value)
+
+
+def test_a_full_cache_whose_keys_cannot_match_its_snapshot_is_refused_on_the_driver(
+    spark: SparkSession, df: DataFrame, redis_url: str, postgres_dsn: str
+) -> None:
+    """Both failed every lookup in the tasks (Redis: an INT key against key names read as
+    text) or missed what NONE joins (PostgreSQL: char(n) ignores trailing spaces)."""
+    from asyncio_lookup.connectors import RedisConnector
+    from tests.connectors.test_postgres import _exec
+
+    full = {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+    redis = RedisConnector(redis_url, "validation:c:{id}")
+    table = LookupTable("Customers", SCHEMA, redis, options=full)
+    with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+        lookup_join(df, table, on=[("customer_id", "id")])
+    assert error.value.option == "key_types" and "no int key equals" in str(error.value)
+    with no_spark_job(spark):  # with a converter, or without FULL, it plans
+        typed = RedisConnector(redis_url, "validation:c:{id}", key_types={"id": int})
+        lookup_join(
+            df, LookupTable("Customers", SCHEMA, typed, options=full), on=[("customer_id", "id")]
+        )
+        lookup_join(df, LookupTable("Customers", SCHEMA, redis), on=[("customer_id", "id")])
+
+    _exec(
+        postgres_dsn,
+        "DROP TABLE IF EXISTS validation_codes",
+        "CREATE TABLE validation_codes (code char(4), name text)",
+    )
+    try:
+        pg = PostgresConnector(postgres_dsn, "validation_codes", "code")
+        codes = LookupTable("Codes", "code STRING, name STRING", pg, options=full)
+        with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+            lookup_join(df, codes, on=[("code", "code")])
+        assert error.value.option == "lookup.cache" and "character(4)" in str(error.value)
+        with no_spark_job(spark):
+            plain = LookupTable(
+                "Codes",
+                "code STRING, name STRING",
+                PostgresConnector(postgres_dsn, "validation_codes", "code"),
+            )
+            lookup_join(df, plain, on=[("code", "code")])
+    finally:
+        _exec(postgres_dsn, "DROP TABLE IF EXISTS validation_codes")
