@@ -216,6 +216,11 @@ def key_text(value: Any) -> str:
     Python's equality, the lookup batcher and caches, and Spark SQL joins)."""
     if isinstance(value, float) and value == 0.0:
         return "0.0"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise DataFormatError(  # str() would write b'ab': a key no one stored
+            f"key value {bytes(value)[:40]!r} is binary, which a key template cannot write; "
+            "cast the key column to STRING (hex() or base64() as the keys were written)"
+        )
     return str(value)
 
 

@@ -135,6 +135,13 @@ def test_negative_zero_is_written_as_zero() -> None:
     ]
 
 
+@pytest.mark.parametrize("value", [b"ab", bytearray(b"ab"), memoryview(b"ab")])
+def test_a_binary_key_is_an_error_for_its_key_not_the_text_of_its_repr(value: object) -> None:
+    # str(b"ab") is "b'ab'": Redis read t:b'ab', HTTP sent /c/b%27ab%27, both silent misses
+    with pytest.raises(DataFormatError, match="binary"):
+        KeyTemplate("t:{id}", "key_template").format({"id": value}, key_text)
+
+
 def test_template_pickles_with_its_parser() -> None:
     t = KeyTemplate("o:{cid}:{oid}", "key_template")
     t.parser()
