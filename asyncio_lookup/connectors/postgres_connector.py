@@ -522,6 +522,26 @@ class _PostgresLookup(AsyncLookupFunction):
                 )
         if all(has_null(k) for k in keys):
             return [[] for _ in keys]
+        try:
+            return await self._batch(keys, width)
+        except asyncpg.DataError:
+            pass
+        # One key the server (or asyncpg) cannot read as the column's type (an unknown enum
+        # label, a malformed uuid) failed the whole statement: each key is looked up alone,
+        # so that its error is its own, as a point lookup's would be.
+        distinct = list(dict.fromkeys(keys))
+        outcomes = await asyncio.gather(
+            *(self.async_lookup(k) for k in distinct), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome
+        by_key = dict(zip(distinct, outcomes, strict=True))
+        return [by_key[k] for k in keys]
+
+    async def _batch(
+        self, keys: Sequence[Key], width: int
+    ) -> Sequence[Collection[Row] | BaseException]:
         await self._pool()  # the batch statement needs the probed key types
         assert self.batch_sql is not None
         if width == 1:

@@ -29,6 +29,9 @@ pytestmark = pytest.mark.postgres
 NASTY = ["1; DROP TABLE x", "' OR '1'='1", "'; DELETE FROM t; --", "$1", "%s", "\\", '"']
 
 
+UUID = "6f1c2a9e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"
+
+
 def _exec(dsn: str, *statements: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
@@ -206,6 +209,34 @@ async def test_full_scan_100k(postgres_dsn: str, pg_table: str) -> None:
     assert all(r["v"] == f"v{r['id']}" for r in rows)
     again = [r async for r in scan]  # each pass opens its own connection
     assert len(again) == n and sorted(r["id"] for r in again) == list(range(n))
+
+
+async def test_a_key_the_column_type_cannot_read_fails_alone_in_a_batch(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    # "angry" is no label of the enum: the batch statement failed, and with it every key
+    mood = f"{pg_table}_mood"
+    _exec(
+        postgres_dsn,
+        f'CREATE TYPE "{mood}" AS ENUM (\'happy\', \'sad\')',
+        f'CREATE TABLE "{pg_table}" (k "{mood}", u uuid, v text)',
+        f"INSERT INTO \"{pg_table}\" VALUES ('happy', '{UUID}', 'row')",
+    )
+    try:
+        for column, good, bad in [("k", "happy", "angry"), ("u", UUID, "not-a-uuid")]:
+            fn = PostgresConnector(postgres_dsn, pg_table, column, ["v"]).async_lookup_function()
+            await fn.open()
+            try:
+                keys = [(good,), (bad,), (None,), (good,)]
+                out = await fn.async_lookup_batch(keys)
+                with pytest.raises(asyncpg.DataError):
+                    await fn.async_lookup((bad,))
+            finally:
+                await fn.close()
+            assert out[0] == out[3] == [{"v": "row"}] and out[2] == []
+            assert isinstance(out[1], asyncpg.DataError)
+    finally:
+        _exec(postgres_dsn, f'DROP TABLE IF EXISTS "{pg_table}"', f'DROP TYPE IF EXISTS "{mood}"')
 
 
 async def test_a_scan_reads_the_key_columns_that_columns_leaves_out(
