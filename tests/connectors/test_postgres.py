@@ -218,7 +218,7 @@ async def test_a_key_the_column_type_cannot_read_fails_alone_in_a_batch(
     mood = f"{pg_table}_mood"
     _exec(
         postgres_dsn,
-        f'CREATE TYPE "{mood}" AS ENUM (\'happy\', \'sad\')',
+        f"CREATE TYPE \"{mood}\" AS ENUM ('happy', 'sad')",
         f'CREATE TABLE "{pg_table}" (k "{mood}", u uuid, v text)',
         f"INSERT INTO \"{pg_table}\" VALUES ('happy', '{UUID}', 'row')",
     )
