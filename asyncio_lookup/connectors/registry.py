@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.validation import unknown_option
 
 ConnectorFactory = Callable[..., Any]
 
@@ -81,4 +83,30 @@ def create_connector(name: str, **options: Any) -> Any:
     factory = _registry().get(key)
     if factory is None:
         raise ConfigurationError("connector", name, " | ".join(connector_names()))
+    _check_arguments(key, factory, options)
     return factory(**options)
+
+
+def _check_arguments(name: str, factory: ConnectorFactory, options: dict[str, Any]) -> None:
+    """Refuse an argument ``factory`` does not take, suggesting the nearest it does (a bare
+    ``TypeError`` before), and a required one left out."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read: the factory decides
+        return
+    parameters = signature.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    known = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for option, value in options.items():
+        if option not in known:
+            raise unknown_option(option, value, known, kind=f"argument of connector {name!r}")
+    try:
+        signature.bind(**options)
+    except TypeError as error:
+        raise ConfigurationError(
+            "connector arguments",
+            sorted(options),
+            f"the arguments of {name!r}: {signature}",
+            str(error),
+        ) from None

@@ -51,6 +51,16 @@ def test_unknown_name_lists_valid_ones() -> None:
     assert info.value.option == "connector"
 
 
+def test_a_misspelt_or_missing_argument_is_named_not_a_bare_type_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"'rows_feild'.*did you mean 'rows_field'"):
+        create_connector("http", url="http://h/c/{id}", rows_feild="data")
+    with pytest.raises(ConfigurationError, match=r"'key_templat'.*did you mean 'key_template'"):
+        create_connector("redis", url="redis://h:6379/0", key_templat="c:{id}")
+    with pytest.raises(ConfigurationError, match="missing a required argument: 'url'") as info:
+        create_connector("http", rows_field="data")
+    assert info.value.option == "connector arguments"
+
+
 def test_register_and_replace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry_module, "_factories", dict(registry_module._registry()))
 
