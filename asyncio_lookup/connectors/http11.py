@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import select
 import ssl
 import urllib.request
 from collections import deque
@@ -117,7 +118,8 @@ class ConnectionPool:
             connection = idle.pop()
             connection.idle = False
             if not connection.closed and connection.expires > now:
-                return connection
+                if now - connection.idle_since < _UNREAD_CHECK_AFTER or not _unread(connection):
+                    return connection
             if not connection.closed:
                 connection.abort()
             self.open -= 1  # closed, or closing: its connection_lost finds it no longer idle
@@ -147,12 +149,13 @@ class ConnectionPool:
                     self._wake()  # woken as we were cancelled: pass the turn on
                 raise
 
-    def release(self, connection: Http11Connection, since: float) -> None:
-        """``connection`` has answered its request (sent at ``since``, on the loop's clock):
-        keep it idle for the next one, until ``since`` plus its idle lifetime."""
+    def release(self, connection: Http11Connection, since: float, now: float) -> None:
+        """``connection`` has answered its request (sent at ``since``; ``now`` on the loop's
+        clock): keep it idle for the next one, until ``since`` plus its idle lifetime."""
         if connection.closed:
             self.discard(connection)
             return
+        connection.idle_since = now
         lifetime = self.idle_timeout
         if connection.keep_alive is not None:  # retire it a second before the server does
             lifetime = min(lifetime, max(connection.keep_alive - 1.0, connection.keep_alive / 2))
@@ -246,6 +249,25 @@ class ConnectionPool:
         self.waiters.clear()
 
 
+# A connection idle this long (s) is checked for bytes the loop has not read yet before reuse:
+# an answer nobody asked for (a broken server's duplicate) would be read as the next one's.
+# Reused sooner, as under load, it was idle for less than a loop turn and is not checked.
+_UNREAD_CHECK_AFTER = 0.001
+
+
+def _unread(connection: Http11Connection) -> bool:
+    """Whether ``connection``'s socket holds bytes (or its end) that arrived while it was
+    idle and the loop has not read: it can't be trusted with a request."""
+    fileno = connection.fileno
+    if fileno < 0:
+        return False
+    try:
+        readable, _, _ = select.select([fileno], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
 async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
     loop, ssl_context = asyncio.get_running_loop(), pool.ssl_context
     host, port = origin.address
@@ -288,6 +310,7 @@ async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
         if tls is None:  # pragma: no cover - asyncio returns None only when closing
             raise ConnectionClosed("the tunnel closed", before_answer=True)
         connection.transport = tls
+        connection.fileno = -1  # TLS in the tunnel: see connection_made
         return connection
     except BaseException:
         transport.abort()
@@ -419,14 +442,15 @@ class Http11Client:
                     raise
                 except UnreadableResponse:
                     exchange.connection = None
-                    self.pool.release(connection, now)  # framing intact unless it was aborted
+                    # framing intact unless it was aborted
+                    self.pool.release(connection, now, loop.time())
                     raise
                 except BaseException:
                     self.pool.discard(connection)
                     exchange.connection = None
                     raise
                 exchange.connection = None
-                self.pool.release(connection, now)
+                self.pool.release(connection, now, loop.time())
                 return answer
             raise AssertionError("unreachable")  # pragma: no cover
         finally:

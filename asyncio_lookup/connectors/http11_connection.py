@@ -104,6 +104,8 @@ class Http11Connection(asyncio.Protocol):
         self.idle = False
         self.reused = False
         self.expires = 0.0  # when an idle connection is retired (the pool's clock)
+        self.idle_since = 0.0  # when it was last put back idle (the pool's clock)
+        self.fileno = -1  # its plain TCP socket's, to see bytes that came while idle
         self.tunnel: asyncio.Future[bytes] | None = None  # a proxy's answer to CONNECT
         self.tunnel_buffer = b""
 
@@ -111,6 +113,10 @@ class Http11Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        # TLS: a readable socket may hold a session ticket, not an answer, so no check
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self.fileno = sock.fileno()
 
     def data_received(self, data: bytes) -> None:
         if self.tunnel is not None:

@@ -4,7 +4,11 @@ the kept-alive race, framing (chunked, read to close), timeouts, TLS and proxies
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import ssl
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -88,6 +92,55 @@ async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once(scri
     finally:
         await c.close()
     assert server.connections == 3
+
+
+def _duplicating_server() -> tuple[socket.socket, list[int]]:
+    """A server in a thread of its own (it must run while the client's loop is busy) that
+    answers every request with its path, and the first one twice, 20 ms apart."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections: list[int] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                connections.append(1)
+                threading.Thread(target=answer_all, args=(conn,), daemon=True).start()
+
+    def answer_all(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            buffer = b""
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    buffer += data
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                path = head.split(b" ")[1]
+                conn.sendall(answer(path))
+                if path == b"/first" and len(connections) == 1:
+                    time.sleep(0.02)
+                    conn.sendall(answer(path))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, connections
+
+
+async def test_an_answer_that_came_while_idle_is_never_the_next_requests() -> None:
+    """The loop had not read the duplicate when the next request took the connection, so it
+    read it as that request's answer: GET /next returned /first's body."""
+    listener, connections = _duplicating_server()
+    port = listener.getsockname()[1]
+    c = client(max_connections=1)
+    try:
+        assert (await c.fetch("GET", f"http://127.0.0.1:{port}/first"))[2] == b"/first"
+        time.sleep(0.1)  # the task's own work: the loop reads nothing meanwhile
+        assert (await c.fetch("GET", f"http://127.0.0.1:{port}/next"))[2] == b"/next"
+    finally:
+        await c.close()
+        listener.close()
+    assert len(connections) == 2  # the first one was not trusted again
 
 
 async def test_a_new_connection_closed_before_the_answer_resends_a_get_once(scripted) -> None:
