@@ -117,9 +117,12 @@ class ConnectionPool:
         while idle:
             connection = idle.pop()
             connection.idle = False
-            if not connection.closed and connection.expires > now:
-                if now - connection.idle_since < _UNREAD_CHECK_AFTER or not _unread(connection):
-                    return connection
+            if (
+                not connection.closed
+                and connection.expires > now
+                and (now - connection.idle_since < _UNREAD_CHECK_AFTER or not _unread(connection))
+            ):
+                return connection
             if not connection.closed:
                 connection.abort()
             self.open -= 1  # closed, or closing: its connection_lost finds it no longer idle
