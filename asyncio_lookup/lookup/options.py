@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import time
 from typing import Any, TypeVar
 
@@ -301,7 +301,41 @@ class LookupOptions:
             if option.is_duration:
                 refuse_unitless(name, raw, option.allowed)
             values[option.field] = raw
-        return cls(**values)
+        parsed = cls(**values)
+        parsed._validate_given({name for name in options if name in OPTIONS})
+        return parsed
+
+    def _validate_given(self, given: set[str]) -> None:
+        """:meth:`_validate_cache_kind` for the options that have a default (so a field
+        alone cannot tell whether they were given): given for another cache kind or reload
+        strategy, they would do nothing."""
+        needs = {
+            RELOAD_STRATEGY: (CacheType.FULL, None),
+            SCHEDULE_MODE: (CacheType.FULL, ReloadStrategy.PERIODIC),
+            INTERVAL_IN_DAYS: (CacheType.FULL, ReloadStrategy.TIMED),
+            CACHE_MISSING_KEY: (CacheType.PARTIAL, None),
+        }
+        for name, (cache, strategy) in needs.items():
+            if name not in given:
+                continue
+            if name == CACHE_MISSING_KEY and self.shared_url is not None:
+                continue  # the shared cache's default too
+            if self.cache is not cache:
+                raise ConfigurationError(
+                    CACHE,
+                    self.cache.name,
+                    f"{cache.name!r} for {name!r}",
+                    reason=f"{name!r} is set but the cache is {self.cache.name}: "
+                    "it would do nothing",
+                )
+            if strategy is not None and self.full_reload_strategy is not strategy:
+                raise ConfigurationError(
+                    RELOAD_STRATEGY,
+                    self.full_reload_strategy.name,
+                    f"{strategy.name!r} for {name!r}",
+                    reason=f"{name!r} is set but the reload strategy is "
+                    f"{self.full_reload_strategy.name}: it would do nothing",
+                )
 
     def validate(self) -> None:
         """Flink's checks of option combinations (the ones a field alone cannot express)."""
@@ -458,10 +492,12 @@ class LookupOptions:
         return TimedCacheReloadTrigger(self.full_timed_iso_time, self.full_timed_interval_in_days)
 
     def to_dict(self) -> dict[str, str]:
-        """Every option that is set, as text that :meth:`from_dict` parses back to these."""
+        """Every option that is set to other than its default, as text that
+        :meth:`from_dict` parses back to these."""
+        defaults = {f.name: f.default for f in fields(self)}
         out: dict[str, str] = {}
         for name, option in OPTIONS.items():
             value = getattr(self, option.field)
-            if value is not None:
+            if value is not None and value != defaults.get(option.field):
                 out[name] = option.text(value)
         return dict(sorted(out.items()))

@@ -378,6 +378,31 @@ def test_a_shared_cache_url_redis_would_misread_is_refused(url: str, problem: st
             "lookup.full-cache.reload-strategy",
             "the reload strategy is PERIODIC",
         ),
+        # options with a default: only a given one can be told apart
+        ({"lookup.full-cache.reload-strategy": "TIMED"}, "lookup.cache", "the cache is NONE"),
+        (
+            {
+                "lookup.cache": "PARTIAL",
+                "lookup.partial-cache.max-rows": "10",
+                "lookup.full-cache.periodic-reload.schedule-mode": "FIXED_RATE",
+            },
+            "lookup.cache",
+            "the cache is PARTIAL",
+        ),
+        (
+            {
+                "lookup.cache": "FULL",
+                "lookup.full-cache.periodic-reload.interval": "1h",
+                "lookup.full-cache.timed-reload.interval-in-days": "2",
+            },
+            "lookup.full-cache.reload-strategy",
+            "the reload strategy is PERIODIC",
+        ),
+        (
+            {"lookup.partial-cache.cache-missing-key": "false"},
+            "lookup.cache",
+            "'lookup.partial-cache.cache-missing-key' is set but the cache is NONE",
+        ),
     ],
 )
 def test_an_option_of_another_cache_kind_is_refused(
@@ -387,6 +412,18 @@ def test_an_option_of_another_cache_kind_is_refused(
     with pytest.raises(ConfigurationError, match="it would do nothing") as info:
         LookupOptions.from_dict(given)
     assert info.value.option == option and named in str(info.value)
+
+
+def test_given_defaults_of_the_right_kind_and_a_shared_caches_miss_setting_are_taken() -> None:
+    full = {"lookup.cache": "FULL", "lookup.full-cache.reload-strategy": "TIMED"}
+    full |= {"lookup.full-cache.timed-reload.iso-time": "10:15"}
+    full |= {"lookup.full-cache.timed-reload.interval-in-days": "2"}
+    assert LookupOptions.from_dict(full).full_timed_interval_in_days == 2
+    shared = {"lookup.shared-cache.url": "redis://127.0.0.1:6379/0"}
+    shared |= {"lookup.partial-cache.cache-missing-key": "false"}  # the shared cache's default
+    assert LookupOptions.from_dict(shared).shared_cache().cache_missing_key is False
+    options = LookupOptions.from_dict(full)
+    assert LookupOptions.from_dict(options.to_dict()) == options
 
 
 @pytest.mark.parametrize(
