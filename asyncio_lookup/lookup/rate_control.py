@@ -30,12 +30,13 @@ WHOLE_TOKEN = 1.0 - 1e-9
 
 
 class TokenBucket:
-    """``rate`` tokens per second, at most ``burst`` saved; starts with one token."""
+    """``rate`` tokens per second, at most ``burst`` saved; starts with one token, or none
+    (``empty``: a bucket that stands in for an earlier one, whose token may have been spent)."""
 
-    def __init__(self, rate: float, burst: float, now: float) -> None:
+    def __init__(self, rate: float, burst: float, now: float, *, empty: bool = False) -> None:
         self.rate = rate
         self.burst = burst
-        self.tokens = min(1.0, burst)
+        self.tokens = 0.0 if empty else min(1.0, burst)
         self.updated = now  # tokens are counted up to here (later: nothing accrues before it)
 
     def _refill(self, now: float) -> None:

@@ -23,6 +23,7 @@ from asyncio_lookup.runtime.function import (
     invoker,
     now_invoker,
 )
+from asyncio_lookup.runtime.sketch import LatencySketch
 
 
 class RateLimitedLookup(AsyncLookupFunction):
@@ -127,18 +128,23 @@ class RateLimitedSyncLookup(LookupFunction):
         return rows
 
 
-class _Limited:
+class Limited:
     """The lifecycle an ``async_map`` function behind a :class:`RateLimiter` shares with its
     batched form: the inner function opens and closes with it, the limiter closes first."""
 
     inner: Any
     limit: TaskRate
     limiter: RateLimiter
+    #: Where each call is timed from its token on (the wait for it is no call time), if set.
+    calls: LatencySketch | None = None
 
     def _limit(self, inner: Any, limit: TaskRate) -> None:
         self.inner = inner
         self.limit = limit
-        self.limiter = RateLimiter(limit)
+        # A task's limiter starts without the token a bucket usually starts with: a slot runs
+        # its tasks one after another, each with a new limiter, and each first token would be
+        # one call over the job's budget.
+        self.limiter = RateLimiter(limit, start_empty=True)
 
     async def open(self) -> None:
         await self.inner.open()
@@ -151,7 +157,7 @@ class _Limited:
         return f"RateLimited({self.inner!r}, {format_rate(self.limit.rate)})"
 
 
-class RateLimitedFunction(_Limited, AsyncFunction[Any, Any]):
+class RateLimitedFunction(Limited, AsyncFunction[Any, Any]):
     """An ``async_map`` function behind a :class:`RateLimiter`: each attempt takes a token
     (build with :func:`rate_limited`). One per task: the limiter works on that task's loop."""
 
@@ -162,7 +168,8 @@ class RateLimitedFunction(_Limited, AsyncFunction[Any, Any]):
         self._call = invoker(fn)
 
     async def async_invoke(self, element: Any) -> Collection[Any]:
-        return await _limited_call(self.limiter, self._call, element)  # type: ignore[no-any-return]
+        result = await _limited_call(self.limiter, self._call, element, calls=self.calls)
+        return result  # type: ignore[no-any-return]
 
 
 async def _limited_call(
@@ -170,13 +177,18 @@ async def _limited_call(
     call: Callable[[Any], Any],
     argument: Any,
     failed: Callable[[float, BaseException], None] | None = None,
+    calls: LatencySketch | None = None,
 ) -> Any:
     """``await call(argument)`` once ``limiter`` gives a token; its outcome told back to it
-    (an error through ``failed(sent_at, error)`` when given, e.g. to note a throttle)."""
+    (an error through ``failed(sent_at, error)`` when given, e.g. to note a throttle), its
+    time from the token on added to ``calls`` when given."""
     sent_at = await limiter.acquire()
+    started = time.perf_counter()
     try:
         result = await call(argument)
     except Exception as error:
+        if calls is not None:
+            calls.add((time.perf_counter() - started) * 1000.0)
         if failed is None:
             limiter.release(sent_at, error)
         else:
@@ -185,11 +197,13 @@ async def _limited_call(
     except BaseException:
         limiter.release(sent_at, None, answered=False)
         raise
+    if calls is not None:
+        calls.add((time.perf_counter() - started) * 1000.0)
     limiter.release(sent_at, None)
     return result
 
 
-class RateLimitedBatchFunction(_Limited, AsyncBatchFunction[Any, Any]):
+class RateLimitedBatchFunction(Limited, AsyncBatchFunction[Any, Any]):
     """A batched ``async_map`` function behind a :class:`RateLimiter`: each call of a batch
     (each attempt) takes one token. One per task, like :class:`RateLimitedFunction`."""
 
@@ -199,7 +213,8 @@ class RateLimitedBatchFunction(_Limited, AsyncBatchFunction[Any, Any]):
         self._limit(as_async_batch_function(fn, "fn"), limit)
 
     async def async_invoke_batch(self, elements: list[Any]) -> Sequence[Collection[Any]]:
-        result = await _limited_call(self.limiter, self.inner.async_invoke_batch, elements)
+        call = self.inner.async_invoke_batch
+        result = await _limited_call(self.limiter, call, elements, calls=self.calls)
         return result  # type: ignore[no-any-return]
 
     async def timeout(self, elements: list[Any]) -> Sequence[Collection[Any]]:

@@ -28,8 +28,11 @@ class RateLimiter:
         limit: TaskRate,
         clock: Callable[[], float] | None = None,
         on_wait: Callable[[float], None] | None = None,
+        *,
+        start_empty: bool = False,
     ) -> None:
         self.limit = limit
+        self._start_empty = start_empty  # no first token: see TokenBucket
         self._clock = clock
         # told the seconds of each span during which calls waited for a token (throttled time)
         self._on_wait = on_wait
@@ -56,7 +59,7 @@ class RateLimiter:
 
     def _tokens(self, now: float) -> TokenBucket:
         if self._bucket is None:
-            self._bucket = TokenBucket(self.rate, self.limit.burst, now)
+            self._bucket = TokenBucket(self.rate, self.limit.burst, now, empty=self._start_empty)
         return self._bucket
 
     def _has_slot(self) -> bool:

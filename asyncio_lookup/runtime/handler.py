@@ -144,7 +144,9 @@ class ResultHandler:
     async def attempt(self, receiver: Receiver) -> None:
         """One call of the function; its outcome counts only while the record is pending."""
         run = self.run
-        calls = run.metrics.calls  # None unless the caller times the function's calls
+        metrics = run.metrics
+        # None unless the caller times the function's calls (and the function does not)
+        calls = None if metrics.calls_timed_by_function else metrics.calls
         started = run.clock() if calls is not None else 0.0
         try:
             result = await run.invoke(self.element)

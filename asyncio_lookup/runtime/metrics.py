@@ -66,6 +66,7 @@ class OperatorMetrics:
     __slots__ = (
         "_reported",
         "calls",
+        "calls_timed_by_function",
         "causes",
         "completed",
         "errors",
@@ -85,6 +86,9 @@ class OperatorMetrics:
         self.failed = 0
         self.latency = LatencySketch()
         self.calls: LatencySketch | None = None
+        #: The function adds its calls to ``calls`` itself (a rate limiter's wrapper, which
+        #: leaves out the wait for a token): the operator does not time them.
+        self.calls_timed_by_function = False
         self._reported: dict[str, int] = {}
         self.causes = Causes()  # failures, retries and timeouts by cause (runtime/causes.py)
 

@@ -20,7 +20,7 @@ from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import one_nan, same_nan
 from asyncio_lookup.lookup.metrics import merge_metrics
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate
-from asyncio_lookup.lookup.rate_limit import RateLimitedBatchFunction, rate_limited
+from asyncio_lookup.lookup.rate_limit import Limited, RateLimitedBatchFunction, rate_limited
 from asyncio_lookup.runtime import (
     AsyncBatchFunction,
     AsyncBatchWaitOperator,
@@ -211,6 +211,9 @@ class AsyncMapTask:
         metrics = operator.metrics
         if self.metrics_id is not None or self.otel:
             metrics.calls = LatencySketch()  # every call of the function, timed
+            if isinstance(operator.fn, Limited):  # from its token on, by the limiter's wrapper
+                operator.fn.calls = metrics.calls
+                metrics.calls_timed_by_function = True
         task = uuid.uuid4().hex[:16]
         schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
         total_causes: dict[str, Any] = {}  # the task's, for its warnings
