@@ -198,9 +198,18 @@ class AsyncMapTask:
                 raise _not_a_dict(row)
         try:
             columns = rows_to_arrays(rows, self._fields)
-            return pa.RecordBatch.from_arrays(columns, schema=self.schema)
         except LossyValueError as e:
             raise self._lossy(e) from None
+        for position in self.not_null:  # Spark reads them without looking for NULLs
+            column = columns[position]
+            if column.null_count:
+                name = self.schema.field(position).name
+                row = rows[column.is_null().index(True).as_py()]
+                raise ResultTypeError(
+                    f"async_map: output column {name!r} is NOT NULL in the schema, but an "
+                    f"output row has {'None' if name in row else 'no value'} there: {row!r}"
+                )
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The output batches; with ``metrics_id`` some after a trailer row of the metrics

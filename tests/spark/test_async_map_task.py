@@ -1,0 +1,50 @@
+"""``async_map``'s task driven without Spark: its mapInArrow function over Arrow batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from asyncio_lookup.errors import ResultTypeError
+from asyncio_lookup.runtime import RetryStrategies
+from asyncio_lookup.spark.async_map import AsyncMapTask
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("price", pa.float64())])
+
+
+def task(fn: Any) -> AsyncMapTask:
+    return AsyncMapTask(
+        fn=fn,
+        schema=SCHEMA,
+        timeout=10.0,
+        capacity=10,
+        output_mode="ordered",
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=None,
+        not_null=(1,),  # price DOUBLE NOT NULL
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "said"), [({"price": None}, "has None there"), ({}, "has no value there")]
+)
+def test_a_null_in_a_not_null_column_names_the_column_and_the_row(
+    output: dict[str, Any], said: str
+) -> None:
+    """Spark failed the task with 'Value at index is null' (or a NullPointerException),
+    naming nothing."""
+
+    async def fn(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": row["id"], **({"price": 1.5} if row["id"] != 2 else output)}]
+
+    batch = pa.RecordBatch.from_pylist([{"id": i} for i in range(4)])
+    with pytest.raises(ResultTypeError, match=rf"'price' is NOT NULL.*{said}.*'id': 2"):
+        list(task(fn)(iter([batch])))
+
+    async def fine(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": row["id"], "price": 1.5}]
+
+    out = pa.Table.from_batches(list(task(fine)(iter([batch]))))
+    assert out.column("price").to_pylist() == [1.5] * 4
