@@ -9,6 +9,7 @@ the rows its partition can receive.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -16,7 +17,15 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, IntegerType, StructType
+from pyspark.sql.types import (
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    StructType,
+    TimestampType,
+)
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.join import JoinSpec
@@ -196,13 +205,37 @@ def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = Fal
     return ExchangeSize(shuffle, True, "spark.sql.shuffle.partitions")
 
 
-def _udf_partition(partitioner: KeyPartitioner, n: int) -> Any:
+def _udf_partition(partitioner: KeyPartitioner, n: int, instants: frozenset[int]) -> Any:
+    """The connector's ``partition`` as a UDF over the key columns (see :func:`_as_looked_up`);
+    the positions in ``instants`` arrive as microseconds since the epoch."""
+
     def partition(*values: Any) -> int | None:
         if any(v is None for v in values):
             return None
+        if instants:
+            values = tuple(
+                _EPOCH + datetime.timedelta(microseconds=v) if i in instants else v
+                for i, v in enumerate(values)
+            )
         return int(partitioner.partition(tuple(values), n)) % n
 
     return F.udf(partition, IntegerType(), useArrow=True)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _as_looked_up(column: Column, left: DataType, dim: DataType) -> Column:
+    """A left key column as the task looks its values up, so that a connector's partitioner
+    sees the key its dim rows are routed by: the dim column's DECIMAL scale (a value that does
+    not fit is a miss there: NULL here), ``-0.0`` as ``0.0``. A TIMESTAMP, which the task
+    looks up as an aware UTC datetime, is handed over as its microseconds (see
+    :func:`_udf_partition`): a UDF would get a naive one in the session's time zone."""
+    if isinstance(left, DecimalType) and isinstance(dim, DecimalType) and left != dim:
+        return column.try_cast(dim)
+    if isinstance(left, (DoubleType, FloatType)):
+        return F.when(column == 0, F.lit(0.0).cast(left)).otherwise(column)
+    return column
 
 
 @dataclass(frozen=True)
@@ -252,15 +285,19 @@ def plan_shuffle(
     kinds: list[HashKind] = []
     hashed: list[Column] = []
     key_columns: list[Column] = []
+    instants: set[int] = set()  # TIMESTAMP keys, as the custom partitioner's UDF takes them
     for position, binding in enumerate(spec.keys):
         if binding.left_column is None:
             key_columns.append(F.lit(binding.literal))
             continue
-        kind = _kind(left_types[binding.left_column], dim_types[binding.dim_column])
+        left, dim = left_types[binding.left_column], dim_types[binding.dim_column]
+        kind = _kind(left, dim)
         positions.append(position)
         kinds.append(kind)
         column = F.col(_quoted(binding.left_column))
-        key_columns.append(column)
+        key_columns.append(_as_looked_up(column, left, dim))
+        if isinstance(left, TimestampType):
+            instants.add(position)
         hashed.append(_canonical(column, kind))
     hasher = HashPartitioner(tuple(positions), tuple(kinds))
     key_hash = F.xxhash64(*hashed)
@@ -271,7 +308,12 @@ def plan_shuffle(
     else:
         spark_column = getattr(custom, "spark_column", None)
         expression = spark_column(key_columns, n) if callable(spark_column) else None
-        base = expression if expression is not None else _udf_partition(custom, n)(*key_columns)
+        if expression is None:
+            udf_columns = [
+                F.unix_micros(c) if i in instants else c for i, c in enumerate(key_columns)
+            ]
+            expression = _udf_partition(custom, n, frozenset(instants))(*udf_columns)
+        base = expression
         base = F.pmod(base.cast("int"), F.lit(n))
     hot = detect_hot_keys(df, spec, key_hash, n, skew) if skew.enabled and n > 1 else {}
     if hot:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -408,3 +410,42 @@ def test_rows_whose_key_holds_a_null_are_spread_over_the_tasks(spark: SparkSessi
     )
     sizes = [r[1] for r in out.groupBy(F.spark_partition_id()).count().collect()]
     assert sum(sizes) == 4000 and max(sizes) < 0.6 * 4000, sizes
+
+
+class _TextPartitioner:
+    """Routes by the key's text, as a sharded store (a Redis cluster's slots) would."""
+
+    def partition(self, key: tuple[Any, ...], n: int) -> int:
+        return sum(str(key[0]).encode()) % n
+
+
+class _Sharded(InMemoryConnector):
+    def partitioner(self, key_columns: Any) -> _TextPartitioner:
+        return _TextPartitioner()
+
+
+@pytest.mark.parametrize(
+    ("left_type", "dim_type", "left", "dim"),
+    [
+        ("DECIMAL(12,2)", "DECIMAL(10,0)", lambda i: Decimal(i).quantize(Decimal("0.01")), Decimal),
+        (
+            "TIMESTAMP",
+            "TIMESTAMP",
+            lambda i: datetime(2024, 1, 1, i, tzinfo=UTC),
+            lambda i: datetime(2024, 1, 1, i, tzinfo=UTC),
+        ),
+        ("DOUBLE", "DOUBLE", lambda i: -0.0 if i == 0 else float(i), float),
+    ],
+)
+def test_a_connector_partitioner_sees_the_key_that_is_looked_up(
+    spark: SparkSession, left_type: str, dim_type: str, left: Any, dim: Any
+) -> None:
+    """It got the left column's values (1.00 for the DECIMAL(10,0) key 1, a naive time for an
+    aware one, -0.0): the probe row and its dim row took different partitions, and the
+    partitioned FULL cache missed 28 of 40 rows."""
+    rows = [{"id": dim(i), "name": f"c{i}"} for i in range(20)]
+    probe = spark.createDataFrame([(n, left(n % 20)) for n in range(40)], f"oid INT, k {left_type}")
+    table = LookupTable("D", f"id {dim_type}, name STRING", _Sharded(rows, ["id"]), FULL)
+    hint = "SHUFFLE_HASH('D')"
+    out = lookup_join(probe, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False)
+    assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
