@@ -48,8 +48,15 @@ def free_port() -> int:
 
 
 def spark_env(**extra: str) -> dict[str, str]:
-    """The environment for Spark's processes: loopback only, no PYTHONPATH leaking in."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """The environment for Spark's processes: loopback only, no PYTHONPATH leaking in, and
+    no Spark Connect setting (a classic job: ``SPARK_CONNECT_MODE_ENABLED`` would make its
+    ``SparkSession.builder`` ask for a remote URL)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "PYTHONPATH"
+        and not k.startswith(("SPARK_CONNECT", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"))
+    }
     env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP=LOCAL_IP, SPARK_DAEMON_MEMORY="256m")
     env.update(extra)
     return env
