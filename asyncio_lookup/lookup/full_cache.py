@@ -41,11 +41,11 @@ ScanFactory = Callable[[], "ScanResult | None"]
 class _State:
     snapshot: dict[Key, tuple[Row, ...]]
     error: BaseException | None
-    #: Per key column, the kinds (:func:`_kind`) of its values in the snapshot.
+    #: Per key column, the kinds (:func:`comparable_kind`) of its values in the snapshot.
     kinds: tuple[frozenset[object], ...] = ()
 
 
-def _kind(value: object) -> object:
+def comparable_kind(value: object) -> object:
     """What a key value compares equal within: numbers with numbers (1 == 1.0 ==
     Decimal(1)), datetimes with datetimes of the same awareness, else values of one type."""
     kind = type(value)
@@ -57,7 +57,7 @@ def _kind(value: object) -> object:
         return kind
     if kind.__module__ == "numpy" and hasattr(value, "item"):  # np.int64(1) == 1 ...
         plain = value.item()
-        return kind if type(plain) is kind else _kind(plain)
+        return kind if type(plain) is kind else comparable_kind(plain)
     if isinstance(value, numbers.Number):  # a custom provider's numbers
         return "number"
     if isinstance(value, datetime.datetime):  # pandas.Timestamp
@@ -125,7 +125,7 @@ class FullCache:
         rows = state.snapshot.get(key)
         if rows is None:
             if state.kinds:
-                kinds = tuple(map(_kind, key))
+                kinds = tuple(map(comparable_kind, key))
                 if kinds not in self._comparable:
                     self._check_comparable(key, kinds, state)
             return []
@@ -247,5 +247,7 @@ class FullCache:
             index.setdefault(key, []).append(row)
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
-        kinds = tuple(frozenset(map(_kind, values)) for values in zip(*snapshot, strict=True))
+        kinds = tuple(
+            frozenset(map(comparable_kind, values)) for values in zip(*snapshot, strict=True)
+        )
         return snapshot, nbytes, kinds

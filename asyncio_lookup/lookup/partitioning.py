@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 import xxhash
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.lookup.full_cache import comparable_kind
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
     Key,
@@ -199,7 +200,14 @@ class PartitionRouting:
             return False  # a NULL key is never looked up
         for position, value in self.literals:
             found = key[position]
-            if found != value and not (found != found and value != value):  # NaN is NaN
+            # Values of kinds that never compare equal (the text "1" against the literal 1)
+            # are kept: the FULL cache's type check then names the mismatch, where an empty
+            # snapshot would make every lookup miss silently.
+            if (
+                found != value
+                and not (found != found and value != value)  # NaN is NaN
+                and comparable_kind(found) == comparable_kind(value)
+            ):
                 return False
         try:
             return partition in self.partitions(key)

@@ -88,6 +88,13 @@ def test_accepts_checks_literals_nulls_and_keeps_rows_it_cannot_route() -> None:
     nan = PartitionRouting(2, hasher, hasher, literals=((1, float("nan")),))
     assert nan.accepts({"id": 3, "x": float("nan")}, ("id", "x"), home)
     assert not nan.accepts({"id": 3, "x": 1.0}, ("id", "x"), home)
+    # a literal part of another kind than the literal (the text "1" for tier = 1) is kept: an
+    # empty snapshot missed every lookup silently, where the cache's type check names it
+    tier = PartitionRouting(2, hasher, hasher, literals=((1, 1),))
+    assert tier.accepts({"id": 3, "tier": "1"}, ("id", "tier"), home)
+    assert tier.accepts({"id": 3, "tier": 1.0}, ("id", "tier"), home)  # a number: equal
+    assert not tier.accepts({"id": 3, "tier": 2}, ("id", "tier"), home)
+    assert not tier.accepts({"id": 3, "tier": 2.5}, ("id", "tier"), home)
 
 
 def test_can_filter_needs_a_hash_the_dim_side_can_compute() -> None:
