@@ -170,7 +170,16 @@ class KeyBatcher:
     def _start(self, keys: list[Key]) -> None:
         task = asyncio.get_running_loop().create_task(self._call(keys))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        entries = {key: self._in_flight.get(key) for key in keys}
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():  # cancelled before its first step, it settled nothing
+                for key, waiters in entries.items():
+                    if waiters is not None and self._in_flight.get(key) is waiters:
+                        self._settle(key, None, asyncio.CancelledError())
+
+        task.add_done_callback(done)
 
     async def _call(self, keys: list[Key]) -> None:
         self.metrics.inc(NUM_EXTERNAL_CALLS)

@@ -406,3 +406,19 @@ async def test_a_tasks_end_cancels_calls_no_caller_waits_for(size: str) -> None:
     assert await chain.async_lookup((1,)) == [row((1,))]
     assert chain.metrics.snapshot()["numExternalCalls"] == calls + 1  # a call of its own
     await chain.close()
+
+
+async def test_a_call_cancelled_before_its_first_step_leaves_no_key_in_flight() -> None:
+    """A Spark task's end (cancel_calls) in the loop turn its flush fired: the call never ran,
+    its key stayed in flight, and the next task's lookup of it waited for an answer for ever."""
+    from asyncio_lookup.lookup.batch import KeyBatcher
+    from asyncio_lookup.lookup.metrics import CacheMetricGroup
+
+    table = Table({(1,): [{"id": 1}]})
+    batcher = KeyBatcher(BatchFn(table), CacheMetricGroup(), max_size=8, max_wait=0.01)
+    future = batcher.load((1,))
+    future.cancel()  # its caller timed out
+    batcher._flush()  # the max-wait timer fires in the same loop turn as the task's end
+    await batcher.cancel_calls()
+    assert not batcher._in_flight
+    assert await asyncio.wait_for(batcher.lookup((1,)), 1.0) == [{"id": 1}]
