@@ -138,7 +138,8 @@ class KeyOrderedRun(OperatorRun):
             return
         key = self._key_of(element)  # first: a selector that raises fails the stream as is
         now = self.time()
-        handler = KeyedHandler(self, element, now, now + self._timeout)
+        admitted = now if self.clock is self.time else self.clock()  # as OperatorRun's
+        handler = KeyedHandler(self, element, admitted, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
         try:
