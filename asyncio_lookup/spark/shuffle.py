@@ -97,6 +97,8 @@ class SkewOptions:
         )
         for name in ("max_hot_keys", "min_sampled_rows"):
             parse_int(f"skew.{name}", getattr(self, name), minimum=1, text=False)
+        # Spark's sample() takes a long seed: anything else failed in the sampling job
+        parse_int("skew.seed", self.seed, minimum=-(2**63), maximum=2**63 - 1, text=False)
 
     @classmethod
     def of(cls, value: SkewOptions | bool | Mapping[str, Any] | None) -> SkewOptions:
@@ -313,8 +315,8 @@ def plan_shuffle(
                 F.unix_micros(c) if i in instants else c for i, c in enumerate(key_columns)
             ]
             expression = _udf_partition(custom, n, frozenset(instants))(*udf_columns)
-        base = expression
-        base = F.pmod(base.cast("int"), F.lit(n))
+        # modulo n before the cast to int: a long outside [0, n) made ANSI mode fail the task
+        base = F.pmod(expression.cast("long"), F.lit(n)).cast("int")
     hot = detect_hot_keys(df, spec, key_hash, n, skew) if skew.enabled and n > 1 else {}
     if hot:
         salt = F.lit(1)

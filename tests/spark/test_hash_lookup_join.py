@@ -348,6 +348,7 @@ def test_a_full_cache_gets_one_exact_partition_per_task_slot(spark: SparkSession
         ({"skew": {"threshold": 2}}, "skew.threshold"),
         ({"skew": {"sample_fraction": 0}}, "skew.sample_fraction"),
         ({"skew": "yes"}, "skew"),
+        ({"skew": {"seed": "42"}}, "skew.seed"),  # failed in the sampling job
     ],
 )
 def test_invalid_shuffle_settings(spark: SparkSession, kwargs: dict[str, Any], option: str) -> None:
@@ -448,4 +449,34 @@ def test_a_connector_partitioner_sees_the_key_that_is_looked_up(
     table = LookupTable("D", f"id {dim_type}, name STRING", _Sharded(rows, ["id"]), FULL)
     hint = "SHUFFLE_HASH('D')"
     out = lookup_join(probe, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False)
+    assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
+
+
+class _FarPartitioner:
+    """A partition expression in the contract's words, ``(key + 2**40) mod n``, whose Spark
+    column is left unreduced: a long far outside [0, n)."""
+
+    def partition(self, key: tuple[Any, ...], n: int) -> int:
+        return (key[0] + 2**40) % n
+
+    def spark_column(self, columns: list[Any], n: int) -> Any:
+        return columns[0].cast("long") + F.lit(2**40)
+
+
+class _Far(InMemoryConnector):
+    def partitioner(self, key_columns: Any) -> _FarPartitioner:
+        return _FarPartitioner()
+
+
+def test_a_spark_column_beyond_the_int_range_is_reduced_before_its_cast(
+    spark: SparkSession,
+) -> None:
+    """It was cast to int first: Spark 4's ANSI mode failed every task (CAST_OVERFLOW)."""
+    rows = [{"id": i, "name": f"c{i}"} for i in range(20)]
+    table = LookupTable("D", "id INT, name STRING", _Far(rows, ["id"]), FULL)
+    probe_rows = spark.createDataFrame([(n, n % 20) for n in range(40)], "oid INT, k INT")
+    hint = "SHUFFLE_HASH('D')"
+    out = lookup_join(
+        probe_rows, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False
+    )
     assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
