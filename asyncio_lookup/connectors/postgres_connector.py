@@ -522,10 +522,8 @@ class _PostgresLookup(AsyncLookupFunction):
                 )
         if all(has_null(k) for k in keys):
             return [[] for _ in keys]
-        try:
+        with contextlib.suppress(asyncpg.DataError):
             return await self._batch(keys, width)
-        except asyncpg.DataError:
-            pass
         # One key the server (or asyncpg) cannot read as the column's type (an unknown enum
         # label, a malformed uuid) failed the whole statement: each key is looked up alone,
         # so that its error is its own, as a point lookup's would be.

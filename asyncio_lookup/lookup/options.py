@@ -320,22 +320,7 @@ class LookupOptions:
                 continue
             if name == CACHE_MISSING_KEY and self.shared_url is not None:
                 continue  # the shared cache's default too
-            if self.cache is not cache:
-                raise ConfigurationError(
-                    CACHE,
-                    self.cache.name,
-                    f"{cache.name!r} for {name!r}",
-                    reason=f"{name!r} is set but the cache is {self.cache.name}: "
-                    "it would do nothing",
-                )
-            if strategy is not None and self.full_reload_strategy is not strategy:
-                raise ConfigurationError(
-                    RELOAD_STRATEGY,
-                    self.full_reload_strategy.name,
-                    f"{strategy.name!r} for {name!r}",
-                    reason=f"{name!r} is set but the reload strategy is "
-                    f"{self.full_reload_strategy.name}: it would do nothing",
-                )
+            self._refuse_unless(name, cache, strategy)
 
     def validate(self) -> None:
         """Flink's checks of option combinations (the ones a field alone cannot express)."""
@@ -370,6 +355,25 @@ class LookupOptions:
         self._validate_rate_limit()
         self._validate_shared_cache()
 
+    def _refuse_unless(self, name: str, cache: CacheType, strategy: ReloadStrategy | None) -> None:
+        """Refuse the set option ``name`` unless the cache is ``cache`` (and the reload strategy
+        ``strategy``): otherwise it would do nothing."""
+        if self.cache is not cache:
+            raise ConfigurationError(
+                CACHE,
+                self.cache.name,
+                f"{cache.name!r} for {name!r}",
+                reason=f"{name!r} is set but the cache is {self.cache.name}: it would do nothing",
+            )
+        if strategy is not None and self.full_reload_strategy is not strategy:
+            raise ConfigurationError(
+                RELOAD_STRATEGY,
+                self.full_reload_strategy.name,
+                f"{strategy.name!r} for {name!r}",
+                reason=f"{name!r} is set but the reload strategy is "
+                f"{self.full_reload_strategy.name}: it would do nothing",
+            )
+
     def _validate_cache_kind(self) -> None:
         """An option of another cache kind than ``lookup.cache``'s would do nothing (Flink
         ignores it silently: a cache the user believes is on)."""
@@ -387,22 +391,7 @@ class LookupOptions:
         for name, (value, cache, strategy) in needs.items():
             if value is None:
                 continue
-            if self.cache is not cache:
-                raise ConfigurationError(
-                    CACHE,
-                    self.cache.name,
-                    f"{cache.name!r} for {name!r}",
-                    reason=f"{name!r} is set but the cache is {self.cache.name}: "
-                    "it would do nothing",
-                )
-            if strategy is not None and self.full_reload_strategy is not strategy:
-                raise ConfigurationError(
-                    RELOAD_STRATEGY,
-                    self.full_reload_strategy.name,
-                    f"{strategy.name!r} for {name!r}",
-                    reason=f"{name!r} is set but the reload strategy is "
-                    f"{self.full_reload_strategy.name}: it would do nothing",
-                )
+            self._refuse_unless(name, cache, strategy)
 
     def _validate_shared_cache(self) -> None:
         if self.shared_url is None:

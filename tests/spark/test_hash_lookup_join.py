@@ -420,9 +420,40 @@ class _TextPartitioner:
         return sum(str(key[0]).encode()) % n
 
 
-class _Sharded(InMemoryConnector):
-    def partitioner(self, key_columns: Any) -> _TextPartitioner:
-        return _TextPartitioner()
+class _FarPartitioner:
+    """A partition expression in the contract's words, ``(key + 2**40) mod n``, whose Spark
+    column is left unreduced: a long far outside [0, n)."""
+
+    def partition(self, key: tuple[Any, ...], n: int) -> int:
+        return (key[0] + 2**40) % n
+
+    def spark_column(self, columns: list[Any], n: int) -> Any:
+        return columns[0].cast("long") + F.lit(2**40)
+
+
+class _Partitioned(InMemoryConnector):
+    """In-memory rows with a connector-supplied partitioner."""
+
+    def __init__(self, rows: list[dict[str, Any]], partitioner: Any) -> None:
+        super().__init__(rows, ["id"])
+        self._partitioner = partitioner
+
+    def partitioner(self, key_columns: Any) -> Any:
+        return self._partitioner
+
+
+def _assert_every_row_joins(
+    spark: SparkSession, partitioner: Any, types: tuple[str, str], left: Any, dim: Any
+) -> None:
+    """40 probe rows over 20 keys, shuffled to 4 partitions with a partitioned FULL cache: each
+    row joins its key's dim row."""
+    left_type, dim_type = types
+    rows = [{"id": dim(i), "name": f"c{i}"} for i in range(20)]
+    probe = spark.createDataFrame([(n, left(n % 20)) for n in range(40)], f"oid INT, k {left_type}")
+    table = LookupTable("D", f"id {dim_type}, name STRING", _Partitioned(rows, partitioner), FULL)
+    hint = "SHUFFLE_HASH('D')"
+    out = lookup_join(probe, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False)
+    assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
 
 
 @pytest.mark.parametrize(
@@ -444,39 +475,11 @@ def test_a_connector_partitioner_sees_the_key_that_is_looked_up(
     """It got the left column's values (1.00 for the DECIMAL(10,0) key 1, a naive time for an
     aware one, -0.0): the probe row and its dim row took different partitions, and the
     partitioned FULL cache missed 28 of 40 rows."""
-    rows = [{"id": dim(i), "name": f"c{i}"} for i in range(20)]
-    probe = spark.createDataFrame([(n, left(n % 20)) for n in range(40)], f"oid INT, k {left_type}")
-    table = LookupTable("D", f"id {dim_type}, name STRING", _Sharded(rows, ["id"]), FULL)
-    hint = "SHUFFLE_HASH('D')"
-    out = lookup_join(probe, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False)
-    assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
-
-
-class _FarPartitioner:
-    """A partition expression in the contract's words, ``(key + 2**40) mod n``, whose Spark
-    column is left unreduced: a long far outside [0, n)."""
-
-    def partition(self, key: tuple[Any, ...], n: int) -> int:
-        return (key[0] + 2**40) % n
-
-    def spark_column(self, columns: list[Any], n: int) -> Any:
-        return columns[0].cast("long") + F.lit(2**40)
-
-
-class _Far(InMemoryConnector):
-    def partitioner(self, key_columns: Any) -> _FarPartitioner:
-        return _FarPartitioner()
+    _assert_every_row_joins(spark, _TextPartitioner(), (left_type, dim_type), left, dim)
 
 
 def test_a_spark_column_beyond_the_int_range_is_reduced_before_its_cast(
     spark: SparkSession,
 ) -> None:
     """It was cast to int first: Spark 4's ANSI mode failed every task (CAST_OVERFLOW)."""
-    rows = [{"id": i, "name": f"c{i}"} for i in range(20)]
-    table = LookupTable("D", "id INT, name STRING", _Far(rows, ["id"]), FULL)
-    probe_rows = spark.createDataFrame([(n, n % 20) for n in range(40)], "oid INT, k INT")
-    hint = "SHUFFLE_HASH('D')"
-    out = lookup_join(
-        probe_rows, table, on=[("k", "id")], hints=hint, shuffle_partitions=4, skew=False
-    )
-    assert sorted((r.oid, r.name) for r in out.collect()) == [(n, f"c{n % 20}") for n in range(40)]
+    _assert_every_row_joins(spark, _FarPartitioner(), ("INT", "INT"), int, int)
