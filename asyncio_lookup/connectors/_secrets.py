@@ -52,7 +52,19 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-__all__ = ["MASK", "mask_headers", "mask_url", "redact", "url_secrets"]
+_SHOWN = 300
+
+
+def shown_url(url: str) -> str:
+    """A request's URL as an error message names it: masked, and cut to 300 characters (a
+    query batch's URL can be 10 KB, and every key of the batch carries the message)."""
+    masked = mask_url(url)
+    if len(masked) <= _SHOWN:
+        return masked
+    return f"{masked[:_SHOWN]}... ({len(masked):,} characters)"
+
+
+__all__ = ["MASK", "mask_headers", "mask_url", "redact", "shown_url", "url_secrets"]
 
 
 def identity_digest(kind: str, settings: Any) -> str:

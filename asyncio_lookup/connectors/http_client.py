@@ -104,9 +104,9 @@ def failure(owner: ClientOwner, error: BaseException, method: str, url: str) -> 
     a rejected certificate or TLS handshake, an unknown host, a proxy wanting credentials, an
     answer over a limit or in an unknown coding; :class:`TransientError` for the rest
     (timeouts, refused or reset connections, a server closing mid-answer)."""
-    from asyncio_lookup.connectors._secrets import mask_url, redact
+    from asyncio_lookup.connectors._secrets import redact, shown_url
 
-    where = f"HTTP {method} {mask_url(url)}"
+    where = f"HTTP {method} {shown_url(url)}"
     if isinstance(error, TimeoutError):
         return owner.transient(f"{where} failed: no response within {owner.timeout:g} s (timeout)")
     for cause in _causes(error):
@@ -167,9 +167,9 @@ def decode_json(owner: ClientOwner, method: str, url: str, body: bytes) -> Any:
     try:  # what orjson refuses and the standard allows: NaN, integers beyond 64 bits
         return json.loads(body)
     except ValueError as error:
-        from asyncio_lookup.connectors._secrets import mask_url
+        from asyncio_lookup.connectors._secrets import shown_url
 
-        raise DataFormatError(f"HTTP {method} {mask_url(url)}: body is not JSON") from error
+        raise DataFormatError(f"HTTP {method} {shown_url(url)}: body is not JSON") from error
 
 
 def json_answer(

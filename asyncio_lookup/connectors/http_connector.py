@@ -46,6 +46,7 @@ from asyncio_lookup.connectors._secrets import (
     mask_headers,
     mask_url,
     redact,
+    shown_url,
     url_secrets,
 )
 from asyncio_lookup.connectors.http_answers import (
@@ -83,6 +84,10 @@ from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 log = logging.getLogger(__name__)
 
 BATCH_MODES = ("post_json", "query")
+# statuses a server answers a request line or URL too long for it with (nginx, Apache: 414;
+# aiohttp, Node: 400; h11/uvicorn: 431), and the URL length from which a batch names it
+_URL_REFUSED = frozenset((400, 414, 431))
+_LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
 
 
@@ -377,14 +382,14 @@ class HttpConnector(AsyncFirstSource):
         if status in self.transient_statuses:
             retry_after = parse_retry_after(headers.get("Retry-After"))
             return self.transient(
-                f"HTTP {method} {mask_url(url)} answered {status}"
+                f"HTTP {method} {shown_url(url)} answered {status}"
                 + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
                 retry_after,
                 status,
             )
         excerpt = bytes(body[:200]).decode("utf-8", "replace")
         return HttpStatusError(
-            redact(f"HTTP {method} {mask_url(url)} answered {status}: {excerpt}", self.secrets()),
+            redact(f"HTTP {method} {shown_url(url)} answered {status}: {excerpt}", self.secrets()),
             status,
         )
 
@@ -399,7 +404,7 @@ class HttpConnector(AsyncFirstSource):
             if problem is None:  # an empty list left out
                 return []
             raise DataFormatError(
-                f"HTTP {method} {mask_url(url)}: the answer has no {rows_field!r} (rows_field): "
+                f"HTTP {method} {shown_url(url)}: the answer has no {rows_field!r} (rows_field): "
                 f"{problem}; a null there is a miss"
             )
         if type(value) is dict:
@@ -411,7 +416,7 @@ class HttpConnector(AsyncFirstSource):
         if isinstance(value, list) and all(isinstance(r, dict) for r in value):
             return list(value)
         raise DataFormatError(
-            f"HTTP {method} {mask_url(url)}: rows"
+            f"HTTP {method} {shown_url(url)}: rows"
             + (f" at {rows_field!r}" if rows_field else "")
             + f" are {type(value).__name__}, expected an object or a list of objects"
         )
@@ -602,6 +607,17 @@ class _HttpBatchLookup(_HttpLookup):
         c = self.connector
         method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
+        if (
+            body is None
+            and status in _URL_REFUSED - c.miss_statuses - c.transient_statuses
+            and len(url) > _LONG_URL
+        ):
+            raise HttpStatusError(
+                f"{c.status_error(method, url, status, headers, data)} (the request's URL is "
+                f"{len(url):,} bytes for {len(chunk)} keys; servers commonly refuse URLs over "
+                "8 KB: lower batch_size, or use batch_mode='post_json')",
+                status,
+            )
         rows = c.rows(method, url, status, headers, data, c.batch_rows_field)[0]
         if not rows or not any(type(v) is Decimal for key in chunk for v in key):
             return rows, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import re
 import time
 from decimal import Decimal
 from email.utils import formatdate
@@ -686,3 +687,29 @@ def test_a_batch_answer_whose_rows_name_no_key_column_is_an_error() -> None:
     assert c.group([(1,), (2,)], [{"id": 1}, {"customer_id": 2}]) == [[{"id": 1}], []]
     assert c.group([(1,)], [{"id": None}]) == [[]]
     assert c.group([(1,)], []) == [[]]
+
+
+async def test_a_query_batch_refused_for_its_url_length_says_to_lower_batch_size(
+    http_service: Service,
+) -> None:
+    # aiohttp answers a request line over 8,190 bytes with a 400 (nginx: 414): a batch of long
+    # keys fails with advice to lower batch_size, not a bare status, and its message (which
+    # every key of the batch carries) names the URL cut short
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/customers",
+        batch_mode="query",
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(HttpStatusError, match="lower batch_size") as info:
+            await fn.async_lookup_batch([(f"{i:03d}" + "x" * 200,) for i in range(50)])
+        assert await fn.async_lookup_batch([("nobody",)]) == [[]]
+    finally:
+        await fn.close()
+    assert info.value.status in (400, 414, 431)
+    message = str(info.value)
+    assert re.search(r"URL is 10,\d{3} bytes for 50 keys", message)
+    assert re.search(r"\.\.\. \(10,\d{3} characters\)", message)  # the URL, cut short
+    assert len(message) < 1000
