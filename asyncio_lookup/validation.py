@@ -104,7 +104,8 @@ REDIS_URL_ALLOWED = (
 
 def redis_url_problem(url: str) -> str | None:
     """What is wrong with a Redis URL, or None. redis-py itself ignores a database number it
-    cannot read (``/1x``: database 0) and fails only when it connects on a bad port."""
+    cannot read (``/1x``: database 0), and fails on a bad port or query option only when a
+    task connects."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises for a port out of range or not a number)
@@ -124,6 +125,13 @@ def redis_url_problem(url: str) -> str | None:
     for db in databases:
         if not db.isascii() or not db.isdigit():
             return f"database {db!r} is not an integer >= 0"
+    # the query's options as redis-py reads them when a task connects (no connection here)
+    import redis.asyncio
+
+    try:
+        redis.asyncio.ConnectionPool.from_url(url).make_connection()  # type: ignore[no-untyped-call]
+    except Exception as error:
+        return f"redis-py refuses it: {type(error).__name__}: {error}"
     return None
 
 

@@ -15,7 +15,7 @@ from asyncio_lookup.lookup.cache import LookupCache
 from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, LookupFunction, LookupTableSource
-from asyncio_lookup.lookup.l2.settings import default_namespace
+from asyncio_lookup.lookup.l2.settings import default_namespace, mask_password
 from asyncio_lookup.lookup.l2.tier import SharedTier
 from asyncio_lookup.lookup.metrics import NUM_THROTTLED, THROTTLED_TIME_MS, CacheMetricGroup
 from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
@@ -89,6 +89,14 @@ def plan_source(
             options.cache.value,
             "NONE (or unset) when the source is a caching provider",
             reason=f"{type(source).__name__} brings its own cache",
+        )
+    if full and options.shared_url is not None:
+        raise ConfigurationError(
+            SHARED_URL,
+            mask_password(options.shared_url),
+            "no shared cache for a FullCachingLookupProvider",
+            reason="a FULL cache answers every lookup from its snapshot: nothing would ever "
+            "reach the shared cache",
         )
     if full and options.rate_limit is not None:
         raise ConfigurationError(

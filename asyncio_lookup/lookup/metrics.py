@@ -72,7 +72,8 @@ class CacheMetricGroup:
     - With a shared cache (:meth:`enable_levels`): ``l1HitCount`` (= ``hitCount``, the
       process's cache), ``l2HitCount`` / ``l2MissCount`` (lookups answered by the shared store /
       sent on to the service), ``l2ErrorCount`` (failed or timed-out store calls),
-      ``l2SkippedCount`` (lookups that bypassed a failed store), ``l2LeaseWaitCount`` (lookups
+      ``l2SkippedCount`` (lookups that bypassed a failed store, or whose key cannot be
+      written exactly), ``l2LeaseWaitCount`` (lookups
       that waited for another process's fetch), ``l2BytesRead`` / ``l2BytesWritten``.
     - :meth:`record_call`: the latency of every connector call (each attempt, failed ones
       included), drained by :meth:`take_delta`.

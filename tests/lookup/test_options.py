@@ -327,6 +327,11 @@ def test_a_duration_given_as_a_bare_number_is_refused(option: str) -> None:
         ("redis://127.0.0.1:6379/-1", "database '-1'"),
         ("redis://127.0.0.1:6379/0?db=two", "database 'two'"),
         ("redis://127.0.0.1:99999/0", "Port out of range"),
+        # query options redis-py refuses when a task connects (every task then ran without
+        # the shared cache, with one warning each)
+        ("redis://:pw@127.0.0.1:6379/0?socket_timeout=fast", "socket_timeout"),
+        ("redis://:pw@127.0.0.1:6379/0?ssl_cert_reqs=none", "ssl_cert_reqs"),
+        ("redis://:pw@127.0.0.1:6379/0?protocol=9", "protocol"),
     ],
 )
 def test_a_shared_cache_url_redis_would_misread_is_refused(url: str, problem: str) -> None:
@@ -458,6 +463,38 @@ def test_the_shared_cache_keeps_misses_as_a_providers_own_cache_does_unless_told
     )
     assert parts.cache is own and parts.shared is not None
     assert parts.shared.settings.cache_missing_key is expected
+
+
+def test_a_full_caching_provider_refuses_a_shared_cache() -> None:
+    """The options passed the driver and the tier was never opened: no sharing, no warning."""
+    from asyncio_lookup.lookup import FullCachingLookupProvider
+    from asyncio_lookup.lookup.chain_build import plan_source
+
+    options = LookupOptions.from_dict(
+        {"lookup.shared-cache.url": "redis://:pw@127.0.0.1:6379/0?password=pw2"}
+    )
+    provider = FullCachingLookupProvider.of(lambda: iter([{"id": 1}]), None)
+    with pytest.raises(ConfigurationError, match="FullCachingLookupProvider") as info:
+        plan_source(provider, options, prefer_async=True, key_columns=["id"])
+    assert info.value.option == "lookup.shared-cache.url"
+    assert "pw" not in str(info.value)
+
+
+def test_a_shared_cache_password_never_shows() -> None:
+    from asyncio_lookup.errors import HintError
+    from asyncio_lookup.lookup.l2.hint_options import parse_hint_options
+
+    url = "redis://127.0.0.1:6379/0?password=s3cret"
+    settings = LookupOptions.from_dict({"lookup.shared-cache.url": url}).shared_cache()
+    assert settings is not None and "s3cret" not in repr(settings)
+    twice = "redis://:s3cret@h:6379/0"
+    for pairs in (
+        [("lookup.shared-cache.url", twice), ("lookup.shared-cache.url", twice)],
+        [("lookup.shared-cache.urll", twice)],
+    ):
+        with pytest.raises(HintError) as info:
+            parse_hint_options(pairs)
+        assert "s3cret" not in str(info.value)
 
 
 def test_a_deprecated_jdbc_name_in_python_options_names_the_current_one() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import logging
 import shutil
 import socket
 import subprocess
@@ -28,6 +30,7 @@ from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.lookup.l2.codec import (
     EntryMismatch,
     NotEncodable,
+    StaleEntry,
     decode_entry,
     encode_entry,
     encode_key,
@@ -65,6 +68,12 @@ VALUES: list[Any] = [
     (1, 2),
     {"nested": {"a": [Decimal("1"), {"b": None}]}},
     {1: "int key", "1": "str key"},
+    # what asyncpg returns for uuid, inet and cidr columns
+    uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    ipaddress.ip_address("10.0.0.1"),
+    ipaddress.ip_address("fe80::1%eth0"),
+    ipaddress.ip_interface("10.0.0.1/24"),
+    ipaddress.ip_network("2001:db8::/32"),
 ]
 
 
@@ -144,6 +153,20 @@ def test_values_that_cannot_round_trip_are_refused() -> None:
         encode_entry(b"ns", b"k", [{"v": 10**5000}])
     with pytest.raises(NotEncodable):
         encode_key((10**5000,))
+
+
+def test_a_row_with_other_than_text_column_names_is_not_encodable() -> None:
+    # it was written and then never read back (a damaged entry on every read)
+    with pytest.raises(NotEncodable, match="text column names"):
+        encode_entry(b"ns", b"k", [{1: "a"}])
+
+
+def test_an_entry_older_than_the_readers_ttl_is_stale() -> None:
+    data = encode_entry(b"ns", b"k", [{"v": 1}], written_ms=int(time.time() * 1000) - 5_000)
+    assert decode_entry(b"ns", b"k", data, max_age_ms=60_000) == [{"v": 1}]
+    assert decode_entry(b"ns", b"k", data) == [{"v": 1}]
+    with pytest.raises(StaleEntry):
+        decode_entry(b"ns", b"k", data, max_age_ms=1_000)
 
 
 # -- the tier against Redis --------------------------------------------------------------------
@@ -285,6 +308,76 @@ async def test_missing_keys_are_shared_unless_told_not_to(
         await b.close()
 
 
+async def test_a_join_that_does_not_cache_misses_reads_another_joins_cached_miss_as_a_miss(
+    redis_url: str, namespace: str
+) -> None:
+    # the key was missing when a join that caches misses looked it up; it exists now. A join
+    # with cache-missing-key false must ask the service, not drop the row for up to the TTL.
+    table = Table()
+    caching = _chain(table, _options(redis_url, namespace))
+    await caching.open()
+    try:
+        assert await caching.async_lookup((7,)) == []
+    finally:
+        await caching.close()
+    table.data[(7,)] = [{"id": 7}]
+    off = _chain(
+        table, _options(redis_url, namespace, **{"lookup.shared-cache.cache-missing-key": "false"})
+    )
+    await off.open()
+    try:
+        assert await off.async_lookup((7,)) == [{"id": 7}]
+        m = off.metrics.snapshot()
+        assert (m["l2HitCount"], m["l2MissCount"]) == (0, 1)
+    finally:
+        await off.close()
+    again = _chain(table, _options(redis_url, namespace))
+    await again.open()
+    try:  # the row it loaded replaced the cached miss
+        assert await again.async_lookup((7,)) == [{"id": 7}]
+        assert again.metrics.snapshot()["l2HitCount"] == 1
+    finally:
+        await again.close()
+
+
+async def test_a_join_with_a_shorter_ttl_reads_older_entries_as_misses(
+    redis_url: str, namespace: str
+) -> None:
+    table = Table({(1,): [{"id": 1, "price": 10}]})
+    long_lived = _chain(table, _options(redis_url, namespace))  # 1 h
+    await long_lived.open()
+    try:
+        await long_lived.async_lookup((1,))
+    finally:
+        await long_lived.close()
+    await asyncio.sleep(0.3)
+    table.data[(1,)] = [{"id": 1, "price": 99}]
+    short = _chain(table, _options(redis_url, namespace, **{"lookup.shared-cache.ttl": "200 ms"}))
+    await short.open()
+    try:
+        assert await short.async_lookup((1,)) == [{"id": 1, "price": 99}]
+        assert short.metrics.snapshot()["l2MissCount"] == 1
+    finally:
+        await short.close()
+    fresh = _chain(table, _options(redis_url, namespace))
+    await fresh.open()
+    try:  # a reader with the long TTL reads the entry the short one wrote
+        assert await fresh.async_lookup((1,)) == [{"id": 1, "price": 99}]
+        assert fresh.metrics.snapshot()["l2HitCount"] == 1
+    finally:
+        await fresh.close()
+
+
+async def test_a_lease_under_a_millisecond_is_a_lease(redis_url: str, namespace: str) -> None:
+    # int(0.0005 * 1000) was 0, which the read script takes as "no leases": every process
+    # loaded the key
+    chain = _chain(
+        Table(), _options(redis_url, namespace, **{"lookup.shared-cache.lease": "500 us"})
+    )
+    assert chain.shared is not None
+    assert chain.shared._lease_ms == 1
+
+
 async def test_one_process_fetches_a_key_while_the_others_wait(
     redis_url: str, namespace: str
 ) -> None:
@@ -344,7 +437,7 @@ async def test_a_key_this_process_is_loading_shares_that_load(
 
 
 async def test_values_too_big_or_not_exact_are_served_but_not_shared(
-    redis_url: str, namespace: str
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Mine(str):
         pass
@@ -355,11 +448,16 @@ async def test_values_too_big_or_not_exact_are_served_but_not_shared(
     await a.open()
     await b.open()
     try:
-        for chain in (a, b):
-            assert await chain.async_lookup(("big",)) == [{"v": "x" * 500}]
-            assert await chain.async_lookup(("odd",)) == [{"v": "m"}]
-            assert await chain.async_lookup(("ok",)) == [{}]
+        with caplog.at_level(logging.WARNING, logger="asyncio_lookup.shared_cache"):
+            for chain in (a, b):
+                assert await chain.async_lookup(("big",)) == [{"v": "x" * 500}]
+                assert await chain.async_lookup(("odd",)) == [{"v": "m"}]
+                assert await chain.async_lookup(("odd",)) == [{"v": "m"}]  # L1
+                assert await chain.async_lookup(("ok",)) == [{}]
         assert sorted(table.calls) == [("big",), ("big",), ("odd",), ("odd",), ("ok",)]
+        # one warning per process and reason, naming the type
+        warned = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
+        assert len(warned) == 2 and all("Mine" in w for w in warned)
     finally:
         await a.close()
         await b.close()

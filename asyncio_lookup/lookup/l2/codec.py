@@ -13,9 +13,13 @@ A wrong key's value is the worst bug a lookup cache can have, so:
   every JSON array starts with a tag saying what it is: ``["L", ...]`` list, ``["T", ...]``
   tuple, ``["D", "1.20"]`` Decimal, ``["d", iso]`` date, ``["t", iso]`` datetime (its UTC
   offset kept), ``["h", iso]`` time, ``["s", days, seconds, µs]`` timedelta, ``["b", base64]``
-  bytes, ``["f", "nan"]`` non-finite float, ``["P", [k, v], ...]`` a dict with other keys.
-  Anything else (a numpy scalar, a user class, a subclass of a built-in) raises
+  bytes, ``["f", "nan"]`` non-finite float, ``["P", [k, v], ...]`` a dict with other keys,
+  ``["u", hex]`` uuid, ``["a" | "I" | "n", text]`` an IP address, interface or network (what
+  asyncpg returns for ``uuid``, ``inet`` and ``cidr`` columns). A row is a dict with ``str``
+  keys. Anything else (a numpy scalar, a user class, a subclass of a built-in) raises
   :class:`NotEncodable`: such a value is served but never shared, rather than shared inexactly.
+- An entry carries the wall-clock time it was written at, so that a reader whose ``.ttl`` is
+  shorter than the writer's reads an older entry as a miss (:class:`StaleEntry`).
 - No ``pickle``: a shared store is a network service; reading must never run code.
 
 An empty result (a missing key) is the marker ``M``, distinct from an absent entry (a read of
@@ -25,8 +29,11 @@ an absent entry is ``None`` at the store).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import math
+import time as clock
+import uuid
 from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -35,7 +42,7 @@ from typing import Any
 from asyncio_lookup.lookup.functions import Key, Row
 
 #: The entry format's version: bump it when the encoding changes (old entries then miss).
-FORMAT = b"alk1"
+FORMAT = b"alk2"
 _MISSING = b"M"
 _SEP = b"\n"  # never inside an encoded key or value: JSON escapes control characters
 
@@ -46,6 +53,25 @@ class NotEncodable(ValueError):
 
 class EntryMismatch(ValueError):
     """An entry that is not this key's (another key, namespace or format): read as a miss."""
+
+
+class StaleEntry(ValueError):
+    """An entry written longer ago than the reader's TTL: read as a miss."""
+
+
+_IP_TAGS: dict[type, str] = {
+    ipaddress.IPv4Address: "a",
+    ipaddress.IPv6Address: "a",
+    ipaddress.IPv4Interface: "I",
+    ipaddress.IPv6Interface: "I",
+    ipaddress.IPv4Network: "n",
+    ipaddress.IPv6Network: "n",
+}
+_IP_TYPES: dict[str, Any] = {
+    "a": ipaddress.ip_address,
+    "I": ipaddress.ip_interface,
+    "n": ipaddress.ip_network,
+}
 
 
 def _tag(value: Any) -> Any:
@@ -74,6 +100,11 @@ def _tag(value: Any) -> Any:
         return ["s", value.days, value.seconds, value.microseconds]
     if kind is bytes:
         return ["b", base64.b64encode(value).decode("ascii")]
+    if kind is uuid.UUID:
+        return ["u", value.hex]
+    ip_tag = _IP_TAGS.get(kind)
+    if ip_tag is not None:
+        return [ip_tag, str(value)]
     raise NotEncodable(f"a {kind.__module__}.{kind.__qualname__} value cannot be shared exactly")
 
 
@@ -104,6 +135,10 @@ def _untag(value: Any) -> Any:
         return float(value[1])
     if tag == "P":
         return {_untag(k): _untag(v) for k, v in value[1:]}
+    if tag == "u":
+        return uuid.UUID(hex=value[1])
+    if tag in _IP_TYPES:
+        return _IP_TYPES[tag](value[1])
     raise EntryMismatch(f"unknown tag {tag!r}")
 
 
@@ -126,22 +161,44 @@ def encode_key(key: Key) -> bytes:
     return _dumps([_tag(part) for part in key])
 
 
-def encode_entry(namespace: bytes, encoded_key: bytes, rows: Sequence[Row]) -> bytes:
-    """The stored bytes of ``rows`` (an empty sequence: the missing-key marker)."""
-    body = _dumps([_tag(row) for row in rows]) if rows else _MISSING
-    return _SEP.join((FORMAT, namespace, encoded_key, body))
+def _row(row: Row) -> Any:
+    if type(row) is not dict or not all(type(k) is str for k in row):
+        raise NotEncodable("a row is shared only as a dict with text column names")
+    return _tag(row)
 
 
-def decode_entry(namespace: bytes, encoded_key: bytes, data: bytes) -> list[Row]:
+def now_ms() -> int:
+    """The wall clock in milliseconds, as entries are stamped."""
+    return int(clock.time() * 1000)
+
+
+def encode_entry(
+    namespace: bytes, encoded_key: bytes, rows: Sequence[Row], written_ms: int | None = None
+) -> bytes:
+    """The stored bytes of ``rows`` (an empty sequence: the missing-key marker), stamped with
+    ``written_ms`` (default: now)."""
+    body = _dumps([_row(row) for row in rows]) if rows else _MISSING
+    stamp = str(now_ms() if written_ms is None else written_ms).encode()
+    return _SEP.join((FORMAT, namespace, encoded_key, stamp, body))
+
+
+def decode_entry(
+    namespace: bytes, encoded_key: bytes, data: bytes, max_age_ms: int | None = None
+) -> list[Row]:
     """The rows of an entry read for ``encoded_key`` in ``namespace``; raises
     :class:`EntryMismatch` when the entry is another key's, another namespace's or another
-    format's (or damaged)."""
-    parts = data.split(_SEP, 3)
-    if len(parts) != 4 or parts[0] != FORMAT:
+    format's (or damaged), :class:`StaleEntry` when it was written more than ``max_age_ms``
+    ago."""
+    parts = data.split(_SEP, 4)
+    if len(parts) != 5 or parts[0] != FORMAT:
         raise EntryMismatch("not an entry of this format")
     if parts[1] != namespace or parts[2] != encoded_key:
         raise EntryMismatch("an entry of another key or namespace")
-    body = parts[3]
+    if not parts[3].isdigit():
+        raise EntryMismatch("damaged entry: no time stamp")
+    if max_age_ms is not None and now_ms() - int(parts[3]) > max_age_ms:
+        raise StaleEntry("written longer ago than this reader's TTL")
+    body = parts[4]
     if body == _MISSING:
         return []
     try:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from asyncio_lookup.errors import ConfigurationError, HintError
+from asyncio_lookup.masking import mask_text
 from asyncio_lookup.validation import refuse_unitless, unknown_option
 
 SHARED_PREFIX = "lookup.shared-cache."
@@ -21,12 +22,13 @@ def parse_hint_options(pairs: Iterable[tuple[str, Any]]) -> tuple[tuple[str, str
     for raw_name, value in pairs:
         name = str(raw_name).strip().lower()
         option = names.get(name)
+        shown = mask_text(value) if isinstance(value, str) else value  # a URL's password
         if option is None:
             raise unknown_option(
-                raw_name, value, tuple(names), kind="LOOKUP hint option", error=HintError
+                raw_name, shown, tuple(names), kind="LOOKUP hint option", error=HintError
             )
         if name in out:
-            raise HintError(name, value, "each option at most once", reason="given twice")
+            raise HintError(name, shown, "each option at most once", reason="given twice")
         try:
             if option.is_duration:
                 refuse_unitless(name, value, option.allowed)

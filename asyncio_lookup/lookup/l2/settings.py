@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+
+from asyncio_lookup.masking import mask_url
 
 DEFAULT_TTL = 3600.0
 DEFAULT_TIMEOUT = 0.1
@@ -41,17 +42,9 @@ def namespace_pattern(namespace: str) -> bytes:
 
 
 def mask_password(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (every message and repr shows this)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        user, has_password, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if has_password else f"{user}@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """``url`` with its password (in the user part or a ``?password=`` parameter) replaced by
+    ``***`` (every message and repr shows this)."""
+    return mask_url(url)
 
 
 @dataclass(frozen=True)

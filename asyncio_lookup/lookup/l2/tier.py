@@ -27,13 +27,20 @@ import asyncio
 import enum
 import hashlib
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asyncio_lookup.lookup.functions import Key, Row
-from asyncio_lookup.lookup.l2.codec import EntryMismatch, NotEncodable, decode_entry, encode_entry
+from asyncio_lookup.lookup.l2.codec import (
+    EntryMismatch,
+    NotEncodable,
+    StaleEntry,
+    decode_entry,
+    encode_entry,
+)
 from asyncio_lookup.lookup.l2.codec import encode_key as encode_key_bytes
 from asyncio_lookup.lookup.l2.deadline import bounded
 from asyncio_lookup.lookup.l2.settings import SharedCacheSettings, key_prefix, mask_password
@@ -99,7 +106,7 @@ class SharedTier:
         self._store: SharedStore | None = None
         self._clock = clock
         self._token = os.urandom(12).hex().encode()
-        self._lease_ms = int(settings.lease * 1000)
+        self._lease_ms = math.ceil(settings.lease * 1000)  # 0.5 ms is 1 ms, not "no lease"
         self._ttl_ms = max(1, int(settings.ttl * 1000))
         self._reads: dict[bytes, list[asyncio.Future[ReadResult | None]]] = {}
         self._writes: dict[bytes, bytes | None] = {}  # key -> value, or None: lease release only
@@ -111,6 +118,7 @@ class SharedTier:
         self._down = False
         self._failures = 0  # in a row
         self._warned = False  # in this task
+        self._not_shared: set[str] = set()  # why rows were not shared, warned once each
 
     def __repr__(self) -> str:
         return f"SharedTier({mask_password(self.settings.url)!r}, prefix={self.prefix!r})"
@@ -216,12 +224,18 @@ class SharedTier:
         return rows, False
 
     def _decode(self, encoded: bytes, data: bytes) -> list[Row] | None:
+        """The rows of an entry read for this key, or None: read it as a miss (another key's,
+        older than this join's TTL, or a missing key this join does not cache)."""
         self.metrics.inc(L2_BYTES_READ, len(data))
         try:
-            rows = decode_entry(self.namespace, encoded, data)
+            rows = decode_entry(self.namespace, encoded, data, self._ttl_ms)
+        except StaleEntry:
+            return None
         except EntryMismatch:
             log.warning("shared cache %s: an entry that is not this key's was ignored", self.name)
             return None
+        if not rows and not self.settings.cache_missing_key:
+            return None  # another join's cached miss: this one asks the service
         self.metrics.inc(L2_HIT_COUNT)
         return rows
 
@@ -248,12 +262,22 @@ class SharedTier:
             try:
                 value = encode_entry(self.namespace, encoded, rows)
             except NotEncodable as error:
-                log.debug("shared cache %s: not shared: %s", self.name, error)
+                self._warn_not_shared(str(error))
             if value is not None and len(value) > self.settings.max_value_size:
                 value = None
         if value is None and not leased:
             return
         await self._queue_write(skey, value)
+
+    def _warn_not_shared(self, why: str) -> None:
+        if why not in self._not_shared:
+            self._not_shared.add(why)
+            log.warning(
+                "shared cache %s: rows not shared (served, and loaded again by other "
+                "processes): %s",
+                self.name,
+                why,
+            )
 
     # -- batched reads ---------------------------------------------------------------------
 
