@@ -126,8 +126,10 @@ async def _flattened(chunks: AsyncIterable[Sequence[IN]]) -> AsyncIterator[IN]:
 
 def _per_element(
     on_error: Callable[[IN, BaseException, int], Collection[OUT]],
+    metrics: Callable[[], OperatorMetrics],
 ) -> Callable[[Batch[IN], BaseException, int], Collection[Collection[OUT]]]:
-    """The error output of a batch: its final error given to each of its elements."""
+    """The error output of a batch: its final error given to each of its elements, each
+    counted in ``numFailedRows`` (the operator counts the batch as one)."""
 
     def batch_failed(
         batch: Batch[IN], error: BaseException, attempts: int
@@ -139,6 +141,7 @@ def _per_element(
             if type_error is not None:  # as for a record of the per-record operator (§1.7)
                 raise type_error from error
             outputs.append(output)
+        metrics().failed += len(outputs) - 1
         return outputs
 
     return batch_failed
@@ -189,7 +192,7 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
             retry_strategy=RetryStrategies.NO_RETRY if retry is None else PerBatchRetry(retry),
             metrics=metrics,
             manage_lifecycle=manage_lifecycle,
-            on_error=None if on_error is None else _per_element(on_error),
+            on_error=None if on_error is None else _per_element(on_error, lambda: self.metrics),
         )
 
     fans_out: ClassVar[bool] = True

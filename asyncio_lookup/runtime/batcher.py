@@ -176,14 +176,19 @@ class TimedBatches:
             self._timer.cancel()
             self._timer = None
         reader = self._reader
-        if reader is not None and not reader.done():
-            reader.cancel()
-            try:
-                await reader
-            except asyncio.CancelledError:
+        try:
+            if reader is not None and not reader.done():
+                # called while this task is being cancelled (the run's stop()): only a
+                # cancellation that comes while we wait for the reader is ours to pass on
                 current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
-        aclose = getattr(self._source, "aclose", None)
-        if aclose is not None:
-            await aclose()
+                before = current.cancelling() if current is not None else 0
+                reader.cancel()
+                try:
+                    await reader
+                except asyncio.CancelledError:
+                    if current is not None and current.cancelling() > before:
+                        raise
+        finally:
+            aclose = getattr(self._source, "aclose", None)
+            if aclose is not None:
+                await aclose()

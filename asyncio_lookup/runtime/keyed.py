@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 from asyncio_lookup.runtime.elements import Watermark
-from asyncio_lookup.runtime.handler import ResultHandler, Slot
+from asyncio_lookup.runtime.handler import ResultHandler, Slot, _end_stream
 from asyncio_lookup.runtime.run import OperatorRun
 
 KeySelector = Callable[[Any], Hashable]
@@ -142,6 +142,7 @@ class KeyOrderedRun(OperatorRun):
         handler = KeyedHandler(self, element, admitted, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
+        self.metrics.in_flight += 1  # admitted, final or not: waiting for its key counts
         try:
             free = self._keys.admit(handler, key)
         except TypeError as error:  # an unhashable key
@@ -150,11 +151,16 @@ class KeyOrderedRun(OperatorRun):
                 "return a hashable key such as a tuple"
             ) from error
         if free:
-            self._start(handler)
+            self._call(handler)
 
     def _start_waiting(self, handler: KeyedHandler) -> None:
         """Start a record that waited for its key; its timeout budget starts now."""
         if self.failure is not None or self.closed:
             return  # the stream is failing: stop() has nothing of it to cancel
         handler.at = self.time() + self._timeout
-        self._start(handler)
+        try:
+            self._call(handler)
+        except BaseException as error:  # invoke_now's, or a retry predicate's
+            # started from another record's completion (a task, a timer): raised there, no one
+            # would read it and the stream would hang
+            _end_stream(self, error)

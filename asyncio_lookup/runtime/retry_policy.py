@@ -118,6 +118,8 @@ class RetryingHandler:
         run = handler.run
         if run.closed or handler.state is not State.PENDING:
             return
+        if handler.at <= run.time():
+            return  # its deadline fires in this loop iteration: no call, no retry counted
         run.metrics.retries += 1
         attempts = handler.attempts_made()
         error, cause = self.error, None if self.error is not None else RESULT_CAUSE

@@ -357,8 +357,12 @@ class OperatorRun:
     def _start(self, handler: ResultHandler) -> None:
         """Make an admitted record's first call (or take the function's answer at once); its
         deadline, ``handler.at``, is set."""
-        element = handler.element
         self.metrics.in_flight += 1
+        self._call(handler)
+
+    def _call(self, handler: ResultHandler) -> None:
+        """:meth:`_start` of a record already counted in ``numInFlight``."""
+        element = handler.element
         retry = self._retry
         receiver = handler if retry is None else RetryingHandler(handler, retry)
         invoke_now = self._invoke_now

@@ -4,6 +4,7 @@ per-batch timeout, retry and errors, result checks, validation, lifecycle, Async
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -352,6 +353,53 @@ def test_stopping_early_cancels_the_reader_and_closes_the_source() -> None:
     assert run_virtual(take(6)) == list(range(6))
     assert closed == [True]
     assert fn.closed == 1
+
+
+def test_each_row_of_a_failed_batch_counts_in_num_failed_rows() -> None:
+    async def down(elements: list[int]) -> list[list[int]]:
+        raise ValueError("down")
+
+    op = AsyncBatchWaitOperator(
+        down, batch_size=4, timeout=5, on_error=lambda element, error, attempts: [-element]
+    )
+    out = run_virtual(run(op, range(10)))
+    assert len(out) == 10
+    snap = op.metrics.snapshot()
+    assert (snap["numFailedRows"], snap["numErrors"]) == (10, 3)  # rows; batches
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_source_parked_at_its_yield_is_closed_when_the_stream_stops(fails: bool) -> None:
+    """A source with no await between its items leaves the reader waiting for room: the
+    reader's cancellation was taken for the closing task's own, and the source was closed
+    only at the loop's shutdown (a cursor or file held open under a long-lived loop)."""
+    closed: list[bool] = []
+
+    async def eager() -> AsyncIterator[int]:
+        try:
+            for n in range(1000):
+                yield n
+        finally:
+            closed.append(True)
+
+    async def doubled(elements: list[int]) -> list[list[int]]:
+        await asyncio.sleep(0.01)
+        if fails and elements[0] >= 8:
+            raise ValueError("down")
+        return [[2 * e] for e in elements]
+
+    op = AsyncBatchWaitOperator(doubled, batch_size=4, timeout=5, capacity=2)
+
+    async def take() -> list[bool]:
+        stream = op.process(eager())
+        with contextlib.suppress(ValueError):
+            async for element, _ in stream:
+                if element == 9:
+                    break
+        await stream.aclose()
+        return list(closed)  # before the loop's shutdown closes what is left
+
+    assert run_virtual(take()) == [True]
 
 
 def test_a_failing_async_source_fails_the_stream() -> None:

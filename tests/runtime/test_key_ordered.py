@@ -332,6 +332,52 @@ def test_retries_keep_the_key_busy() -> None:
     ]
 
 
+def test_a_base_exception_from_a_waiting_records_invoke_now_ends_the_stream() -> None:
+    """Record b waits for a's key; a times out and its timeout hook frees the key, which starts
+    b, whose invoke_now raises a BaseException (a test framework's outcome). It escaped into
+    the hook's task: the stream hung with a's result unread."""
+
+    class Outcome(BaseException):
+        pass
+
+    class Fn(WithTimeoutHook):
+        def invoke_now(self, element: Any) -> Any:
+            if element == "b":
+                raise Outcome("from b")
+            return None
+
+    op = AsyncWaitOperator(
+        Fn(lambda e, n: (0.0, HANG), timeout_result=["T"]),
+        timeout=1.0,
+        output_mode="key_ordered",
+        key_selector=lambda e: "k",
+    )
+    with pytest.raises(Outcome, match="from b"):
+        run_virtual(collect(op, ["a", "b"]))
+
+
+def test_records_waiting_for_their_key_count_in_flight() -> None:
+    """numInFlight: records admitted and not final; one waiting for its key is admitted."""
+    seen: list[int] = []
+    fn = Scripted(const(1.0))
+    op = AsyncWaitOperator(
+        fn, timeout=None, capacity=10, output_mode="key_ordered", key_selector=lambda e: "k"
+    )
+
+    async def run() -> None:
+        async def peek() -> None:
+            await asyncio.sleep(0.5)
+            seen.append(op.metrics.in_flight)
+
+        task = asyncio.ensure_future(peek())
+        await collect(op, list(range(5)))
+        await task
+
+    run_virtual(run())
+    assert seen == [5]
+    assert op.metrics.in_flight == 0
+
+
 def test_datastream_key_ordered_wait_runs_with_for() -> None:
     async def double(x: int) -> list[int]:
         await asyncio.sleep(0.001 * (10 - x))

@@ -20,7 +20,7 @@ from asyncio_lookup.runtime import (
 )
 
 from .support import Scripted, WithTimeoutHook, collect, const, keys
-from .virtual_time import run_virtual
+from .virtual_time import VirtualTimeLoop, run_virtual
 
 
 def test_fixed_delay_counts_retries_and_has_a_constant_backoff() -> None:
@@ -256,6 +256,33 @@ def test_predicate_error_fails_the_stream() -> None:
                 AsyncWaitOperator(Scripted(const(0.0)), timeout=1, retry_strategy=strategy), [0]
             )
         )
+
+
+def test_a_retry_due_with_the_deadline_is_neither_made_nor_counted() -> None:
+    """The call fails at 0.2 s, the retry is due at 0.46 s and the deadline at 0.48 s; the loop
+    is held from 0.44 to 0.49 s, so both fall due in one iteration, the retry first. Its task
+    was made and counted (numRetries, on_error's attempts), then cancelled before its first
+    step by the deadline."""
+    fn = Scripted(lambda e, n: (0.2, ConnectionError("down")))
+    strategy = RetryStrategies.fixed_delay(
+        3, 0.26, exception_predicate=RetryPredicates.HAS_EXCEPTION
+    )
+    op = AsyncWaitOperator(
+        fn,
+        timeout=0.48,
+        retry_strategy=strategy,
+        on_error=lambda element, error, attempts: [(type(error).__name__, attempts)],
+    )
+
+    async def run() -> list[tuple[float, Any]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        loop.call_at(0.44, loop.stall, 0.05)
+        return await collect(op, [0])
+
+    assert [item for _, item in run_virtual(run())] == [(0, [("TimeoutError", 1)])]
+    assert len(fn.calls) == 1
+    assert op.metrics.snapshot()["numRetries"] == 0
 
 
 def test_timeout_hook_with_retries_metrics() -> None:

@@ -40,6 +40,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._virtual.now
 
+    def stall(self, seconds: float) -> None:
+        """Hold the loop for ``seconds`` as a blocking call would: timers due meanwhile all
+        run in the next iteration, in order of their times."""
+        self._virtual.now += seconds
+
     def pending_timers(self) -> list[asyncio.TimerHandle]:
         """Timers still scheduled and not cancelled."""
         return [h for h in self._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
