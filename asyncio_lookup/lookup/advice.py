@@ -75,6 +75,8 @@ class Facts:
     max_retries: int | None = None
     max_rows: int | None = None
     rate: float | None = None
+    adaptive: bool | None = None  # lookup.rate-limit.adaptive is on
+    shuffled: bool | None = None  # the join is hash-partitioned by key (SHUFFLE_HASH)
     lookup: bool = True
 
     def to_json(self) -> dict[str, Any]:
@@ -217,7 +219,8 @@ def _retry_storm(advice: Advice, counts: Mapping[str, float], facts: Facts) -> s
         if facts.rate is not None:
             what = (
                 f"the service is throttling at this task's share of {RATE_LIMIT} "
-                f"({facts.rate:g}/s); lower {RATE_LIMIT} or set {RATE_LIMIT_ADAPTIVE}=true"
+                f"({facts.rate:g}/s); lower {RATE_LIMIT}"
+                + ("" if facts.adaptive else f" or set {RATE_LIMIT_ADAPTIVE}=true")
             )
         else:
             what = (
@@ -264,8 +267,13 @@ def _cache_churn(advice: Advice, counts: Mapping[str, float], facts: Facts) -> s
         f"{facts.where}: cache hit ratio {hits / (hits + misses):.0%} ({hits:,} hits, "
         f"{misses:,} misses) while it evicted {int(counts['evictions']):,} entries to stay "
         f"within {MAX_ROWS}{size} — if keys repeat, they are evicted before they come back; "
-        f"raise {MAX_ROWS}, or hash-partition the rows by key (SHUFFLE_HASH hint) so each task "
-        "sees fewer keys."
+        f"raise {MAX_ROWS}"
+        + (
+            "."
+            if facts.shuffled
+            else ", or hash-partition the rows by key (SHUFFLE_HASH hint) so each task sees "
+            "fewer keys."
+        )
     )
 
 

@@ -34,9 +34,12 @@ def join_advice(
     found: Mapping[str, Mapping[str, Any]],
     columns: MissingColumns,
     seconds: float,
+    *,
+    shuffled: bool = False,
 ) -> list[Advice]:
     """A lookup-join task's warnings, logged once each at WARN (``metrics`` and ``found``:
-    the task's counters and causes; ``rate``: its share of ``lookup.rate-limit``)."""
+    the task's counters and causes; ``rate``: its share of ``lookup.rate-limit``;
+    ``shuffled``: the join is hash-partitioned by key)."""
     hint, options = runner.hint, chain.options
     facts = Facts(
         table=chain.name,
@@ -46,6 +49,8 @@ def join_advice(
         max_retries=options.max_retries,
         max_rows=options.partial_max_rows,
         rate=rate.rate if rate is not None else None,
+        adaptive=rate.adaptive if rate is not None else None,
+        shuffled=shuffled,
     )
     advice = task_advice(metrics, found, facts, seconds)
     log_advice(advice)  # the missing columns are logged by MissingColumns.report

@@ -376,6 +376,7 @@ def hash_partition(
         partitions=partitions,
         skew=skew,
         full_cache=full_cache,
+        table=table.name,
     )
     rate = table_task_rate(  # no more tasks at once than partitions
         table.options,

@@ -315,11 +315,12 @@ def table_metrics(metrics_id: str) -> JobMetrics:
     partial = None
     if not reported:
         partial = (
-            "no action on a DataFrame this table was joined into (or mapped by) has finished "
-            "and reported its metrics yet, or those that finished ran no task (an input without "
-            "partitions: limit(0), an empty foreachBatch). An action that runs a query of its "
-            "own is not observed: count, show or take on a LookupSQL result, or on a classic "
-            "session its write, and toLocalIterator"
+            "no action on a DataFrame this table was joined into (or mapped by) has been "
+            "observed yet, or those observed ran no task (an input without partitions: "
+            "limit(0), an empty foreachBatch). Not observed: an action that runs a query of its "
+            "own (count, show or take on a LookupSQL result, or on a classic session its "
+            "write), on a classic session toLocalIterator, foreach, foreachPartition and .rdd "
+            "jobs, on Spark Connect checkpoint and localCheckpoint"
         )
     metrics = folded.result(partial)
     if metrics.partial is not None and reported:

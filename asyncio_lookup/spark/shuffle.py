@@ -65,7 +65,8 @@ class SkewOptions:
     ``threshold`` of the sampled rows (default ``1 / (2 n)`` for ``n`` partitions) as hot.
     A hot key with share ``s`` is spread over ``ceil(2 s n)`` consecutive partitions (at most
     ``n``); each of them looks it up once, so it costs a few external calls instead of one but
-    no task gets much more than its share of the rows. Streaming inputs are not sampled.
+    no task gets much more than its share of the rows. Streaming inputs are not sampled, nor
+    inputs that run another lookup join or ``async_map`` (the sample would run it in full).
     ``min_sampled_rows``: a key seen fewer times in the sample is never hot (noise on small
     inputs).
     """
@@ -275,6 +276,7 @@ def plan_shuffle(
     partitions: int | None = None,
     skew: SkewOptions | None = None,
     full_cache: bool = False,
+    table: str = "",
 ) -> ShufflePlan:
     """Add :data:`PARTITION_COLUMN` and exchange ``df`` by it (the spec binds a left column)."""
     skew = skew or SkewOptions()
@@ -317,7 +319,7 @@ def plan_shuffle(
             expression = _udf_partition(custom, n, frozenset(instants))(*udf_columns)
         # modulo n before the cast to int: a long outside [0, n) made ANSI mode fail the task
         base = F.pmod(expression.cast("long"), F.lit(n)).cast("int")
-    hot = detect_hot_keys(df, spec, key_hash, n, skew) if skew.enabled and n > 1 else {}
+    hot = detect_hot_keys(df, spec, key_hash, n, skew, table) if skew.enabled and n > 1 else {}
     if hot:
         salt = F.lit(1)
         cases = None
@@ -351,13 +353,36 @@ def plan_shuffle(
     return ShufflePlan(shuffled, routing)
 
 
+_OBSERVED = "CollectMetrics asyncio_lookup:"
+
+
+def runs_lookups(df: DataFrame) -> bool:
+    """Whether ``df``'s plan runs a lookup join or ``async_map`` of this library (an observed
+    node of ours, views resolved). Classic: the analyzed plan; Spark Connect: the server's
+    analysis (one round trip, no job)."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        text = df._explain_string(mode="extended")  # type: ignore[operator]
+    else:
+        text = df._jdf.queryExecution().analyzed().toString()
+    return _OBSERVED in str(text)
+
+
 def detect_hot_keys(
-    df: DataFrame, spec: JoinSpec, key_hash: Column, n: int, skew: SkewOptions
+    df: DataFrame, spec: JoinSpec, key_hash: Column, n: int, skew: SkewOptions, table: str = ""
 ) -> dict[int, int]:
     """Sample the probe side on the driver; hot keys' hashes -> how many partitions to spread
     each over. One Spark job: a rollup counts every sampled key plus the total, and only the
     ``max_hot_keys`` largest groups come back."""
     if df.isStreaming:
+        return {}
+    if runs_lookups(df):
+        log.warning(
+            "lookup join %r (SHUFFLE_HASH): hot keys not looked for: its input runs another "
+            "asyncio-lookup join or async_map, which sampling would run in full (its service "
+            "called twice, its metrics counting one run). To spread hot keys, write the input "
+            "out and read it back first; skew=False silences this.",
+            table,
+        )
         return {}
     threshold = skew.threshold if skew.threshold is not None else 1.0 / (2 * n)
     not_null = [F.col(_quoted(c)).isNotNull() for c in spec.left_key_columns]

@@ -371,7 +371,14 @@ class LookupJoinTask:
             if final:  # the task's warnings, logged once each (spark/advice.py)
                 seconds = time.monotonic() - started
                 advice = join_advice(
-                    chain, runner, self.rate, totals, total_causes, columns, seconds
+                    chain,
+                    runner,
+                    self.rate,
+                    totals,
+                    total_causes,
+                    columns,
+                    seconds,
+                    shuffled=self.routing is not None,
                 )
             latency = {"record": record, "call": chain.metrics.drain_calls()}
             if self.otel:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -101,6 +102,20 @@ def test_a_churning_cache() -> None:
     )
     assert not task_advice({**metrics, "evictionCount": 0}, {}, FACTS, 1)
     assert not task_advice({**metrics, "hitCount": 1000}, {}, FACTS, 1)
+    # a join already hash-partitioned by key is not told to be
+    (shuffled,) = task_advice(metrics, {}, dataclasses.replace(FACTS, shuffled=True), 1)
+    assert shuffled.text().endswith("raise lookup.partial-cache.max-rows.")
+
+
+def test_advice_to_turn_on_adaptive_rate_limits_only_when_they_are_off() -> None:
+    found = causes("HTTP 429", retries=10, retried=10)
+    limited = dataclasses.replace(FACTS, rate=5.0)
+    (off,) = task_advice({"numLookups": 100}, found, limited, 1)
+    assert "lookup.rate-limit.adaptive=true" in off.text()
+    adaptive = dataclasses.replace(limited, adaptive=True)
+    (on,) = task_advice({"numLookups": 100}, found, adaptive, 1)
+    assert "adaptive" not in on.text() and "lower lookup.rate-limit" in on.text()
+    assert Facts.from_json(adaptive.to_json()) == adaptive  # through the trailers
 
 
 def test_async_map_counts_records() -> None:

@@ -160,6 +160,32 @@ def test_a_hot_key_is_salted_over_several_partitions_and_results_stay_right(
     assert len(key_partitions(unsalted)[5]) == 1
 
 
+def test_hot_keys_are_not_sampled_through_another_lookup_join(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sampling the input ran the upstream join in full when the second join was built: its
+    service saw every call twice and its metrics counted one run (the sampling job's)."""
+    df = probe(spark, hot=5)
+    first = LookupTable("Customers", SCHEMA, InMemoryConnector(DIM, ["id"]))
+    enriched = lookup_join(df, first, on=[("customer_id", "id")], columns=["name"])
+    regions = [{"name": f"c{i}", "region": f"r{i % 3}"} for i in range(200)]
+    second = LookupTable(
+        "Regions", "name STRING, region STRING", InMemoryConnector(regions, ["name"])
+    )
+    with no_spark_job(spark):
+        out = lookup_join(
+            enriched.where(F.col("name").isNotNull()),
+            second,
+            on="name",
+            hints="SHUFFLE_HASH('Regions')",
+            shuffle_partitions=4,
+            skew={"sample_fraction": 1.0},
+        )
+    assert "hot keys not looked for" in caplog.text and "'Regions'" in caplog.text
+    assert out.count() == df.where(F.col("customer_id") < 200).count()  # DIM's ids
+    assert first.metrics()["numLookups"] == df.count()
+
+
 def test_a_salted_row_goes_to_the_same_partition_whatever_its_position(
     spark: SparkSession,
 ) -> None:
