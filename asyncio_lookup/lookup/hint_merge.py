@@ -15,6 +15,7 @@ from dataclasses import fields, replace
 from typing import Any, Protocol, TypeVar
 
 from asyncio_lookup.errors import HintError
+from asyncio_lookup.masking import mask_text
 
 
 class _Hint(Protocol):
@@ -39,9 +40,23 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
         return None
     merged: dict[str, Any] = {}
     source: dict[str, H] = {}
+    shared: dict[str, str] = {}  # the lookup.shared-cache.* options, merged one by one
     for hint in hints:
         for item in fields(hint):  # type: ignore[arg-type]
             value = getattr(hint, item.name)
+            if item.name == "shared_cache":
+                for name, text in value or ():
+                    if name in shared and shared[name] != text:
+                        raise HintError(
+                            name,
+                            mask_text(text),
+                            f"one value for {name!r} across the LOOKUP hints of table "
+                            f"{hints[0].table!r} (or the same value in each)",
+                            reason=f"{mask_text(shared[name])!r} and {mask_text(text)!r} "
+                            "disagree",
+                        )
+                    shared.setdefault(name, text)
+                continue
             if value is None or item.name == "table":
                 continue
             if item.name in merged and merged[item.name] != value:
@@ -51,8 +66,11 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
                     value,
                     f"one value for {name!r} across the LOOKUP hints of table "
                     f"{hints[0].table!r} (or the same value in each)",
-                    reason=f"{source[item.name].to_text()} and {hint.to_text()} disagree",
+                    reason=f"{mask_text(source[item.name].to_text())} and "
+                    f"{mask_text(hint.to_text())} disagree",
                 )
             merged.setdefault(item.name, value)
             source.setdefault(item.name, hint)
+    if shared:
+        merged["shared_cache"] = tuple(shared.items())
     return replace(hints[0], **merged)  # type: ignore[type-var]

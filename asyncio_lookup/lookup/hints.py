@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeAlias
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.lookup.failed_rows import OnError
 from asyncio_lookup.lookup.l2.hint_options import SHARED_PREFIX, parse_hint_options
+from asyncio_lookup.masking import mask_text
 from asyncio_lookup.validation import (
     POSITIVE_DURATION_ALLOWED,
     format_duration,
@@ -321,7 +322,7 @@ class _Parser:
         self.position = 0
 
     def fail(self, reason: str) -> HintError:
-        return HintError("hint", self.text, _HINT_SYNTAX, reason=reason)
+        return HintError("hint", mask_text(self.text), _HINT_SYNTAX, reason=reason)
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.position] if self.position < len(self.tokens) else None

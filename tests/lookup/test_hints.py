@@ -435,3 +435,39 @@ def test_a_hint_may_name_the_table_with_flinks_default_catalog_and_database() ->
         assert resolve_lookup(f"LOOKUP('table'='{name}', 'capacity'='7')", "D").capacity == 7
     with pytest.raises(HintError, match="not the dim table"):
         resolve_lookup("LOOKUP('table'='other_db.D', 'capacity'='7')", "D")
+
+
+def test_shared_cache_options_of_several_hints_merge_one_by_one() -> None:
+    """A hint with shared-cache options and one without were refused as disagreeing (on an
+    option 'shared-cache' that does not exist), the password in the message."""
+    from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
+
+    url = "redis://:s3cret@127.0.0.1:6379/0"
+    merged = merge_lookup_hints(
+        parse_hints(
+            f"LOOKUP('table'='c', 'lookup.shared-cache.url'='{url}'), "
+            "LOOKUP('table'='c', 'output-mode'='allow_unordered'), "
+            "LOOKUP('table'='c', 'lookup.shared-cache.ttl'='1 min')"
+        )
+    )
+    assert merged is not None
+    assert dict(merged.shared_cache) == {
+        "lookup.shared-cache.url": url,
+        "lookup.shared-cache.ttl": "60 s",  # as parsed
+    }
+    assert merged.output_mode is not None
+    other = url.replace("6379", "6380")
+    with pytest.raises(HintError, match="lookup.shared-cache.url") as info:
+        merge_lookup_hints(
+            parse_hints(
+                f"LOOKUP('table'='c', 'lookup.shared-cache.url'='{url}'), "
+                f"LOOKUP('table'='c', 'lookup.shared-cache.url'='{other}')"
+            )
+        )
+    assert "s3cret" not in str(info.value)
+
+
+def test_a_hint_syntax_error_masks_a_urls_password() -> None:
+    with pytest.raises(HintError) as info:
+        parse_hints("LOOKUP('table'='c', 'lookup.shared-cache.url'='redis://:s3cret@h:6379/0' 'x')")
+    assert "s3cret" not in str(info.value)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from sqlglot import exp
 
 from asyncio_lookup.connectors import InMemoryConnector
@@ -246,3 +247,42 @@ def test_hints_naming_the_aliases_apply_to_their_join_only(
     )
     with pytest.raises(SqlError, match="lookup_error"):
         sql.sql(unaliased.format(fields="c2.lookup_error"))
+
+
+# ---------------------------------------------------------------- struct fields, subqueries
+
+
+@pytest.fixture(scope="module")
+def nested(spark: SparkSession, sql: LookupSQL) -> LookupSQL:
+    """``N``: a probe side with a struct ``c`` (named like the dim's alias below) and ``addr``;
+    ``Tiers``: a Spark table for subqueries."""
+    spark.createDataFrame(
+        [(1, 1, (1, "in-probe-1"), ("Oslo", 5)), (2, 2, (2, "in-probe-2"), ("Rome", 9))],
+        "k INT, id INT, c STRUCT<id: INT, v: STRING>, addr STRUCT<city: STRING, zip: INT>",
+    ).withColumn("t", F.lit("t")).createOrReplaceTempView("N")
+    spark.createDataFrame([(5,), (7,)], "tier INT").createOrReplaceTempView("Tiers")
+    return sql
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # a probe struct named like the dim alias: o.c.v is the probe's, c.v the dim's
+        "SELECT o.k, o.c.v AS in_probe, c.v AS in_dim FROM N AS o JOIN {Dim} AS c ON c.id = o.id",
+        "SELECT o.k FROM N AS o JOIN {Dim} AS c ON c.id = o.id WHERE o.c.v = 'a'",
+        "SELECT o.k, c.v FROM N AS o JOIN {Dim} AS c ON c.id = o.c.id",
+        "SELECT o.k, o.addr.city FROM N AS o JOIN {Dim} AS c ON c.id = o.id WHERE o.addr.zip > 6",
+        "SELECT o.k, c.v FROM N AS o LEFT JOIN {Dim} AS c ON c.id = o.id AND o.addr.city = 'Oslo'",
+        # a subquery's own names are its own, in the ON conditions as in WHERE
+        "SELECT o.k, c.v FROM N AS o JOIN {Dim} AS c ON c.id = o.id "
+        "AND c.tier IN (SELECT tier FROM Tiers)",
+        "SELECT o.k, c.v FROM N AS o LEFT JOIN {Dim} AS c ON c.id = o.id "
+        "AND c.tier IN (SELECT tier FROM Tiers)",
+    ],
+)
+def test_struct_fields_and_subqueries_read_as_spark_reads_them(
+    spark: SparkSession, nested: LookupSQL, query: str
+) -> None:
+    lookup = {"Dim": "Dim FOR SYSTEM_TIME AS OF o.t"}
+    ours = rows(nested.sql(query.format(**lookup)))
+    assert ours == rows(spark.sql(query.format(Dim="dim_plain")))

@@ -18,6 +18,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.masking import mask_text
 
 SYSTEM_TIME = "system_time"
 STATEMENT_ALLOWED = "one Spark SQL statement, with Flink's lookup-join syntax and DDL"
@@ -269,4 +270,4 @@ def mask_secrets(sql: str) -> str:
                 spans.append((value.start, tokens[last].end))
     for start, end in reversed(spans):
         sql = sql[:start] + "'***'" + sql[end + 1 :]
-    return sql
+    return mask_text(sql)  # a URL's password anywhere else: a LOOKUP hint's shared-cache URL

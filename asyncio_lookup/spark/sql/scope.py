@@ -227,10 +227,30 @@ def needed_fields(
     return out
 
 
+def nest_field_paths(select: exp.Select, aliases: Sequence[str]) -> None:
+    """``o.addr.city`` (sqlglot: the column ``city`` of the table ``addr`` in the database
+    ``o``) as the field ``city`` of the column ``o.addr``, when ``o`` is an alias of
+    ``select``'s ``FROM``: every name lookup then sees the column ``o.addr``. The SQL text
+    stays the same."""
+    known = {a.lower() for a in aliases if a}
+    for column in list(select.find_all(exp.Column)):
+        parts = column.parts
+        if len(parts) < 3 or parts[0].name.lower() not in known:
+            continue
+        nested: exp.Expr = exp.Column(this=parts[1].copy(), table=parts[0].copy())
+        for part in parts[2:]:
+            nested = exp.Dot(this=nested, expression=part.copy())
+        column.replace(nested)
+
+
 def qualified(expression: exp.Expr, resolver: Resolver) -> exp.Expr:
+    """``expression`` with its plain column names qualified by their sources' aliases; a
+    subquery's own names are its own (``c.tid IN (SELECT tid FROM Tiers)``)."""
     copy = expression.copy()
     for column in list(copy.find_all(exp.Column)):
         if column.table or lambda_bound(column, copy):
+            continue
+        if column.find_ancestor(exp.Query) is not None:  # the copy has no parent: a subquery's
             continue
         source = resolver.resolve(column)
         if source is not None:

@@ -37,6 +37,7 @@ from asyncio_lookup.spark.sql.scope import (
     and_all,
     conjuncts,
     needed_fields,
+    nest_field_paths,
     pushable_where,
     qualified,
     split_probe_conditions,
@@ -256,6 +257,7 @@ class Translator:
         lookups = hints.joins
         if not lookups and not hints.lookup and not hints.shuffle:
             return
+        nest_field_paths(select, [item.alias_or_name for item in self._from_items(select)])
         while (index := self._lookup_index(select)) is not None:
             self._lookup_join(select, index, hints)
         spark_sources = {s.lower() for s in self._plain_aliases(select)}

@@ -44,6 +44,16 @@ def hint_tables(statement: str, join: LookupJoinName) -> list[str]:
 # ----------------------------------------------------------------- which join a hint is for
 
 
+def test_a_parse_error_never_shows_a_hints_shared_cache_password() -> None:
+    statement = (
+        "SELECT /*+ LOOKUP('table'='c', 'lookup.shared-cache.url'='redis://:s3cret@h:6379/0') */ "
+        "o.x FROM o JOIN c FOR SYSTEM_TIME AS OF o.pt AS c ON o.a = c.b WHERE (("
+    )
+    with pytest.raises(SqlParseError) as info:
+        parse_statement(statement)
+    assert "s3cret" not in str(info.value)
+
+
 def test_a_hint_naming_an_alias_is_for_that_join_only_as_in_flink() -> None:
     statement = f"SELECT /*+ LOOKUP('table'='a', 'on-error'='keep') */ * {CROSSED}"
     assert hint_tables(statement, B_AS_A) == ["a"]
