@@ -52,8 +52,7 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
                             mask_text(text),
                             f"one value for {name!r} across the LOOKUP hints of table "
                             f"{hints[0].table!r} (or the same value in each)",
-                            reason=f"{mask_text(shared[name])!r} and {mask_text(text)!r} "
-                            "disagree",
+                            reason=f"{mask_text(shared[name])!r} and {mask_text(text)!r} disagree",
                         )
                     shared.setdefault(name, text)
                 continue

@@ -457,7 +457,7 @@ def test_shared_cache_options_of_several_hints_merge_one_by_one() -> None:
     }
     assert merged.output_mode is not None
     other = url.replace("6379", "6380")
-    with pytest.raises(HintError, match="lookup.shared-cache.url") as info:
+    with pytest.raises(HintError, match=r"lookup\.shared-cache\.url") as info:
         merge_lookup_hints(
             parse_hints(
                 f"LOOKUP('table'='c', 'lookup.shared-cache.url'='{url}'), "
