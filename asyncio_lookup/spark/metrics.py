@@ -144,8 +144,10 @@ def observe(df: DataFrame, metrics_id: str, title: str | None = None) -> DataFra
 
 
 def observed_by(df: Any) -> tuple[str, str] | None:
-    """(metrics id, observation name) of a DataFrame :func:`observe` returned."""
-    return getattr(df, "_asyncio_lookup_observed", None)
+    """(metrics id, observation name) of a DataFrame :func:`observe` returned (None for a
+    streaming one: a Connect DataFrame answers any unknown attribute with a column)."""
+    found = getattr(df, "__dict__", {}).get("_asyncio_lookup_observed")
+    return found if isinstance(found, tuple) else None
 
 
 def register_result(df: Any, observed: Iterable[tuple[str, str]]) -> None:

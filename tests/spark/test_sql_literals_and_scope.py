@@ -286,3 +286,19 @@ def test_struct_fields_and_subqueries_read_as_spark_reads_them(
     lookup = {"Dim": "Dim FOR SYSTEM_TIME AS OF o.t"}
     ours = rows(nested.sql(query.format(**lookup)))
     assert ours == rows(spark.sql(query.format(Dim="dim_plain")))
+
+
+def test_a_left_join_condition_beyond_the_key_on_a_stream_is_refused_by_sql(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    """It passed .sql() and failed at writeStream.start() (monotonically_increasing_id)."""
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    stream.selectExpr("CAST(value % 4 AS INT) AS id", "'t' AS t").createOrReplaceTempView("S")
+    on_key = "SELECT o.id, c.v FROM S AS o LEFT JOIN {Dim} AS c ON c.id = o.id"
+    lookup = {"Dim": "Dim FOR SYSTEM_TIME AS OF o.t"}
+    with no_spark_job(spark):
+        assert sql.sql(on_key.format(**lookup)).isStreaming
+        assert sql.sql((on_key + " AND o.id > 1").format(**lookup)).isStreaming  # probe alone
+        with pytest.raises(SqlError, match="streaming probe side") as info:
+            sql.sql((on_key + " AND c.x > 10").format(**lookup))
+    assert info.value.option == "ON"

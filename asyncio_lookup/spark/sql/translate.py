@@ -439,6 +439,16 @@ class Translator:
             on.append((key_name, dim_column))
         rid = f"{prefix}_rid"
         consolidate = how == "left" and bool(residual)
+        if consolidate and structs.isStreaming:
+            raise SqlError(
+                "ON",
+                _sql(and_all(residual) or exp.true())[:200],
+                "on a streaming probe side, a LEFT JOIN's ON with the key and conditions on "
+                "the probe side alone, or an INNER JOIN",
+                reason=f"in the lookup join of {name!r}: a LEFT JOIN keeps one row per probe "
+                "row whose looked-up rows fail a condition, which needs a window Structured "
+                "Streaming does not run",
+            )
         if consolidate:
             columns.append(F.monotonically_increasing_id().alias(rid))
         probe_df = structs
