@@ -318,6 +318,47 @@ def test_ddl_credentials_reach_a_libpq_dsn_as_written(user: str, password: str) 
     assert (unquote(parts.username or ""), unquote(parts.password or "")) == (user, password)
 
 
+def test_pgjdbc_url_parameters_are_renamed_or_refused_naming_the_url(postgres_dsn: str) -> None:
+    """?currentSchema=public reached the server as a setting: "unrecognized configuration
+    parameter" in every task, naming no option."""
+    import asyncio
+
+    from asyncio_lookup.spark.sql.connectors import plan_connector
+
+    url = "jdbc:postgresql://127.0.0.1:5432/test?currentSchema=public&ApplicationName=ddl"
+    options = {"url": url, "table-name": "pg_catalog.pg_type", "username": "postgres"}
+    connector = plan_connector("jdbc", options, ("typname",), {"typname": "STRING"}).build(
+        ("typname",)
+    )
+
+    async def settings() -> list[str]:
+        import asyncpg
+
+        connection = await asyncpg.connect(connector.url)
+        try:
+            return [
+                await connection.fetchval("SHOW search_path"),
+                await connection.fetchval("SHOW application_name"),
+            ]
+        finally:
+            await connection.close()
+
+    assert asyncio.run(settings()) == ["public", "ddl"]
+    options["url"] = "jdbc:postgresql://127.0.0.1:5432/test?prepareThreshold=0&password=s3cret"
+    with pytest.raises(SqlError, match="prepareThreshold") as info:
+        plan_connector("jdbc", options, ("typname",), {"typname": "STRING"})
+    assert info.value.option == "url" and "s3cret" not in str(info.value)
+
+
+def test_an_explicit_null_constraint_is_nullable(sql: LookupSQL) -> None:
+    sql.sql(
+        "CREATE TEMPORARY TABLE NullableName (id INT, name STRING NULL, tier INT NOT NULL) "
+        "WITH ('connector'='redis', 'url'='redis://127.0.0.1:6379/0', 'key-template'='n:{id}')"
+    )
+    fields = {f.name: f.nullable for f in sql.table("NullableName").schema.fields}
+    assert fields == {"id": True, "name": True, "tier": False}
+
+
 @pytest.mark.parametrize("name", ["redis", "jdbc"])
 def test_a_connector_registered_under_a_builtin_name_is_the_one_the_ddl_builds(name: str) -> None:
     # register_connector(..., replace=True) was honoured by create_connector, not by the DDL

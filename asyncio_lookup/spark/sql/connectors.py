@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
 from asyncio_lookup.connectors.registry import connector_factory, connector_names
@@ -188,7 +188,7 @@ def _postgres(
                 "'jdbc:postgresql://host:port/database' (PostgreSQL serves the jdbc connector; "
                 "'driver', if given, 'org.postgresql.Driver')",
             )
-        url = url[len("jdbc:") :]
+        url = _pgjdbc_parameters(url[len("jdbc:") :], shown("url", url))
         _required(connector, kwargs, "table", "table-name")
     if "://" in url:
         dsn = _with_credentials(url, user, password)
@@ -203,6 +203,39 @@ def _postgres(
     return ConnectorPlan(
         connector, PostgresConnector, kwargs, flexible=True, key_param="key_columns"
     )
+
+
+# pgjdbc's URL parameters and their names for asyncpg (an unknown one would reach the server as
+# a setting: "unrecognized configuration parameter" in every task)
+_PGJDBC = {
+    "currentschema": "search_path",
+    "applicationname": "application_name",
+    **{name: name for name in ("sslmode", "sslcert", "sslkey", "sslrootcert", "sslpassword")},
+    "user": "user",
+    "password": "password",
+}
+
+
+def _pgjdbc_parameters(url: str, shown_url: str) -> str:
+    """A ``postgresql://`` URL whose pgjdbc parameters (``?currentSchema=...``) are renamed as
+    asyncpg reads them; any other is an error naming it."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        renamed = _PGJDBC.get(name.lower())
+        if renamed is None:
+            raise SqlError(
+                "url",
+                shown_url,
+                "a jdbc:postgresql:// URL with the pgjdbc parameters currentSchema, "
+                "ApplicationName, sslmode, sslcert, sslkey, sslrootcert, sslpassword, user, "
+                "password",
+                reason=f"its parameter {name!r} has no equivalent here",
+            )
+        pairs.append((renamed, value))
+    return urlunsplit(parts._replace(query=urlencode(pairs)))
 
 
 def _libpq_value(value: str) -> str:

@@ -207,7 +207,9 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
             for constraint in item.args.get("constraints") or []:
                 if isinstance(constraint.args.get("kind"), exp.PrimaryKeyColumnConstraint):
                     primary.append(item.name)
-                elif isinstance(constraint.args.get("kind"), exp.NotNullColumnConstraint):
+                elif isinstance(
+                    kind_of := constraint.args.get("kind"), exp.NotNullColumnConstraint
+                ) and not kind_of.args.get("allow_null"):  # an explicit NULL: nullable
                     not_null = " NOT NULL"
             if any(
                 node.this in (exp.DataType.Type.TIME, exp.DataType.Type.TIMETZ)
