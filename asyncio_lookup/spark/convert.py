@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pt
@@ -269,25 +270,58 @@ def exact_cast(array: pa.Array, target: pa.DataType, zone: str = "UTC") -> pa.Ar
         raise TypeError(f"{array.type} values never convert to {target}") from None
 
 
+def _is_numeric(data_type: pa.DataType) -> bool:
+    return bool(pt.is_integer(data_type) or pt.is_floating(data_type) or pt.is_decimal(data_type))
+
+
 @functools.cache
-def _has_temporal(inferred: pa.DataType) -> bool:
-    if pt.is_date(inferred) or pt.is_timestamp(inferred):
+def _kinds_checked(inferred: pa.DataType) -> bool:
+    """Whether Arrow converts values of another kind silently into ``inferred`` (or a type
+    inside it): dates, times, durations, numbers and binary."""
+    if (
+        pt.is_date(inferred)
+        or pt.is_timestamp(inferred)
+        or pt.is_duration(inferred)
+        or _is_numeric(inferred)
+        or _is_binary(inferred)
+    ):
         return True
     if _is_list(inferred):
-        return _has_temporal(inferred.value_type)
-    return bool(pt.is_struct(inferred)) and any(_has_temporal(f.type) for f in inferred)
+        return _kinds_checked(inferred.value_type)
+    return bool(pt.is_struct(inferred)) and any(_kinds_checked(f.type) for f in inferred)
 
 
 _TZINFO = operator.attrgetter("tzinfo")
+_NUMBERS = (int, float, Decimal, np.number, np.bool_)  # bool is an int
+_BOOLS = (bool, np.bool_)
+
+
+def _foreign(kinds: set[type], inferred: pa.DataType) -> bool:
+    """Whether values of these Python ``kinds`` include one Arrow converts into ``inferred`` as
+    another kind of value: a number into a date, time or duration (as a count of days or
+    microseconds), a boolean into a number, text into binary."""
+    if pt.is_date(inferred) or pt.is_timestamp(inferred) or pt.is_duration(inferred):
+        return any(issubclass(kind, _NUMBERS) for kind in kinds)
+    if _is_numeric(inferred):
+        return any(issubclass(kind, _BOOLS) for kind in kinds)
+    if _is_binary(inferred):
+        return any(issubclass(kind, str) for kind in kinds)
+    return False
 
 
 def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
-    """Whether ``values`` mix dates with datetimes, or naive with aware datetimes, where Arrow
-    inferred a date or timestamp type: it converts them all as the first one (a datetime after
-    a date is truncated to its day; a naive one after an aware one is read as UTC)."""
+    """Whether Arrow, having inferred ``inferred`` from ``values``, converted some of them as
+    another kind (each value must convert the same whatever its neighbours, docs/semantics.md
+    §2.9): a number among dates, a boolean among floats, text among bytes (:func:`_foreign`);
+    a datetime among dates (truncated to its day); a naive datetime among aware ones (read as
+    UTC). Then the caller converts value by value."""
     try:
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if _foreign(kinds, inferred):
+            return True
         if pt.is_date(inferred):
-            return any(issubclass(kind, datetime.datetime) for kind in set(map(type, values)))
+            return any(issubclass(kind, datetime.datetime) for kind in kinds)
         if pt.is_timestamp(inferred):
             zones = set(map(_TZINFO, filter(None, values)))
             return None in zones and len(zones) > 1
@@ -299,7 +333,7 @@ def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
             return any(
                 _mixes_kinds([row.get(f.name) for row in rows], f.type)
                 for f in inferred
-                if _has_temporal(f.type)
+                if _kinds_checked(f.type)
             )
     except (AttributeError, TypeError, ValueError):  # not datetimes, lists, dicts: value by value
         return True
@@ -313,7 +347,7 @@ def _cast_inferred(values: list[Any], target: pa.DataType, zone: str) -> pa.Arra
         inferred = pa.array(values)
     except _ARROW_ERRORS:
         return None
-    if _has_temporal(inferred.type) and _mixes_kinds(values, inferred.type):
+    if _kinds_checked(inferred.type) and _mixes_kinds(values, inferred.type):
         return None
     try:
         return exact_cast(inferred, target, zone)

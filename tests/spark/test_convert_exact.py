@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
@@ -73,6 +74,31 @@ def test_a_datetime_with_a_time_of_day_into_date_is_refused_among_dates(
     assert error.value == AFTERNOON
     assert "time of day" in error.reason
     assert "time of day" in refused([values], pa.list_(pa.date32())).reason
+
+
+@pytest.mark.parametrize(
+    ("values", "target", "odd"),
+    [
+        # Arrow inferred the first value's type and read the odd one as a count of days or
+        # microseconds, a boolean as 1.0, text as its bytes: refused alone, accepted beside it
+        ([DAY, 19000], pa.date32(), 19000),
+        ([DAY, 2.5], pa.date32(), 2.5),
+        ([AFTERNOON, Decimal(3)], TS, Decimal(3)),
+        ([AFTERNOON, 7], NTZ, 7),
+        ([dt.timedelta(seconds=1), 2.5], pa.duration("us"), 2.5),
+        ([1.0, True], pa.int32(), True),
+        ([0.1, True], pa.decimal128(10, 2), True),
+        ([1.5, np.bool_(True)], pa.float64(), np.bool_(True)),
+        ([b"x", "y"], pa.binary(), "y"),
+    ],
+)
+def test_a_value_of_another_kind_is_refused_whatever_its_neighbours(
+    values: list[Any], target: pa.DataType, odd: Any
+) -> None:
+    assert refused([odd], target).value == odd
+    assert refused(values, target).value == odd
+    refused([values], pa.list_(target))  # the list, or the struct, is the value named
+    refused([{"s": v} for v in values], pa.struct([("s", target)]))
 
 
 def test_a_midnight_datetime_among_dates_is_its_date() -> None:
