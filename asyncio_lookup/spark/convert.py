@@ -205,7 +205,9 @@ def _converter(target: pa.DataType) -> _Converter:
         return _to_list
     if pt.is_struct(target):
         return _to_struct
-    # TIME, INTERVAL, a MAP (built value by value)...: only the same type.
+    if pt.is_time(target):  # Python's times are microseconds, Spark's TIME(6) nanoseconds
+        return _same_kind(pt.is_time)
+    # INTERVAL, a MAP (built value by value)...: only the same type.
     return _same_kind(lambda source: source == target)
 
 

@@ -17,6 +17,7 @@ from pyspark.sql.types import (
     ByteType,
     CharType,
     DataType,
+    DateType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -26,6 +27,7 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampNTZType,
     TimestampType,
     VarcharType,
     VariantType,
@@ -211,7 +213,7 @@ def check_key_type(data_type: DataType, option: str, column: str) -> None:
             reason=f"{column!r} is {data_type.simpleString()}: its equality is not Python's; "
             f"use collate({column!r}, 'UTF8_BINARY') or lower() on both sides",
         )
-    if isinstance(data_type, (StructType, ArrayType, MapType)):
+    if isinstance(data_type, (StructType, ArrayType, MapType)) or _contains(data_type, VariantType):
         raise ConfigurationError(
             option,
             column,
@@ -236,6 +238,8 @@ def check_literal(value: Any, data_type: DataType, option: str) -> Any:
         )
     if isinstance(value, bool) and _family(data_type) != "boolean":
         raise ConfigurationError(option, value, allowed)
+    if isinstance(value, datetime.datetime):
+        value = _datetime_literal(value, data_type, option, allowed)
     try:
         (converted,) = pa.array([value], type=arrow_type(data_type, option)).to_pylist()
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -256,3 +260,36 @@ def check_literal(value: Any, data_type: DataType, option: str) -> Any:
 
 
 _INEXACT = object()
+
+
+def _datetime_literal(
+    value: datetime.datetime, data_type: DataType, option: str, allowed: str
+) -> datetime.date:
+    """A datetime literal for a DATE key (a naive midnight only: its date), a TIMESTAMP key
+    (aware only: a naive one names no instant) or a TIMESTAMP_NTZ key (naive only); Arrow
+    truncated the first, read the second as UTC and converted the third to UTC wall time."""
+    aware = value.tzinfo is not None and value.utcoffset() is not None
+    if isinstance(data_type, DateType):
+        if aware or value.time() != datetime.time(0):
+            raise ConfigurationError(
+                option,
+                value,
+                "a date (or a datetime at midnight, without a zone) for a DATE key",
+                reason="it has a time of day or a zone",
+            )
+        return value.date()
+    if isinstance(data_type, TimestampType) and not aware:
+        raise ConfigurationError(
+            option,
+            value,
+            "a datetime with a time zone (tzinfo) for a TIMESTAMP key",
+            reason="a naive datetime names no instant",
+        )
+    if isinstance(data_type, TimestampNTZType) and aware:
+        raise ConfigurationError(
+            option,
+            value,
+            "a naive datetime (no tzinfo) for a TIMESTAMP_NTZ key",
+            reason="a wall clock time has no zone",
+        )
+    return value

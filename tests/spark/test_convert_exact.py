@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
     ArrayType,
+    DateType,
     IntegerType,
     MapType,
     StringType,
@@ -26,7 +27,12 @@ from pyspark.sql.types import (
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays, with_time_zone
-from asyncio_lookup.spark.schema import check_value_type, session_time_zone
+from asyncio_lookup.spark.schema import (
+    check_key_type,
+    check_literal,
+    check_value_type,
+    session_time_zone,
+)
 
 UTC = dt.UTC
 TS = pa.timestamp("us", tz="UTC")
@@ -302,3 +308,38 @@ def test_the_session_time_zone_matters_only_with_a_timestamp_column() -> None:
     assert session_time_zone(_Frame("Mars/Olympus"), [TimestampNTZType(), StringType()]) == "UTC"
     with pytest.raises(ConfigurationError, match=r"spark\.sql\.session\.timeZone"):
         session_time_zone(_Frame("Mars/Olympus"), [StringType(), TimestampType()])
+
+
+def test_times_of_day_convert_to_spark_s_nanosecond_time() -> None:
+    # Python's times arrive as microseconds: every value of a TIME column failed its task
+    assert convert([dt.time(12, 30, 1, 5), None], pa.time64("ns")) == [dt.time(12, 30, 1, 5), None]
+
+
+@pytest.mark.parametrize(
+    ("value", "spark_type", "reason"),
+    [
+        (dt.datetime(2024, 1, 1, 15, 30), DateType(), "time of day"),  # was truncated
+        (dt.datetime(2024, 1, 1, tzinfo=UTC), DateType(), "zone"),
+        (dt.datetime(2024, 1, 1, 15, 30), TimestampType(), "names no instant"),  # was UTC
+        (dt.datetime(2024, 1, 1, 15, 30, tzinfo=UTC), TimestampNTZType(), "no zone"),  # was 15:30
+    ],
+)
+def test_a_datetime_key_literal_must_say_what_its_key_column_means(
+    value: dt.datetime, spark_type: Any, reason: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=reason) as info:
+        check_literal(value, spark_type, "literals['at']")
+    assert info.value.option == "literals['at']"
+
+
+def test_datetime_key_literals_that_say_it_convert() -> None:
+    assert check_literal(dt.datetime(2024, 1, 1), DateType(), "x") == dt.date(2024, 1, 1)
+    aware = dt.datetime(2024, 1, 1, 15, 30, tzinfo=ZoneInfo(NEW_YORK))
+    assert check_literal(aware, TimestampType(), "x") == aware
+    naive = dt.datetime(2024, 1, 1, 15, 30)
+    assert check_literal(naive, TimestampNTZType(), "x") == naive
+
+
+def test_a_variant_key_column_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="atomic type"):
+        check_key_type(VariantType(), "on", "v")
