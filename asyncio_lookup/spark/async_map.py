@@ -171,7 +171,7 @@ class AsyncMapTask:
         def failure_of(error: LossyValueError, index: int) -> RowFailure:
             return self._failure(out.batch[index], self._lossy(error))
 
-        indices, columns, failures = convert_keeping_failures(
+        indices, columns, failures, _ = convert_keeping_failures(
             rows, indices, failures, self._fields, failure_of
         )
         errors = error_array(len(indices), failures, self.error_field.type)

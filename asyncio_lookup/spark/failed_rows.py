@@ -91,14 +91,15 @@ def convert_keeping_failures(
     failures: dict[int, RowFailure],
     fields: Sequence[pa.Field],
     failure_of: Callable[[LossyValueError, int], RowFailure],
-) -> tuple[list[int], list[pa.Array], dict[int, RowFailure]]:
+) -> tuple[list[int], list[pa.Array], dict[int, RowFailure], list[Mapping[str, Any] | None]]:
     """:func:`rows_to_arrays`, where a value that does not fit its declared type turns the input
     row it came from (``indices``: the input row of each output row) into one failed row,
-    ``failure_of(error, input_index)``. Returns the indices, the columns and the failures (by
-    position) of the rows that remain. Converts once unless a value does not fit."""
+    ``failure_of(error, input_index)``. Returns the indices, the columns, the failures (by
+    position) and the rows of the rows that remain. Converts once unless a value does not
+    fit."""
     while True:
         try:
-            return indices, rows_to_arrays(rows, fields), failures
+            return indices, rows_to_arrays(rows, fields), failures, rows
         except LossyValueError as error:
             bad = indices[error.index]
             rows, indices, failures = collapse(

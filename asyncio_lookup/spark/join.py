@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.chain import LookupChain
@@ -95,6 +95,7 @@ class LookupJoinArgs:
     skew: SkewOptions | bool | Mapping[str, Any] | None = None
     on_error: str | None = None
     error_column: str = DEFAULT_ERROR_COLUMN
+    matched_column: str | None = None
     join_type: JoinType = dataclasses.field(init=False, repr=False)
     skew_options: SkewOptions = dataclasses.field(init=False, repr=False)
 
@@ -111,6 +112,9 @@ class LookupJoinArgs:
         alias = self.alias
         if alias is not None and (not isinstance(alias, str) or not alias.strip()):
             raise ConfigurationError("alias", alias, "a non-empty string or None")
+        matched = self.matched_column
+        if matched is not None and (not isinstance(matched, str) or not matched.strip()):
+            raise ConfigurationError("matched_column", matched, "a non-empty column name or None")
         if not isinstance(self.prefix, str):
             raise ConfigurationError("prefix", self.prefix, "a string")
         if self.shuffle_partitions is not None:
@@ -188,6 +192,18 @@ def plan_lookup_join(
         output = StructType([*output.fields, StructField(error_column, ERROR_TYPE, True)])
     else:
         refuse_unused_error_column(args.error_column, "on_error (or the LOOKUP hint's 'on-error')")
+    if args.matched_column is not None:
+        taken = next((n for n in output.names if n.lower() == args.matched_column.lower()), None)
+        if taken is not None:
+            raise ConfigurationError(
+                "matched_column",
+                args.matched_column,
+                "a name distinct from every output column (compared case-insensitively)",
+                reason=f"the join's output already has a column {taken!r}",
+            )
+        output = StructType(
+            [*output.fields, StructField(args.matched_column, BooleanType(), False)]
+        )
     task = LookupJoinTask(
         table_id=table.table_id,
         table_name=table.name,
@@ -201,6 +217,7 @@ def plan_lookup_join(
         gc_threshold=gc_threshold_from_conf(df.sparkSession.conf),
         error_column=error_column,
         error_type=None if error_column is None else arrow_type(ERROR_TYPE, "schema", large),
+        matched_column=args.matched_column,
         rate=table_task_rate(table.options, df.sparkSession.conf, table=table.name),
         shared_namespace=None if options.shared_url is None else _shared_namespace(table, options),
         otel=otel_from_conf(df.sparkSession.conf),
@@ -262,6 +279,7 @@ def lookup_join(
     skew: SkewOptions | bool | Mapping[str, Any] | None = None,
     on_error: str | None = None,
     error_column: str = DEFAULT_ERROR_COLUMN,
+    matched_column: str | None = None,
 ) -> DataFrame:
     """Join each row of ``df`` with the rows ``table`` returns for its key (docs/semantics.md §2.1).
 
@@ -291,6 +309,10 @@ def lookup_join(
     the job at a row whose lookup failed for good; ``'keep'`` keeps each such row once, dim
     columns NULL, with a struct column ``error_column`` (``table``, ``key``, ``error_class``,
     ``message``, ``attempts``; NULL on good rows). :func:`split_failed` separates them.
+
+    ``matched_column``: a BOOLEAN column added last, true on a row joined with a dim row and
+    false on a LEFT join's NULL-padded row (and a failed row): it tells a miss from a dim row
+    whose columns are all NULL.
     """
     args = LookupJoinArgs(
         on,
@@ -308,6 +330,7 @@ def lookup_join(
         skew=skew,
         on_error=on_error,
         error_column=error_column,
+        matched_column=matched_column,
     )
     task, output = plan_lookup_join(df, table, args)
     if METRICS_COLUMN in df.columns:

@@ -116,6 +116,8 @@ class LookupJoinTask:
     time_zone: str = "UTC"
     #: Left key columns converted before lookup (spark/join_columns.py key_arrow_types).
     key_types: tuple[tuple[str, pa.DataType], ...] = ()
+    #: The BOOLEAN column telling joined rows from NULL-padded ones, if asked for.
+    matched_column: str | None = None
 
     @property
     def partitioned_full_cache(self) -> bool:
@@ -218,9 +220,11 @@ class LookupJoinTask:
             batch = batch.drop_columns([self.partition_column])
         gathered = batch.take(pa.array(joined.indices, type=pa.int64()))
         names = [*batch.schema.names, *(c.output for c in self.dim_columns)]
-        return pa.RecordBatch.from_arrays(
-            [*gathered.columns, *self.dim_arrays(joined)], names=names
-        )
+        arrays = [*gathered.columns, *self.dim_arrays(joined)]
+        if self.matched_column is not None:
+            names.append(self.matched_column)
+            arrays.append(pa.array([row is not None for row in joined.dim_rows], pa.bool_()))
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def dim_arrays(self, joined: JoinedBatch[pa.RecordBatch]) -> list[pa.Array]:
         """The dim columns of the joined rows; a value that does not convert exactly to its
@@ -268,13 +272,18 @@ class LookupJoinTask:
             key = self._key_of(batch, index)
             return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
 
-        indices, dims, failures = convert_keeping_failures(
+        indices, dims, failures, rows = convert_keeping_failures(
             rows, joined.indices, failures, self._fields, failure_of
         )
         gathered = batch.take(pa.array(indices, type=pa.int64()))
         names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]
         errors = error_array(len(indices), failures, self.error_type)
-        out = pa.RecordBatch.from_arrays([*gathered.columns, *dims, errors], names=names)
+        arrays = [*gathered.columns, *dims, errors]
+        if self.matched_column is not None:  # a failed row is no joined row
+            names.append(self.matched_column)
+            matched = [row is not None and p not in failures for p, row in enumerate(rows)]
+            arrays.append(pa.array(matched, pa.bool_()))
+        out = pa.RecordBatch.from_arrays(arrays, names=names)
         return out, len(failures)
 
     def _key_of(self, batch: pa.RecordBatch, index: int) -> tuple[Any, ...]:

@@ -515,3 +515,40 @@ def test_predicates_that_cannot_take_their_rows_are_refused_on_the_driver() -> N
         assert info.value.option == name
         LookupJoinArgs(("k", "id"), **{name: good})
     LookupJoinArgs(("k", "id"), condition=lambda *rows: True, left_condition=bool)
+
+
+def test_matched_column_tells_joined_rows_from_null_padded_and_failed_ones(
+    spark: SparkSession,
+) -> None:
+    dim = [{"id": 1, "name": None, "country": None}, {"id": 2, "name": "x", "country": "NL"}]
+    dim.append({"id": 3, "name": "y", "country": 7})  # does not fit STRING: a failed row
+    customers = LookupTable("Customers", SCHEMA, InMemoryConnector(dim, ["id"]))
+    df = spark.createDataFrame([(1,), (2,), (3,), (4,), (None,)], "customer_id INT")
+    left = lookup_join(
+        df.where("customer_id IS NULL OR customer_id != 3"),
+        customers,
+        on=[("customer_id", "id")],
+        how="left",
+        matched_column="matched",
+    )
+    assert left.schema["matched"].nullable is False and left.columns[-1] == "matched"
+    assert sorted((r["customer_id"] or 0, r["matched"]) for r in left.collect()) == [
+        (0, False),
+        (1, True),  # every dim column NULL, but joined
+        (2, True),
+        (4, False),
+    ]
+    kept = lookup_join(
+        df.where("customer_id = 3 OR customer_id = 1"),
+        customers,
+        on=[("customer_id", "id")],
+        how="left",
+        on_error="keep",
+        matched_column="matched",
+    )
+    assert kept.columns[-2:] == ["lookup_error", "matched"]
+    by_key = {r["customer_id"]: (r["matched"], r["lookup_error"] is None) for r in kept.collect()}
+    assert by_key == {1: (True, True), 3: (False, False)}
+    with pytest.raises(ConfigurationError, match="already has a column 'name'") as info:
+        lookup_join(df, customers, on=[("customer_id", "id")], matched_column="NAME")
+    assert info.value.option == "matched_column"

@@ -464,9 +464,12 @@ class Translator:
         dim_fields = dim_fields or [definition.columns[0]]
         computed = {c.name: c for c in definition.computed if c.name in dim_fields}
         physical = [f for f in dim_fields if f not in computed]
-        physical += [d for c in computed.values() for d in c.depends if d not in physical]
+        depends = (d for c in computed.values() for d in c.depends)  # two may share one
+        physical = list(dict.fromkeys([*physical, *depends]))
         dim_flat = [(f, f"{prefix}_d{j}") for j, f in enumerate(physical or definition.columns[:1])]
         error_column = f"{prefix}_error"
+        # a computed column is NULL with the other dim columns where no dim row was joined
+        matched = f"{prefix}_matched" if computed and (how == "left" or keep) else None
         ordered = key_order(key, definition.columns)
         lookup_table = definition.lookup_table(tuple(k.column for k in ordered))
         try:
@@ -481,6 +484,7 @@ class Translator:
                 alias=dim_alias,
                 skew=self.skew if shuffles(join_hints) else None,
                 error_column=error_column if keep else DEFAULT_ERROR_COLUMN,
+                matched_column=matched,
             )
         except SqlError:
             raise
@@ -497,14 +501,14 @@ class Translator:
         if keep:  # the failure, as a field of the dim struct: c.lookup_error
             flat_dim[SQL_ERROR_FIELD] = error_column
             dim_fields = [*dim_fields, SQL_ERROR_FIELD]
-        dim_struct = F.struct(
-            *[  # a computed column is evaluated on the looked-up row (NULL when there is none)
-                (F.expr(computed[f].over(flat_dim)) if f in computed else F.col(flat_dim[f])).alias(
-                    f
-                )
-                for f in dim_fields
-            ]
-        ).alias(dim_alias)
+
+        def dim_value(f: str) -> Column:
+            if f not in computed:
+                return F.col(flat_dim[f])
+            value = F.expr(computed[f].over(flat_dim))  # on the looked-up row
+            return value if matched is None else F.when(F.col(matched), value)
+
+        dim_struct = F.struct(*[dim_value(f).alias(f) for f in dim_fields]).alias(dim_alias)
         view = joined.select(*shaped, dim_struct, *([F.col(rid)] if consolidate else []))
         if residual:
             condition = and_all([qualified(r, resolver) for r in residual])

@@ -179,6 +179,33 @@ def test_computed_column_in_on_and_select(
     assert result(rows) == ["1,12,24", "2,null,null", "3,null,null", "8,null,null", "9,null,null"]
 
 
+def test_a_computed_column_is_null_where_no_dim_row_joined(
+    flink: Callable[..., FlinkTables],
+) -> None:
+    """A LEFT JOIN miss evaluated the expression on the NULL row: coalesce(...) and constants
+    were not NULL, and WHERE on them kept the misses."""
+    tables = flink("memory")
+    tables.sql.sql(
+        user_table(
+            values_options(),
+            name="WithComputed",
+            columns=", name_or_none AS coalesce(name, 'none'), one AS 1, known AS name IS NOT NULL",
+        )
+    )
+    joined = (
+        "SELECT T.id, D.name_or_none, D.one, D.known FROM src AS T "
+        "LEFT JOIN WithComputed FOR SYSTEM_TIME AS OF T.proctime AS D ON T.id = D.id"
+    )
+    assert result(tables.sql.sql(joined)) == [
+        "1,Julian,1,True",
+        "2,Jark,1,True",
+        "3,Fabian,1,True",
+        "8,null,null,null",
+        "9,null,null,null",
+    ]
+    assert result(tables.sql.sql(joined + " WHERE D.name_or_none = 'none'")) == []
+
+
 def test_computed_column_over_an_unknown_column_is_an_error(sql: LookupSQL) -> None:
     with pytest.raises(SqlError) as error:
         sql.sql(user_table(values_options(), columns=", bad AS agee + 1"))
