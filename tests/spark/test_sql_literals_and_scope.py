@@ -302,3 +302,14 @@ def test_a_left_join_condition_beyond_the_key_on_a_stream_is_refused_by_sql(
         with pytest.raises(SqlError, match="streaming probe side") as info:
             sql.sql((on_key + " AND c.x > 10").format(**lookup))
     assert info.value.option == "ON"
+
+
+@pytest.mark.parametrize("join", ["JOIN T USING (id)", "NATURAL JOIN T"])
+def test_using_and_natural_joins_beside_a_lookup_join_are_refused(
+    spark: SparkSession, sql: LookupSQL, join: str
+) -> None:
+    # SELECT * listed the merged column twice, and a plain name was called ambiguous
+    query = f"SELECT * FROM O AS o {join} JOIN Dim FOR SYSTEM_TIME AS OF o.t AS c ON c.id = o.id"
+    with no_spark_job(spark), pytest.raises(SqlError, match="USING and NATURAL") as info:
+        sql.sql(query)
+    assert info.value.option == "JOIN"

@@ -257,6 +257,16 @@ class Translator:
         lookups = hints.joins
         if not lookups and not hints.lookup and not hints.shuffle:
             return
+        for join in select.args.get("joins") or []:
+            if join.args.get("using") or join.text("method").upper() == "NATURAL":
+                raise SqlError(
+                    "JOIN",
+                    _sql(join)[:120],
+                    "ON with qualified names (JOIN w ON o.cid = w.cid) in a SELECT with a lookup "
+                    "join",
+                    reason="USING and NATURAL merge columns the rewritten statement would list "
+                    "twice",
+                )
         nest_field_paths(select, [item.alias_or_name for item in self._from_items(select)])
         while (index := self._lookup_index(select)) is not None:
             self._lookup_join(select, index, hints)
