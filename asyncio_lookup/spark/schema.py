@@ -6,7 +6,7 @@ import datetime
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     MapType,
     ShortType,
     StringType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -67,6 +68,7 @@ def parse_schema(schema: Any, option: str = "schema") -> StructType:
         raise ConfigurationError(option, schema, SCHEMA_ALLOWED)
     if not parsed.fields:
         raise ConfigurationError(option, schema, SCHEMA_ALLOWED, reason="no columns")
+    parsed = cast(StructType, _without_char_types(parsed))
     seen: set[str] = set()
     for name in parsed.names:
         if name.lower() in seen:
@@ -75,6 +77,29 @@ def parse_schema(schema: Any, option: str = "schema") -> StructType:
             )
         seen.add(name.lower())
     return parsed
+
+
+def _without_char_types(data_type: Any) -> Any:
+    """``CHAR(n)`` and ``VARCHAR(n)`` (Flink DDL) as STRING, as Spark reads them into a
+    DataFrame; Arrow has no form of them (the length is not checked)."""
+    if isinstance(data_type, (CharType, VarcharType)):
+        return StringType()
+    if isinstance(data_type, StructType):
+        return StructType(
+            [
+                StructField(f.name, _without_char_types(f.dataType), f.nullable, f.metadata)
+                for f in data_type.fields
+            ]
+        )
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_without_char_types(data_type.elementType), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(
+            _without_char_types(data_type.keyType),
+            _without_char_types(data_type.valueType),
+            data_type.valueContainsNull,
+        )
+    return data_type
 
 
 def arrow_type(data_type: DataType, option: str, large: bool = False) -> pa.DataType:

@@ -552,3 +552,16 @@ def test_matched_column_tells_joined_rows_from_null_padded_and_failed_ones(
     with pytest.raises(ConfigurationError, match="already has a column 'name'") as info:
         lookup_join(df, customers, on=[("customer_id", "id")], matched_column="NAME")
     assert info.value.option == "matched_column"
+
+
+def test_char_and_varchar_columns_are_strings(spark: SparkSession) -> None:
+    # Flink-style DDL was refused: Arrow has no VARCHAR(n)
+    dim = [{"id": 1, "name": "ab", "code": "x", "tags": ["q"]}]
+    schema = "id INT, name VARCHAR(20), code CHAR(3), tags ARRAY<VARCHAR(5)>"
+    customers = LookupTable("Customers", schema, InMemoryConnector(dim, ["id"]))
+    assert customers.schema.simpleString() == (
+        "struct<id:int,name:string,code:string,tags:array<string>>"
+    )
+    df = spark.createDataFrame([(1,)], "customer_id INT")
+    rows = lookup_join(df, customers, on=[("customer_id", "id")]).collect()
+    assert [tuple(r) for r in rows] == [(1, 1, "ab", "x", ["q"])]
