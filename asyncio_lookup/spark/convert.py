@@ -325,6 +325,8 @@ def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
         if pt.is_date(inferred):
             return any(issubclass(kind, datetime.datetime) for kind in kinds)
         if pt.is_timestamp(inferred):
+            if any(getattr(v, "nanosecond", 0) for v in values):  # pandas: inferred as µs
+                return True
             zones = set(map(_TZINFO, filter(None, values)))
             return None in zones and len(zones) > 1
         if _is_list(inferred):
@@ -389,6 +391,8 @@ def _value(value: Any, target: pa.DataType, zone: str) -> pa.Array:
         return _list_of(pa.array([0, len(items)]), items, target)
     if type(value) is int and value not in _INT64:  # Arrow infers no type for it
         return exact_cast(_big_int(value, target), target, zone)
+    if getattr(value, "nanosecond", 0):  # a pandas Timestamp: Arrow would drop them
+        raise pa.ArrowInvalid("its nanoseconds would be lost (Spark keeps microseconds)")
     return exact_cast(pa.array([value]), target, zone)
 
 

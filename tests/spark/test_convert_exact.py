@@ -343,3 +343,13 @@ def test_datetime_key_literals_that_say_it_convert() -> None:
 def test_a_variant_key_column_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="atomic type"):
         check_key_type(VariantType(), "on", "v")
+
+
+def test_a_pandas_timestamp_with_nanoseconds_is_refused() -> None:
+    import pandas as pd
+
+    exact = pd.Timestamp("2024-01-01 12:00:00.000001", tz="UTC")
+    assert convert([exact], TS) == [dt.datetime(2024, 1, 1, 12, 0, 0, 1, tzinfo=UTC)]
+    finer = pd.Timestamp("2024-01-01 12:00:00.000000001", tz="UTC")
+    assert "nanoseconds" in refused([finer], TS).reason  # was silently 12:00:00
+    assert "nanoseconds" in refused([exact, finer], TS).reason
