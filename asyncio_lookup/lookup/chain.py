@@ -16,7 +16,7 @@ from time import perf_counter
 from asyncio_lookup.errors import in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
-from asyncio_lookup.lookup.chain_build import build_parts, plan_source
+from asyncio_lookup.lookup.chain_build import SourcePlan, build_parts, plan_source
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import (
@@ -176,10 +176,11 @@ class LookupChain:
         *,
         prefer_async: bool,
         key_columns: Sequence[str] = (),
-    ) -> None:
+    ) -> SourcePlan:
         """Raise the :class:`ConfigurationError` :meth:`create` would raise for this source and
-        these options, building no cache and opening nothing (the driver's check)."""
-        plan_source(source, options, prefer_async=prefer_async, key_columns=key_columns)
+        these options, building no cache and opening nothing (the driver's check); the mode
+        and caching :meth:`create` would choose."""
+        return plan_source(source, options, prefer_async=prefer_async, key_columns=key_columns)
 
     def __repr__(self) -> str:
         mode = "FULL" if self.full_cache else ("PARTIAL" if self.cache else "NONE")

@@ -181,8 +181,7 @@ def resolve_lookup(
 
 
 def _check_async_options(lookup: LookupHint, table: str, timeout: float | None) -> None:
-    """Async options a sync join ignores (as Flink does) are warned about; a retry delay no
-    retry can wait out before the total timeout is an error (every retried row times out)."""
+    """Async options a sync join ignores (as Flink does) are warned about."""
     if lookup.async_ is False:
         ignored = [
             name
@@ -200,15 +199,34 @@ def _check_async_options(lookup: LookupHint, table: str, timeout: float | None) 
                 UserWarning,
                 stacklevel=4,
             )
+
+
+def check_retry_timeout(resolved: ResolvedLookup, *, is_async: bool, full_cache: bool) -> None:
+    """For a join that runs async and retries (not a sync one, nor a FULL cache's, which never
+    retries): a retry delay no retry can wait out before the total timeout is an error (every
+    retried row would time out); retries that together outlast it are warned about (a key that
+    stays missing fails its row with a timeout instead of missing, where Flink's sync jdbc
+    join would drop or pad it)."""
+    delay, timeout = resolved.retry_delay, resolved.timeout
+    if not is_async or full_cache or delay is None or timeout is None or timeout >= NEVER:
         return
-    delay = lookup.fixed_delay
-    if delay is not None and timeout is not None and timeout < NEVER and delay >= timeout:
+    if delay >= timeout:
         raise HintError(
             "fixed-delay",
             format_duration(delay),
             f"a delay shorter than the timeout ({format_duration(timeout)})",
             reason="the timeout counts every retry: no retry could start before it, so every "
             "row retried would fail with a timeout",
+        )
+    attempts = resolved.retry_max_attempts or 0
+    if delay * attempts >= timeout:
+        warnings.warn(
+            f"LOOKUP hint for {resolved.table!r}: {attempts} retries of "
+            f"{format_duration(delay)} outlast the async timeout ({format_duration(timeout)}), "
+            "which counts every retry: a key still missing then fails its row with a timeout "
+            "(not a miss); raise 'timeout', lower 'max-attempts', or set 'async'='false'",
+            UserWarning,
+            stacklevel=3,
         )
 
 

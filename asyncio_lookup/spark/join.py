@@ -23,6 +23,7 @@ from asyncio_lookup.lookup.hint_resolve import (
     CONF_TIMEOUT,
     AsyncDefaults,
     ResolvedLookup,
+    check_retry_timeout,
     resolve_lookup,
 )
 from asyncio_lookup.lookup.hints import HintsInput
@@ -170,12 +171,13 @@ def plan_lookup_join(
     )
     options = join_options(table, hint)
     # The source must offer a usable mode for these options and hints (opens nothing).
-    LookupChain.validate(
+    plan = LookupChain.validate(
         table.connector,
         options,
         prefer_async=hint.prefer_async,
         key_columns=spec.key_columns,
     )
+    check_retry_timeout(hint, is_async=plan.is_async, full_cache=plan.scan is not None)
     table.check_target()
     check_full_cache = getattr(table.connector, "check_full_cache", None)
     if options.cache is CacheType.FULL and check_full_cache is not None:

@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 
 from asyncio_lookup.errors import ConfigurationError, HintError
-from asyncio_lookup.lookup.hint_resolve import AsyncDefaults, resolve_lookup
+from asyncio_lookup.lookup.hint_resolve import (
+    AsyncDefaults,
+    ResolvedLookup,
+    check_retry_timeout,
+    resolve_lookup,
+)
 from asyncio_lookup.lookup.hints import LOOKUP_OPTIONS, LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.retry import MissRetry
 
@@ -403,23 +409,45 @@ def test_a_hint_duration_given_as_a_bare_number_is_refused(name: str, number: fl
 MISS_RETRY = "'retry-predicate'='lookup_miss', 'retry-strategy'='fixed_delay', 'max-attempts'='3'"
 
 
+def _checked(hint: str, defaults: AsyncDefaults | None = None, **mode: bool) -> ResolvedLookup:
+    resolved = resolve_lookup(hint, "D", defaults=defaults or AsyncDefaults())
+    check_retry_timeout(
+        resolved, is_async=mode.get("is_async", True), full_cache=mode.get("full_cache", False)
+    )
+    return resolved
+
+
 def test_a_retry_delay_the_timeout_cannot_hold_is_an_error() -> None:
     """Every retried row timed out (a miss failed the job instead of being dropped)."""
     with pytest.raises(HintError, match="shorter than the timeout \\(1 s\\)") as info:
-        resolve_lookup(
-            f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s', 'timeout'='1s')", "D"
-        )
+        _checked(f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s', 'timeout'='1s')")
     assert info.value.option == "fixed-delay"
     with pytest.raises(HintError, match="fixed-delay"):  # the job default's timeout too
-        resolve_lookup(
-            f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s')",
-            "D",
-            defaults=AsyncDefaults(timeout=2),
-        )
-    assert resolve_lookup(f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='1s')", "D").has_retry
-    # no timeout (100 years or more), or a sync join (no timeout there): any delay
+        _checked(f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s')", AsyncDefaults(timeout=2))
+    assert _checked(f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='1s')").has_retry
+    # no timeout (100 years or more): any delay
     never = f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5s', 'timeout'='36500d')"
-    assert resolve_lookup(never, "D").timeout is None
+    assert _checked(never).timeout is None
+
+
+def test_a_join_that_runs_sync_or_never_retries_takes_any_delay() -> None:
+    """The check ran before the source's mode and cache were known: a sync-only source and a
+    FULL cache (no retries) were refused with a message false for them."""
+    hint = f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='5min')"
+    assert _checked(hint, is_async=False).has_retry
+    assert _checked(hint, full_cache=True).has_retry
+    with pytest.raises(HintError, match="fixed-delay"):
+        _checked(hint)
+
+
+def test_retries_that_outlast_the_timeout_are_warned_about() -> None:
+    hint = f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='1min')"  # 3 x 1 min: 3 min
+    with pytest.warns(UserWarning, match="3 retries of 60 s outlast the async timeout"):
+        _checked(hint, AsyncDefaults(timeout=180))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _checked(hint, AsyncDefaults(timeout=181))
+        _checked(hint, AsyncDefaults(timeout=60), is_async=False)
 
 
 def test_async_options_of_a_sync_join_are_warned_about() -> None:

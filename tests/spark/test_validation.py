@@ -118,7 +118,12 @@ class NoCapability:
         ({"options": {"lookup.cahce": "PARTIAL"}}, "lookup.cahce", ["lookup.cache"]),
         ({"options": {"lookup.cache": "PARTIAL"}}, "lookup.cache", ["unbounded"]),
         (
-            {"options": {"lookup.cache": "FULL"}},
+            {
+                "options": {
+                    "lookup.cache": "FULL",
+                    "lookup.full-cache.periodic-reload.interval": "1h",
+                }
+            },
             "lookup.full-cache.periodic-reload.interval",
             ["PERIODIC"],
         ),
@@ -392,3 +397,26 @@ def test_a_full_cache_whose_keys_cannot_match_its_snapshot_is_refused_on_the_dri
             lookup_join(df, plain, on=[("code", "code")])
     finally:
         _exec(postgres_dsn, "DROP TABLE IF EXISTS validation_codes")
+
+
+def test_a_retry_delay_past_the_timeout_is_refused_only_where_the_join_retries_async(
+    spark: SparkSession, df: DataFrame
+) -> None:
+    slow = RETRY.replace("'fixed-delay'='1s'", "'fixed-delay'='5min'")
+    hint = f"LOOKUP('table'='Customers', {slow})"
+    on = [("customer_id", "id")]
+    with no_spark_job(spark):
+        with pytest.raises(HintError, match="shorter than the timeout"):
+            lookup_join(
+                df,
+                LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"])),
+                on,
+                hints=hint,
+            )
+        full = LookupTable(
+            "Customers",
+            SCHEMA,
+            InMemoryConnector(ROWS, ["id"]),
+            {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"},
+        )
+        lookup_join(df, full, on, hints=hint)  # a FULL cache never retries
