@@ -299,8 +299,8 @@ def lookup_join(
 
     Hash lookup join (``SHUFFLE_HASH('T')`` or ``'shuffle'='true'``): the rows are first
     exchanged so that each key is looked up in one partition (its cache sees every repeat of
-    it). ``shuffle_partitions`` sets the number of partitions (default:
-    ``spark.sql.shuffle.partitions``, as for ``DataFrame.repartition(column)``). A connector's
+    it). ``shuffle_partitions`` sets the number of partitions (default: one per task slot of
+    the application, docs/semantics.md §2.7). A connector's
     ``partitioner(key_columns)`` replaces the plain hash. ``skew`` (:class:`SkewOptions`, a
     dict of its fields, ``True`` or ``False``; on by default) samples the input once on the
     driver -- a Spark job run by this call -- and spreads hot keys over several partitions.
