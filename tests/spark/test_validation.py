@@ -118,12 +118,7 @@ class NoCapability:
         ({"options": {"lookup.cahce": "PARTIAL"}}, "lookup.cahce", ["lookup.cache"]),
         ({"options": {"lookup.cache": "PARTIAL"}}, "lookup.cache", ["unbounded"]),
         (
-            {
-                "options": {
-                    "lookup.cache": "FULL",
-                    "lookup.full-cache.periodic-reload.interval": "1h",
-                }
-            },
+            {"options": {"lookup.cache": "FULL"}},
             "lookup.full-cache.periodic-reload.interval",
             ["PERIODIC"],
         ),
