@@ -47,12 +47,14 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
             if item.name == "shared_cache":
                 for name, text in value or ():
                     if name in shared and shared[name] != text:
+                        first, other = mask_text(shared[name]), mask_text(text)
+                        hidden = " (in their secrets)" if first == other else ""
                         raise HintError(
                             name,
-                            mask_text(text),
+                            other,
                             f"one value for {name!r} across the LOOKUP hints of table "
                             f"{hints[0].table!r} (or the same value in each)",
-                            reason=f"{mask_text(shared[name])!r} and {mask_text(text)!r} disagree",
+                            reason=f"{first!r} and {other!r} disagree{hidden}",
                         )
                     shared.setdefault(name, text)
                 continue

@@ -115,10 +115,19 @@ class RetryPolicy(ABC):
                 return self.retries(outcome.exception(), True)
             return self.retries(outcome.result(), False)
 
+        # A retry counts when it starts, not when its wait does: the lookup's deadline may
+        # cancel it during the wait (then no call is made, and none is counted).
+        waiting: list[tuple[BaseException | None, int]] = []
+
+        def counted(state: tenacity.RetryCallState) -> None:
+            if waiting:
+                on_retry(*waiting.pop())
+
         return {
             **self._tenacity(),
             "retry": retry,
-            "before_sleep": lambda state: on_retry(_error_of(state), state.attempt_number),
+            "before_sleep": lambda state: waiting.append((_error_of(state), state.attempt_number)),
+            "before": counted,
             "retry_error_callback": lambda state: self._give_up(key, state),
         }
 

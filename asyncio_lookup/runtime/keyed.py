@@ -153,6 +153,12 @@ class KeyOrderedRun(OperatorRun):
         if free:
             self._call(handler)
 
+    def _waiting(self) -> int:
+        """Records waiting for their key (counted in ``numInFlight`` at admission)."""
+        return sum(len(lane) for lane in self._keys.lanes.values() if lane) + len(
+            self._keys._backlog
+        )
+
     def _start_waiting(self, handler: KeyedHandler) -> None:
         """Start a record that waited for its key; its timeout budget starts now."""
         if self.failure is not None or self.closed:

@@ -272,21 +272,22 @@ def exact_cast(array: pa.Array, target: pa.DataType, zone: str = "UTC") -> pa.Ar
         raise TypeError(f"{array.type} values never convert to {target}") from None
 
 
-def _is_numeric(data_type: pa.DataType) -> bool:
-    return bool(pt.is_integer(data_type) or pt.is_floating(data_type) or pt.is_decimal(data_type))
+def _is_temporal(data_type: pa.DataType) -> bool:
+    return bool(
+        pt.is_date(data_type)
+        or pt.is_timestamp(data_type)
+        or pt.is_duration(data_type)
+        or pt.is_time(data_type)
+    )
 
 
 @functools.cache
 def _kinds_checked(inferred: pa.DataType) -> bool:
     """Whether Arrow converts values of another kind silently into ``inferred`` (or a type
-    inside it): dates, times, durations, numbers and binary."""
-    if (
-        pt.is_date(inferred)
-        or pt.is_timestamp(inferred)
-        or pt.is_duration(inferred)
-        or _is_numeric(inferred)
-        or _is_binary(inferred)
-    ):
+    inside it): a number into a date, time, timestamp or duration (as a count of days or
+    microseconds), a boolean into a float, text into binary. Integers and decimals need no
+    check: Arrow refuses a boolean among them."""
+    if _is_temporal(inferred) or pt.is_floating(inferred) or _is_binary(inferred):
         return True
     if _is_list(inferred):
         return _kinds_checked(inferred.value_type)
@@ -300,33 +301,46 @@ _BOOLS = (bool, np.bool_)
 
 def _foreign(kinds: set[type], inferred: pa.DataType) -> bool:
     """Whether values of these Python ``kinds`` include one Arrow converts into ``inferred`` as
-    another kind of value: a number into a date, time or duration (as a count of days or
-    microseconds), a boolean into a number, text into binary."""
-    if pt.is_date(inferred) or pt.is_timestamp(inferred) or pt.is_duration(inferred):
+    another kind of value (:func:`_kinds_checked`)."""
+    if _is_temporal(inferred):
         return any(issubclass(kind, _NUMBERS) for kind in kinds)
-    if _is_numeric(inferred):
+    if pt.is_floating(inferred):
         return any(issubclass(kind, _BOOLS) for kind in kinds)
     if _is_binary(inferred):
         return any(issubclass(kind, str) for kind in kinds)
     return False
 
 
+def _below_microseconds(value: Any) -> bool:
+    """A pandas ``Timestamp`` or ``Timedelta`` with nanoseconds, which Arrow would drop (NaT's
+    are NaN: not such a value)."""
+    nanoseconds = getattr(value, "nanosecond", None)
+    if nanoseconds is None:
+        nanoseconds = getattr(value, "nanoseconds", None)
+    return type(nanoseconds) is int and nanoseconds != 0
+
+
+def _pandas_kinds(kinds: set[type]) -> bool:
+    return any(hasattr(kind, "nanosecond") or hasattr(kind, "nanoseconds") for kind in kinds)
+
+
 def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
     """Whether Arrow, having inferred ``inferred`` from ``values``, converted some of them as
     another kind (each value must convert the same whatever its neighbours, docs/semantics.md
-    §2.9): a number among dates, a boolean among floats, text among bytes (:func:`_foreign`);
-    a datetime among dates (truncated to its day); a naive datetime among aware ones (read as
-    UTC). Then the caller converts value by value."""
+    §2.9): a number among dates or times, a boolean among floats, text among bytes
+    (:func:`_foreign`); a pandas value with nanoseconds; a datetime among dates (truncated to
+    its day); a naive datetime among aware ones (read as UTC). Then the caller converts value
+    by value."""
     try:
         kinds = set(map(type, values))
         kinds.discard(type(None))
         if _foreign(kinds, inferred):
             return True
+        if _pandas_kinds(kinds) and any(map(_below_microseconds, values)):
+            return True  # inferred as microseconds: the nanoseconds dropped
         if pt.is_date(inferred):
             return any(issubclass(kind, datetime.datetime) for kind in kinds)
         if pt.is_timestamp(inferred):
-            if any(getattr(v, "nanosecond", 0) for v in values):  # pandas: inferred as µs
-                return True
             zones = set(map(_TZINFO, filter(None, values)))
             return None in zones and len(zones) > 1
         if _is_list(inferred):
@@ -391,7 +405,7 @@ def _value(value: Any, target: pa.DataType, zone: str) -> pa.Array:
         return _list_of(pa.array([0, len(items)]), items, target)
     if type(value) is int and value not in _INT64:  # Arrow infers no type for it
         return exact_cast(_big_int(value, target), target, zone)
-    if getattr(value, "nanosecond", 0):  # a pandas Timestamp: Arrow would drop them
+    if _below_microseconds(value):  # a pandas Timestamp or Timedelta: Arrow would drop them
         raise pa.ArrowInvalid("its nanoseconds would be lost (Spark keeps microseconds)")
     return exact_cast(pa.array([value]), target, zone)
 

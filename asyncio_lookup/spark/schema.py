@@ -294,6 +294,11 @@ def _datetime_literal(
     (aware only: a naive one names no instant) or a TIMESTAMP_NTZ key (naive only); Arrow
     truncated the first, read the second as UTC and converted the third to UTC wall time."""
     aware = value.tzinfo is not None and value.utcoffset() is not None
+    nanoseconds = getattr(value, "nanosecond", 0)
+    if type(nanoseconds) is int and nanoseconds:  # a pandas Timestamp: Arrow would drop them
+        raise ConfigurationError(
+            option, value, allowed + " (whole microseconds)", reason="it has nanoseconds"
+        )
     if isinstance(data_type, DateType):
         if aware or value.time() != datetime.time(0):
             raise ConfigurationError(

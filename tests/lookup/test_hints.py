@@ -484,8 +484,8 @@ def test_shared_cache_options_of_several_hints_merge_one_by_one() -> None:
         "lookup.shared-cache.ttl": "60 s",  # as parsed
     }
     assert merged.output_mode is not None
-    other = url.replace("6379", "6380")
-    with pytest.raises(HintError, match=r"lookup\.shared-cache\.url") as info:
+    other = url.replace("s3cret", "0ther")
+    with pytest.raises(HintError, match=r"disagree \(in their secrets\)") as info:
         merge_lookup_hints(
             parse_hints(
                 f"LOOKUP('table'='c', 'lookup.shared-cache.url'='{url}'), "

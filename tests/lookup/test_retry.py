@@ -247,3 +247,27 @@ def test_os_errors_no_retry_fixes_fail_at_once() -> None:
     with pytest.raises(FileNotFoundError):
         FailureRetry(3, 1.0, initial=5.0).call((), scan, sleep=lambda _: None)
     assert len(calls) == 1
+
+
+async def test_a_miss_retry_the_deadline_cancels_in_its_wait_is_not_counted() -> None:
+    """numLookupMissRetries counted a retry when its wait began: one the operator's deadline
+    cancelled during the wait was counted, never made."""
+    from tests.lookup.support import AsyncFn
+
+    table = Table({})
+    chain = LookupChain.create(
+        Source(table, async_=AsyncFn(table)),
+        LookupOptions.from_dict({}),
+        prefer_async=True,
+        miss_retry=MissRetry(delay=0.03, max_attempts=20),
+        name="T",
+        key_columns=("id",),
+    )
+    await chain.open()
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(chain.async_lookup((1,)), 0.1)
+    finally:
+        await chain.close()
+    assert len(table.calls) >= 2
+    assert chain.metrics.snapshot()["numLookupMissRetries"] == len(table.calls) - 1

@@ -778,3 +778,23 @@ def test_rows_round_trip(rows: list[dict[str, Any]]) -> None:
     assert [_identity(tuple(r.items())) for r in back] == [
         _identity(tuple(r.items())) for r in rows
     ]
+
+
+async def test_an_entry_of_an_older_format_is_a_quiet_miss(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After an upgrade, every entry of the old format warned 'not this key's' on each read."""
+    table = Table({(1,): [{"id": 1}]})
+    chain = _chain(table, _options(redis_url, namespace))
+    assert chain.shared is not None
+    old = b"\n".join((b"alk1", chain.shared.namespace, encode_key((1,)), b'[{"id":1}]'))
+    with redis.Redis.from_url(redis_url) as client:
+        client.set(chain.shared.store_key(encode_key((1,))), old)
+    await chain.open()
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncio_lookup.shared_cache"):
+            assert await chain.async_lookup((1,)) == [{"id": 1}]
+        assert len(table.calls) == 1 and chain.metrics.snapshot()["l2MissCount"] == 1
+        assert not [r for r in caplog.records if "not this key's" in r.getMessage()]
+    finally:
+        await chain.close()

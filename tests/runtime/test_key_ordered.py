@@ -376,6 +376,16 @@ def test_records_waiting_for_their_key_count_in_flight() -> None:
     run_virtual(run())
     assert seen == [5]
     assert op.metrics.in_flight == 0
+    # a stream that fails with records still waiting for their key leaves none counted
+    failing = AsyncWaitOperator(
+        Scripted(lambda e, n: (1.0, ValueError("down"))),
+        timeout=None,
+        output_mode="key_ordered",
+        key_selector=lambda e: "k",
+    )
+    with pytest.raises(ValueError, match="down"):
+        run_virtual(collect(failing, list(range(5))))
+    assert failing.metrics.in_flight == 0
 
 
 def test_datastream_key_ordered_wait_runs_with_for() -> None:

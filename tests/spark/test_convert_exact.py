@@ -10,6 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
@@ -96,6 +97,7 @@ def test_a_datetime_with_a_time_of_day_into_date_is_refused_among_dates(
         ([0.1, True], pa.decimal128(10, 2), True),
         ([1.5, np.bool_(True)], pa.float64(), np.bool_(True)),
         ([b"x", "y"], pa.binary(), "y"),
+        ([dt.time(1), 5], pa.time64("ns"), 5),  # 5 µs past midnight
     ],
 )
 def test_a_value_of_another_kind_is_refused_whatever_its_neighbours(
@@ -322,6 +324,7 @@ def test_times_of_day_convert_to_spark_s_nanosecond_time() -> None:
         (dt.datetime(2024, 1, 1, tzinfo=UTC), DateType(), "zone"),
         (dt.datetime(2024, 1, 1, 15, 30), TimestampType(), "names no instant"),  # was UTC
         (dt.datetime(2024, 1, 1, 15, 30, tzinfo=UTC), TimestampNTZType(), "no zone"),  # was 15:30
+        (pd.Timestamp("2024-01-01 00:00:00.000001999", tz="UTC"), TimestampType(), "nanoseconds"),
     ],
 )
 def test_a_datetime_key_literal_must_say_what_its_key_column_means(
@@ -353,3 +356,6 @@ def test_a_pandas_timestamp_with_nanoseconds_is_refused() -> None:
     finer = pd.Timestamp("2024-01-01 12:00:00.000000001", tz="UTC")
     assert "nanoseconds" in refused([finer], TS).reason  # was silently 12:00:00
     assert "nanoseconds" in refused([exact, finer], TS).reason
+    fine = pd.Timedelta("1us") + pd.Timedelta("1ns")
+    assert "nanoseconds" in refused([fine], pa.duration("us")).reason
+    assert "nanoseconds" not in refused([pd.NaT], TS).reason  # NaT's nanosecond is NaN

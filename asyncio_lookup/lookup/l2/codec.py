@@ -59,6 +59,11 @@ class StaleEntry(ValueError):
     """An entry written longer ago than the reader's TTL: read as a miss."""
 
 
+class OtherFormat(EntryMismatch):
+    """An entry of another format version (a process of another release wrote it): read as a
+    miss, quietly: after an upgrade every entry of the old one is such an entry."""
+
+
 _IP_TAGS: dict[type, str] = {
     ipaddress.IPv4Address: "a",
     ipaddress.IPv6Address: "a",
@@ -190,6 +195,8 @@ def decode_entry(
     format's (or damaged), :class:`StaleEntry` when it was written more than ``max_age_ms``
     ago."""
     parts = data.split(_SEP, 4)
+    if parts[0] != FORMAT and parts[0].startswith(b"alk"):
+        raise OtherFormat(f"an entry of format {parts[0][:8]!r}, not {FORMAT!r}")
     if len(parts) != 5 or parts[0] != FORMAT:
         raise EntryMismatch("not an entry of this format")
     if parts[1] != namespace or parts[2] != encoded_key:

@@ -37,6 +37,7 @@ from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.l2.codec import (
     EntryMismatch,
     NotEncodable,
+    OtherFormat,
     StaleEntry,
     decode_entry,
     encode_entry,
@@ -229,7 +230,7 @@ class SharedTier:
         self.metrics.inc(L2_BYTES_READ, len(data))
         try:
             rows = decode_entry(self.namespace, encoded, data, self._ttl_ms)
-        except StaleEntry:
+        except (StaleEntry, OtherFormat):
             return None
         except EntryMismatch:
             log.warning("shared cache %s: an entry that is not this key's was ignored", self.name)

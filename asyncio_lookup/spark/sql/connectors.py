@@ -188,7 +188,9 @@ def _postgres(
                 "'jdbc:postgresql://host:port/database' (PostgreSQL serves the jdbc connector; "
                 "'driver', if given, 'org.postgresql.Driver')",
             )
-        url = _pgjdbc_parameters(url[len("jdbc:") :], shown("url", url))
+        url, application = _pgjdbc_parameters(url[len("jdbc:") :], shown("url", url))
+        if application is not None:  # asyncpg's server setting would override the URL's
+            kwargs["application_name"] = application
         _required(connector, kwargs, "table", "table-name")
     if "://" in url:
         dsn = _with_credentials(url, user, password)
@@ -216,13 +218,15 @@ _PGJDBC = {
 }
 
 
-def _pgjdbc_parameters(url: str, shown_url: str) -> str:
+def _pgjdbc_parameters(url: str, shown_url: str) -> tuple[str, str | None]:
     """A ``postgresql://`` URL whose pgjdbc parameters (``?currentSchema=...``) are renamed as
-    asyncpg reads them; any other is an error naming it."""
+    asyncpg reads them, and the ``ApplicationName`` (the connector's ``application_name``);
+    any other parameter is an error naming it."""
     parts = urlsplit(url)
     if not parts.query:
-        return url
+        return url, None
     pairs = []
+    application = None
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         renamed = _PGJDBC.get(name.lower())
         if renamed is None:
@@ -234,8 +238,11 @@ def _pgjdbc_parameters(url: str, shown_url: str) -> str:
                 "password",
                 reason=f"its parameter {name!r} has no equivalent here",
             )
+        if renamed == "application_name":
+            application = value
+            continue
         pairs.append((renamed, value))
-    return urlunsplit(parts._replace(query=urlencode(pairs)))
+    return urlunsplit(parts._replace(query=urlencode(pairs))), application
 
 
 def _libpq_value(value: str) -> str:
