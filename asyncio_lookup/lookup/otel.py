@@ -20,13 +20,14 @@ count, sum, min and max exact, each value in the bucket its sketch bucket's midp
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import math
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,11 +60,17 @@ except ImportError as error:  # an executor without the extra
     ) from error
 
 from asyncio_lookup.errors import ConfigurationError
-from asyncio_lookup.lookup.otel_names import COUNTERS, HISTOGRAMS, SCOPE, TABLE, TABLE_KIND
+from asyncio_lookup.lookup.otel_names import (
+    COUNTERS,
+    HISTOGRAMS,
+    PROCESS_START_NS,
+    SCOPE,
+    TABLE,
+    TABLE_KIND,
+)
 from asyncio_lookup.runtime.sketch import GAMMA, LatencySketch
 
 _log = logging.getLogger(__name__)
-_PROCESS_START_NS = time.time_ns()  # when this module was imported: the series' start
 
 #: Histogram bucket bounds in seconds: the HTTP semantic conventions' bounds, with finer ones
 #: below 5 ms for cache hits and fast services, and 30 s / 60 s for retry storms.
@@ -140,6 +147,11 @@ class _Series:
     def sent(self, now: int) -> None:
         self.unsent, self.unsent_latency, self.sent_ns = {}, {}, now
 
+    @property
+    def pending(self) -> bool:
+        """Whether something was recorded that no export has taken yet."""
+        return bool(self.unsent) or any(s.count for s in self.unsent_latency.values())
+
 
 #: After a failed export a process skips exporting for this long (s): a collector that is
 #: down costs one task its exporter's timeout, not every task. What was skipped goes with the
@@ -187,32 +199,45 @@ class TaskExporter:
         latency: Mapping[str, LatencySketch],
     ) -> bool:
         """Record one task's ``counters`` (deltas, by metric name) and ``latency`` sketches
-        (``'record'``, ``'call'``) and export them; True if the exporter took them (False while
-        paused after a failure: they go with the next export)."""
+        (``'record'``, ``'call'``) and export every series of this process that has something
+        to send (cumulative: all of them; delta: those with unsent data), so what a paused
+        export kept goes with the next one whatever its table; True if the exporter took them
+        (False while paused after a failure, or when it failed or raised)."""
         with self._lock:
             series = self._series.get((table, kind))
             if series is None:  # a delta point of the first task starts with the process
-                series = _Series(_PROCESS_START_NS, _PROCESS_START_NS)
+                series = _Series(PROCESS_START_NS, PROCESS_START_NS)
                 self._series[(table, kind)] = series
             series.add(counters, latency)
             if self._clock() < self._paused_until:
                 return False
             now = time.time_ns()
-            result = self.exporter.export(self._points(table, kind, series, now))
+            chosen = [(key, s) for key, s in self._series.items() if s.pending or not self.delta]
+            metrics = _one_per_name(m for (t, k), s in chosen for m in self._metrics(t, k, s, now))
+            scopes = [ScopeMetrics(self._scope, metrics, "")]
+            try:
+                result = self.exporter.export(
+                    MetricsData([ResourceMetrics(self.resource, scopes, "")])
+                )
+            except Exception as error:  # an exporter that raises: as one that fails
+                result, reason = None, f"{type(error).__name__}: {error}"
+            else:
+                reason = type(self.exporter).__name__
             if getattr(result, "name", "") == "SUCCESS":
-                series.sent(now)
+                for _, s in chosen:
+                    s.sent(now)
                 return True
             self._paused_until = self._clock() + BACKOFF_S
         _log.warning(
-            "OpenTelemetry export of %r failed (%s); this worker retries in %.0f s "
-            "and sends what it recorded meanwhile then",
+            "OpenTelemetry export of %r failed (%s); this worker tries again after %.0f s, "
+            "with the next task that ends then, and sends what it recorded meanwhile",
             table,
-            type(self.exporter).__name__,
+            reason,
             BACKOFF_S,
         )
         return False
 
-    def _points(self, table: str, kind: str, series: _Series, now: int) -> MetricsData:
+    def _metrics(self, table: str, kind: str, series: _Series, now: int) -> list[Metric]:
         attributes = {TABLE: table, TABLE_KIND: kind}
         metrics: list[Metric] = []
         counters = series.unsent if self.delta else series.totals
@@ -242,8 +267,7 @@ class TaskExporter:
             )
             histogram = Histogram([bucketed], _temporality(self.delta_histograms))
             metrics.append(Metric(spec.name, spec.description, spec.unit, histogram))
-        scopes = [ScopeMetrics(self._scope, metrics, "")]
-        return MetricsData([ResourceMetrics(self.resource, scopes, "")])
+        return metrics
 
     def _exponential(
         self, sketch: LatencySketch, attributes: dict[str, str], start: int, now: int
@@ -261,6 +285,21 @@ class TaskExporter:
             **_exact_seconds(sketch),
         )
         return ExponentialHistogram([point], _temporality(self.delta_histograms))
+
+
+def _one_per_name(metrics: Iterable[Metric]) -> list[Metric]:
+    """One metric per name, with the data points of every series (table) that has it, as the
+    OpenTelemetry data model wants (a point per attribute set)."""
+    by_name: dict[str, Metric] = {}
+    for metric in metrics:
+        first = by_name.get(metric.name)
+        if first is None:
+            by_name[metric.name] = metric
+            continue
+        points = [*first.data.data_points, *metric.data.data_points]
+        data = dataclasses.replace(first.data, data_points=points)  # type: ignore[arg-type]
+        by_name[metric.name] = Metric(first.name, first.description, first.unit, data)
+    return list(by_name.values())
 
 
 def _exact_seconds(sketch: LatencySketch) -> dict[str, Any]:
@@ -345,10 +384,16 @@ def set_exporter(exporter: MetricExporter | None) -> None:
 
 
 def process_exporter() -> TaskExporter | None:
-    """The process's :class:`TaskExporter`, made on first use from the ``OTEL_*`` variables."""
+    """The process's :class:`TaskExporter`, made on first use from the ``OTEL_*`` variables;
+    None when they choose none, or one this export cannot use (an ``OTEL_METRICS_EXPORTER``
+    set for another agent, say): logged once, and this process exports nothing."""
     with _process_lock:
         if not _process:
-            exporter = exporter_from_env()
+            try:
+                exporter = exporter_from_env()
+            except (ConfigurationError, ImportError) as error:
+                _log.warning("OpenTelemetry export off in this worker: %s", error)
+                exporter = None
             _process.append(None if exporter is None else TaskExporter(exporter))
         return _process[0]
 

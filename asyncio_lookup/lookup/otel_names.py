@@ -8,6 +8,7 @@ as histograms named ``*.duration`` in seconds (``s``, as ``http.client.request.d
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -22,6 +23,10 @@ class OtelMetric:
 
 #: The instrumentation scope of every exported metric.
 SCOPE = "asyncio_lookup"
+#: When this process first imported this module: the start of its series. An executor imports it
+#: when it unpickles a task (spark/otel_switch.py imports it), before the task's work, so
+#: cumulative points start before the first event they count.
+PROCESS_START_NS = time.time_ns()
 #: Attribute: the lookup table's name (``LookupTable.name``), or ``async_map``'s name.
 TABLE = "asyncio_lookup.table"
 #: Attribute: ``lookup_join`` or ``async_map``.

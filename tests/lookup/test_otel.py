@@ -3,6 +3,7 @@ the exporter the OTEL_* variables choose, and that nothing imports opentelemetry
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -156,9 +157,11 @@ def test_cumulative_points_add_up_tasks_of_a_process() -> None:
     assert one.start_time_unix_nano == two.start_time_unix_nano < two.time_unix_nano
     hist = second["asyncio_lookup.record.duration"].data.data_points[0]
     assert (hist.count, hist.min, hist.max) == (14, 0.005, 0.05)
-    other = captured.metrics(2)["asyncio_lookup.lookups"].data.data_points[0]
-    assert other.value == 1
-    assert other.attributes["asyncio_lookup.operation"] == "async_map"
+    # every series of the process, one metric per name with a point per series
+    points = captured.metrics(2)["asyncio_lookup.lookups"].data.data_points
+    by_table = {p.attributes["asyncio_lookup.table"]: p for p in points}
+    assert (by_table["t"].value, by_table["other"].value) == (14, 1)
+    assert by_table["other"].attributes["asyncio_lookup.operation"] == "async_map"
 
 
 def test_delta_points_carry_each_task_since_the_previous_export() -> None:
@@ -194,6 +197,59 @@ def test_a_failed_export_pauses_exports_and_the_next_one_makes_it_good(delta: bo
     assert exporter.export("t", "lookup_join", {"numLookups": 1}, {})
     after = captured.metrics()["asyncio_lookup.lookups"].data.data_points[0].value
     assert after == (1 if delta else 7)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_what_a_paused_export_kept_goes_with_the_next_one_of_any_table(delta: bool) -> None:
+    """The next export sent only the ending task's table: another table's data waited for a
+    task of that table in that process, usually never (workers exit)."""
+    captured = Captured(delta=delta, result=MetricExportResult.FAILURE)
+    now = [0.0]
+    exporter = otel.TaskExporter(captured, RESOURCE, clock=lambda: now[0])
+    assert not exporter.export("A", "lookup_join", {"numLookups": 11}, {})
+    captured.result = MetricExportResult.SUCCESS
+    assert not exporter.export("B", "lookup_join", {"numLookups": 7}, {})  # paused
+    now[0] = otel.BACKOFF_S
+    assert exporter.export("A", "lookup_join", {"numLookups": 1}, {})
+    points = captured.metrics()["asyncio_lookup.lookups"].data.data_points
+    assert {p.attributes["asyncio_lookup.table"]: p.value for p in points} == {"A": 12, "B": 7}
+    assert exporter.export("A", "lookup_join", {"numLookups": 1}, {})
+    points = captured.metrics()["asyncio_lookup.lookups"].data.data_points
+    sent = {p.attributes["asyncio_lookup.table"]: p.value for p in points}
+    assert sent == ({"A": 1} if delta else {"A": 13, "B": 7})
+
+
+def test_an_exporter_that_raises_pauses_and_the_task_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Raising(Captured):
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **_: Any
+        ) -> Any:
+            raise ConnectionError("collector down")
+
+    exporter = otel.TaskExporter(Raising(), RESOURCE, clock=lambda: 0.0)
+    with caplog.at_level(logging.WARNING):
+        assert not exporter.export("t", "lookup_join", {"numLookups": 1}, {})
+    assert "ConnectionError: collector down" in caplog.text
+
+
+def test_otel_variables_this_export_cannot_use_turn_it_off_in_the_worker(
+    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OTEL_METRICS_EXPORTER=prometheus (set for another agent) failed every task."""
+    clean_env.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    with otel._process_lock:
+        saved = list(otel._process)
+        otel._process.clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            otel.export_task("t", "lookup_join", {"numLookups": 1}, {})
+        assert otel.process_exporter() is None
+        assert "OTEL_METRICS_EXPORTER" in caplog.text
+    finally:
+        with otel._process_lock:
+            otel._process[:] = saved
 
 
 def test_exponential_histograms_when_the_exporter_asks_for_them() -> None:
@@ -439,3 +495,9 @@ def test_the_switch_takes_true_or_false() -> None:
 
     with pytest.raises(ConfigurationError, match=r"'yes' for 'asyncio_lookup.otel.enabled'"):
         otel_from_conf(Conf())
+
+    class Submitted:  # spark-submit --conf keeps spark.* keys only
+        def get(self, key: str, default: Any = None) -> Any:
+            return {"spark.asyncio_lookup.otel.enabled": "true"}.get(key, default)
+
+    assert otel_from_conf(Submitted())
