@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
+import sys
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -45,6 +47,17 @@ NEVER = 100 * 365 * 86400.0
 """100 years, in seconds: a duration this long or longer means "never" where an option allows it
 (a timeout, a cache expiry, a reload interval); other durations must be shorter (the runtime's
 timers and sleeps cannot hold much longer ones: ``threading`` waits end at about 292 years)."""
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised in this package at the user's code: the
+    first caller outside it (``lookup_join``, ``LookupSQL.sql`` and the layers under them
+    differ in depth)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def to_seconds(

@@ -25,7 +25,7 @@ from asyncio_lookup.lookup.hints import (
     unqualified,
 )
 from asyncio_lookup.lookup.retry import MissRetry
-from asyncio_lookup.validation import NEVER, format_duration, parse_bool
+from asyncio_lookup.validation import NEVER, format_duration, parse_bool, user_stacklevel
 
 CONF_OUTPUT_MODE = "table.exec.async-lookup.output-mode"
 CONF_BUFFER_CAPACITY = "table.exec.async-lookup.buffer-capacity"
@@ -197,7 +197,7 @@ def _check_async_options(lookup: LookupHint, table: str, timeout: float | None) 
                 f"LOOKUP hint for {table!r}: 'async'='false' looks keys up one at a time, in "
                 f"input order, without a timeout: {ignored} do nothing",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
 
 
@@ -226,7 +226,7 @@ def check_retry_timeout(resolved: ResolvedLookup, *, is_async: bool, full_cache:
             "which counts every retry: a key still missing then fails its row with a timeout "
             "(not a miss); raise 'timeout', lower 'max-attempts', or set 'async'='false'",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -161,8 +161,11 @@ class KeyOrderedRun(OperatorRun):
 
     def _start_waiting(self, handler: KeyedHandler) -> None:
         """Start a record that waited for its key; its timeout budget starts now."""
-        if self.failure is not None or self.closed:
-            return  # the stream is failing: stop() has nothing of it to cancel
+        if self.closed:
+            return  # stop() counted it out with the lanes it found
+        if self.failure is not None:  # failing: it leaves its lane unstarted, before stop()
+            self.metrics.in_flight -= 1
+            return
         handler.at = self.time() + self._timeout
         try:
             self._call(handler)

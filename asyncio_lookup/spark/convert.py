@@ -272,6 +272,10 @@ def exact_cast(array: pa.Array, target: pa.DataType, zone: str = "UTC") -> pa.Ar
         raise TypeError(f"{array.type} values never convert to {target}") from None
 
 
+def _is_numeric(data_type: pa.DataType) -> bool:
+    return bool(pt.is_integer(data_type) or pt.is_floating(data_type) or pt.is_decimal(data_type))
+
+
 def _is_temporal(data_type: pa.DataType) -> bool:
     return bool(
         pt.is_date(data_type)
@@ -285,9 +289,9 @@ def _is_temporal(data_type: pa.DataType) -> bool:
 def _kinds_checked(inferred: pa.DataType) -> bool:
     """Whether Arrow converts values of another kind silently into ``inferred`` (or a type
     inside it): a number into a date, time, timestamp or duration (as a count of days or
-    microseconds), a boolean into a float, text into binary. Integers and decimals need no
-    check: Arrow refuses a boolean among them."""
-    if _is_temporal(inferred) or pt.is_floating(inferred) or _is_binary(inferred):
+    microseconds), a boolean into a number (Arrow refuses Python's among integers, not
+    numpy's), text into binary."""
+    if _is_temporal(inferred) or _is_numeric(inferred) or _is_binary(inferred):
         return True
     if _is_list(inferred):
         return _kinds_checked(inferred.value_type)
@@ -304,7 +308,7 @@ def _foreign(kinds: set[type], inferred: pa.DataType) -> bool:
     another kind of value (:func:`_kinds_checked`)."""
     if _is_temporal(inferred):
         return any(issubclass(kind, _NUMBERS) for kind in kinds)
-    if pt.is_floating(inferred):
+    if _is_numeric(inferred):
         return any(issubclass(kind, _BOOLS) for kind in kinds)
     if _is_binary(inferred):
         return any(issubclass(kind, str) for kind in kinds)

@@ -62,6 +62,7 @@ from asyncio_lookup.spark.shuffle import (
 from asyncio_lookup.spark.table import LookupTable
 from asyncio_lookup.spark.task import LookupJoinTask
 from asyncio_lookup.spark.worker_gc import gc_threshold_from_conf
+from asyncio_lookup.validation import user_stacklevel
 
 
 def async_defaults(df: DataFrame) -> AsyncDefaults:
@@ -383,7 +384,7 @@ def hash_partition(
     if not task.spec.left_key_columns:
         warnings.warn(
             f"SHUFFLE_HASH for {task.table_name!r} ignored: the lookup key binds no left column",
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         return df, task
     if PARTITION_COLUMN in df.columns:

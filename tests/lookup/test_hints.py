@@ -442,8 +442,9 @@ def test_a_join_that_runs_sync_or_never_retries_takes_any_delay() -> None:
 
 def test_retries_that_outlast_the_timeout_are_warned_about() -> None:
     hint = f"LOOKUP('table'='D', {MISS_RETRY}, 'fixed-delay'='1min')"  # 3 x 1 min: 3 min
-    with pytest.warns(UserWarning, match="3 retries of 60 s outlast the async timeout"):
+    with pytest.warns(UserWarning, match="3 retries of 60 s outlast the async timeout") as seen:
         _checked(hint, AsyncDefaults(timeout=180))
+    assert seen[0].filename == __file__  # the user's code, not the library's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _checked(hint, AsyncDefaults(timeout=181))

@@ -386,6 +386,17 @@ def test_records_waiting_for_their_key_count_in_flight() -> None:
     with pytest.raises(ValueError, match="down"):
         run_virtual(collect(failing, list(range(5))))
     assert failing.metrics.in_flight == 0
+    # another key's record completing between the failure and stop() frees its lane's next
+    keys = {0: "B", 1: "A", 2: "A", 3: "A"}
+    racing = AsyncWaitOperator(
+        Scripted(lambda e, n: (1.0, ValueError("down") if e == 0 else [e])),
+        timeout=None,
+        output_mode="key_ordered",
+        key_selector=keys.__getitem__,
+    )
+    with pytest.raises(ValueError, match="down"):
+        run_virtual(collect(racing, [0, 1, 2, 3]))
+    assert racing.metrics.in_flight == 0
 
 
 def test_datastream_key_ordered_wait_runs_with_for() -> None:

@@ -96,6 +96,7 @@ def test_a_datetime_with_a_time_of_day_into_date_is_refused_among_dates(
         ([1.0, True], pa.int32(), True),
         ([0.1, True], pa.decimal128(10, 2), True),
         ([1.5, np.bool_(True)], pa.float64(), np.bool_(True)),
+        ([7, np.bool_(True)], pa.int64(), np.bool_(True)),  # Arrow refuses Python's bool only
         ([b"x", "y"], pa.binary(), "y"),
         ([dt.time(1), 5], pa.time64("ns"), 5),  # 5 µs past midnight
     ],

@@ -239,7 +239,7 @@ def _pgjdbc_parameters(url: str, shown_url: str) -> tuple[str, str | None]:
                 reason=f"its parameter {name!r} has no equivalent here",
             )
         if renamed == "application_name":
-            application = value
+            application = value or None  # empty: the connector's default
             continue
         pairs.append((renamed, value))
     return urlunsplit(parts._replace(query=urlencode(pairs))), application
