@@ -380,3 +380,89 @@ def test_a_connector_registered_under_a_builtin_name_is_the_one_the_ddl_builds(n
     assert isinstance(
         plan_connector("redis", redis, ("id",), {"id": "INT"}).build(("id",)), RedisConnector
     )
+
+
+REDIS_DDL = "'connector'='redis', 'url'='redis://127.0.0.1:6379/0', 'key-template'='d:{id}'"
+
+
+def test_flink_timestamps_map_to_spark_s_by_their_meaning(sql: LookupSQL) -> None:
+    """Flink's TIMESTAMP(3) has no zone; it became Spark's TIMESTAMP, an instant: a key's text
+    in another zone (a silent miss), a PostgreSQL timestamp key refused."""
+    sql.sql(
+        "CREATE TEMPORARY TABLE Stamps (id INT, at TIMESTAMP(3), instant TIMESTAMP_LTZ(3)) "
+        f"WITH ({REDIS_DDL})"
+    )
+    types = {f.name: f.dataType.simpleString() for f in sql.table("Stamps").schema.fields}
+    assert types == {"id": "int", "at": "timestamp_ntz", "instant": "timestamp"}
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "words"),
+    [
+        # a bare number was read as milliseconds: 'timeout'=30 timed every request out
+        (f"{REDIS_DDL}, 'socket-timeout'=30", "socket-timeout", "bare number"),
+        (f"{REDIS_DDL}, 'URL'='redis://127.0.0.1:6379/5'", "URL", "given twice"),  # last won
+    ],
+)
+def test_ddl_options_flink_would_refuse_are_refused(
+    sql: LookupSQL, options: str, option: str, words: str
+) -> None:
+    with pytest.raises(SqlError, match=words) as info:
+        sql.sql(f"CREATE TEMPORARY TABLE Refused (id INT, v STRING) WITH ({options})")
+    assert info.value.option == option
+
+
+def test_ddl_header_credentials_never_show() -> None:
+    from asyncio_lookup.spark.sql.parse import is_secret
+
+    assert is_secret("header.Authorization") and is_secret("header.X-Api-Key")
+    assert not is_secret("header.Accept")
+
+
+def test_ddl_username_alone_keeps_the_urls_password() -> None:
+    from asyncio_lookup.spark.sql.connectors import plan_connector
+
+    options = {"url": "redis://:urlpw@127.0.0.1:6379/0", "key-template": "d:{id}"}
+    plan = plan_connector("redis", {**options, "username": "bob"}, ("id",), {"id": "INT"})
+    assert plan.kwargs["url"] == "redis://bob:urlpw@127.0.0.1:6379/0"
+
+
+def test_ddl_named_primary_key_constraint_and_http_options_without_their_url(
+    sql: LookupSQL,
+) -> None:
+    sql.sql(
+        "CREATE TEMPORARY TABLE Named (id INT, v STRING, CONSTRAINT pk_named PRIMARY KEY (id) "
+        f"NOT ENFORCED) WITH ({REDIS_DDL})"
+    )
+    assert sql.table("Named") is not None
+    with pytest.raises(SqlError, match="'batch-mode', 'batch-size'") as info:
+        sql.sql(
+            "CREATE TEMPORARY TABLE Unbatched (id INT, v STRING) WITH ('connector'='http', "
+            "'url'='http://127.0.0.1:1/c/{id}', 'batch-mode'='query', 'batch-size'='10')"
+        )
+    assert info.value.option == "batch-url"
+
+
+def test_a_registered_connector_without_key_columns_needs_a_primary_key(sql: LookupSQL) -> None:
+    """It looked rows up by whatever a join's ON bound: another column's rows."""
+
+    class Keyless:  # looks rows up by a column of its own choosing, and says not which
+        def lookup_function(self) -> None:
+            return None
+
+        def async_lookup_function(self) -> None:
+            return None
+
+        def scan(self) -> None:
+            return None
+
+    def keyless(rows: str = "") -> Keyless:
+        return Keyless()
+
+    register_connector("sql-test-keyless", keyless, replace=True)
+    with pytest.raises(SqlError, match="neither takes nor declares") as info:
+        sql.sql(
+            "CREATE TEMPORARY TABLE Keyless (id STRING, name STRING) "
+            "WITH ('connector'='sql-test-keyless')"
+        )
+    assert info.value.option == "PRIMARY KEY"

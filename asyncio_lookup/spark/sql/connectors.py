@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
 from asyncio_lookup.connectors.registry import connector_factory, connector_names
@@ -141,6 +141,8 @@ def _with_credentials(url: str, user: str | None, password: str | None) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     userinfo = quote(user or parts.username or "", safe="")
+    if password is None and parts.password is not None:  # 'username' alone keeps the URL's
+        password = unquote(parts.password)
     if password is not None:
         userinfo += ":" + quote(password, safe="")
     return urlunsplit((parts.scheme, f"{userinfo}@{host}", parts.path, parts.query, parts.fragment))
@@ -299,6 +301,20 @@ def _in_ddl_order(
 def _http(options: Mapping[str, str], columns: tuple[str, ...]) -> ConnectorPlan:
     kwargs = _take("http", options, _HTTP, prefixes=("header.",))
     _required("http", kwargs, "url", "url")
+    for needs, options_of in (
+        ("batch_url", ("batch_mode", "batch_field", "batch_size", "batch_rows_field")),
+        ("scan_url", ("next_field", "cursor_param", "scan_rows_field")),
+    ):
+        unused = [o for o in options_of if o in kwargs]
+        if unused and needs not in kwargs:  # accepted, and then nothing would use them
+            raise SqlError(
+                needs.replace("_", "-"),
+                None,
+                "a URL, which "
+                + ", ".join(repr(o.replace("_", "-")) for o in unused)
+                + " configure",
+                reason="they are given without it",
+            )
     headers = kwargs.pop("__prefixed", {})
     if headers:
         kwargs["headers"] = {k[len("header.") :]: v for k, v in headers.items()}

@@ -122,17 +122,33 @@ class TableDefinition:
 
 
 def _column_type(kind: exp.DataType) -> str:
+    """A Flink DDL type as Spark's. Flink's ``TIMESTAMP(p)`` has no time zone (Spark's
+    TIMESTAMP_NTZ; the Spark dialect reads it as Spark's TIMESTAMP, an instant), its
+    ``TIMESTAMP_LTZ(p)`` is an instant (Spark's TIMESTAMP)."""
     kind = kind.copy()
     for node in kind.find_all(exp.DataType):
         if node.this in _TEXT_TYPES:
             node.set("this", exp.DataType.Type.TEXT)
             node.set("expressions", [])
+        elif node.this == exp.DataType.Type.TIMESTAMPTZ:
+            node.set("this", exp.DataType.Type.TIMESTAMPNTZ)
+            node.set("expressions", [])
+        elif node.this == exp.DataType.Type.TIMESTAMPLTZ:
+            node.set("this", exp.DataType.Type.TIMESTAMPTZ)  # written TIMESTAMP for Spark
+            node.set("expressions", [])
     return kind.sql(dialect="spark")
 
 
 def _literal(value: exp.Expr, option: str) -> str:
-    if isinstance(value, exp.Literal):
+    if isinstance(value, exp.Literal) and value.is_string:
         return str(value.this)
+    if isinstance(value, exp.Literal):  # Flink takes quoted values only
+        raise SqlError(
+            option,
+            value.sql(),
+            f"a quoted string: '{option}' = '{value.this}'",
+            reason="a bare number has no unit (a duration would be read as milliseconds)",
+        )
     if isinstance(value, exp.Boolean):
         return "true" if value.this else "false"
     raise SqlError(option, "<expression>", "a quoted string: 'option' = 'value'")
@@ -150,12 +166,13 @@ def _options(properties: exp.Properties | None) -> tuple[dict[str, str], bool]:
         if not isinstance(prop, exp.Property) or not isinstance(prop.this, exp.Literal):
             raise SqlError(
                 "WITH",
-                prop.sql(dialect="spark")[:60] if not isinstance(prop, exp.Property) else "",
-                "WITH ('option' = 'value', ...) options of a lookup table",
+                prop.sql(dialect="spark")[:60],
+                "WITH ('option' = 'value', ...) options of a lookup table (no PARTITIONED BY, "
+                "LIKE or other clauses)",
             )
         name = str(prop.this.this)
         value = _literal(prop.args["value"], name)
-        if name in options:
+        if any(name.lower() == other.lower() for other in options):  # names match in any case
             raise SqlError(name, shown(name, value), "each option once", reason="given twice")
         options[name] = value
     return options, temporary
@@ -225,6 +242,12 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
             columns.append((item.name, _column_type(kind) + not_null))
         elif isinstance(item, exp.PrimaryKey):
             primary.extend(e.name for e in item.expressions)
+        elif isinstance(item, exp.Constraint) and any(
+            isinstance(e, exp.PrimaryKey) for e in item.expressions
+        ):  # CONSTRAINT pk_name PRIMARY KEY (...) NOT ENFORCED
+            for constraint in item.expressions:
+                if isinstance(constraint, exp.PrimaryKey):
+                    primary.extend(e.name for e in constraint.expressions)
         else:
             raise SqlError(
                 "CREATE TABLE",
@@ -273,6 +296,15 @@ def definition_from_ddl(create: exp.Create) -> TableDefinition:
     key = plan.fixed_key if plan.fixed_key is not None else None
     if key is None and plan.flexible is False:
         key = ordered_pk or None
+        if key is None:  # it would look rows up by whatever a join's ON binds: wrong rows
+            raise SqlError(
+                "PRIMARY KEY",
+                None,
+                "PRIMARY KEY (...) NOT ENFORCED naming the columns the connector looks rows up "
+                "by, or a connector that takes key_columns or declares them",
+                reason=f"connector {connector!r} of {name!r} neither takes nor declares its key "
+                "columns",
+            )
     ddl = ", ".join(f"`{c.replace('`', '``')}` {t}" for c, t in columns)
     definition = TableDefinition(
         name=name,

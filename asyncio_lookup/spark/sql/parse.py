@@ -22,7 +22,9 @@ from asyncio_lookup.masking import mask_text
 
 SYSTEM_TIME = "system_time"
 STATEMENT_ALLOWED = "one Spark SQL statement, with Flink's lookup-join syntax and DDL"
-_SECRET_WORDS = ("password", "secret", "token", "credential")
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential")
+# header.<Name> options whose value is a credential (as the connectors mask them)
+_SECRET_HEADERS = ("authorization", "cookie", "api-key", "apikey", "auth", "key", "signature")
 
 
 class SqlError(ConfigurationError):
@@ -58,6 +60,8 @@ class SqlParseError(SqlError):
 def is_secret(option: str) -> bool:
     """True for an option whose value must never be shown (passwords, tokens)."""
     lowered = option.lower()
+    if lowered.startswith("header.") and any(w in lowered for w in _SECRET_HEADERS):
+        return True
     return any(word in lowered for word in _SECRET_WORDS)
 
 
