@@ -466,3 +466,26 @@ def test_a_registered_connector_without_key_columns_needs_a_primary_key(sql: Loo
             "WITH ('connector'='sql-test-keyless')"
         )
     assert info.value.option == "PRIMARY KEY"
+
+
+def test_ddl_values_keep_their_backslashes_as_flink_reads_them(sql: LookupSQL) -> None:
+    """Spark's escapes changed 'a\\d' to 'ad' and a password's backslash vanished."""
+    sql.sql(
+        "CREATE TEMPORARY TABLE Slashed (id INT, v STRING) WITH ('connector'='http', "
+        r"'url'='http://127.0.0.1:1/a\d/{id}', 'header.X-Note'='it''s C:\temp')"
+    )
+    connector = sql.table("Slashed").connector
+    assert connector.template.template == r"http://127.0.0.1:1/a\d/{id}"
+    assert connector.headers == {"X-Note": r"it's C:\temp"}
+
+
+def test_a_redis_hash_field_declared_other_than_string_is_refused_at_create(
+    sql: LookupSQL,
+) -> None:
+    """Every task failed: a hash field is text ('42' does not fit INT)."""
+    with pytest.raises(SqlError, match="Redis hash") as info:
+        sql.sql(
+            "CREATE TEMPORARY TABLE Hashed (id INT, name STRING, age INT) "
+            f"WITH ({REDIS_DDL}, 'value-format'='hash')"
+        )
+    assert info.value.option == "age"

@@ -335,6 +335,15 @@ def _redis(
     user, password = kwargs.pop("username", None), kwargs.pop("password", None)
     kwargs["url"] = _with_credentials(kwargs["url"], user, password)
     key = _in_ddl_order(RedisConnector, kwargs, columns, "key-template")
+    if kwargs.get("value_format") == "hash":  # every field of a hash is text
+        typed = [c for c in columns if c not in key and types[c].split()[0].upper() != "STRING"]
+        if typed:
+            raise SqlError(
+                typed[0],
+                types[typed[0]],
+                "STRING for a field of a Redis hash ('value-format'='hash': every field is "
+                "text; CAST it in the SELECT)",
+            )
     converters: dict[str, Callable[[str], Any]] = {}
     for column in key:
         kind = types[column].split("(")[0].split()[0].upper()

@@ -92,12 +92,26 @@ class FlinkSpark(Spark):
     Parser = _Parser
 
 
+class _DdlTokenizer(_Tokenizer):
+    # Flink's string literals know no backslash escape: in a DDL's WITH values, a Windows path,
+    # a regex or a password keeps its backslashes ('p\ss' is p, backslash, ss)
+    STRING_ESCAPES = ["'", '"']
+
+
+class FlinkDdl(FlinkSpark):
+    """:class:`FlinkSpark` for Flink's ``CREATE TABLE ... WITH (...)``: string literals as
+    Flink reads them (a doubled quote is one quote; a backslash is itself)."""
+
+    Tokenizer = _DdlTokenizer
+
+
 def parse_statement(sql: str) -> exp.Expr:
     """Parse exactly one statement (a trailing ``;`` allowed)."""
     if not isinstance(sql, str) or not sql.strip():
         raise SqlError("sql", sql, STATEMENT_ALLOWED, reason="empty statement")
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect=FlinkSpark) if s is not None]
+        dialect = FlinkDdl if has_with_options(sql) else FlinkSpark
+        statements = [s for s in sqlglot.parse(sql, dialect=dialect) if s is not None]
     except ParseError as error:
         first = error.errors[0] if error.errors else {}
         raise SqlParseError(
