@@ -33,6 +33,19 @@ def _option(field: str) -> str:
     return field.rstrip("_").replace("_", "-")
 
 
+def _disagree(name: str, value: Any, table: Any, first: str, other: str) -> HintError:
+    """Two LOOKUP hints of ``table`` give ``name`` two values (shown as ``first``, ``other``,
+    their secrets masked: equal texts say the secrets differ)."""
+    hidden = " (in their secrets)" if first == other else ""
+    return HintError(
+        name,
+        value,
+        f"one value for {name!r} across the LOOKUP hints of table {table!r} (or the same value "
+        "in each)",
+        reason=f"{first} and {other} disagree{hidden}",
+    )
+
+
 def merge_lookup_hints(hints: Sequence[H]) -> H | None:
     """One :class:`~asyncio_lookup.lookup.hints.LookupHint` with every option any of ``hints``
     gives (``None`` for no hints); the first hint's ``table``."""
@@ -41,6 +54,7 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
     merged: dict[str, Any] = {}
     source: dict[str, H] = {}
     shared: dict[str, str] = {}  # the lookup.shared-cache.* options, merged one by one
+    table = hints[0].table
     for hint in hints:
         for item in fields(hint):  # type: ignore[arg-type]
             value = getattr(hint, item.name)
@@ -48,28 +62,14 @@ def merge_lookup_hints(hints: Sequence[H]) -> H | None:
                 for name, text in value or ():
                     if name in shared and shared[name] != text:
                         first, other = mask_text(shared[name]), mask_text(text)
-                        hidden = " (in their secrets)" if first == other else ""
-                        raise HintError(
-                            name,
-                            other,
-                            f"one value for {name!r} across the LOOKUP hints of table "
-                            f"{hints[0].table!r} (or the same value in each)",
-                            reason=f"{first!r} and {other!r} disagree{hidden}",
-                        )
+                        raise _disagree(name, other, table, repr(first), repr(other))
                     shared.setdefault(name, text)
                 continue
             if value is None or item.name == "table":
                 continue
             if item.name in merged and merged[item.name] != value:
-                name = _option(item.name)
-                raise HintError(
-                    name,
-                    value,
-                    f"one value for {name!r} across the LOOKUP hints of table "
-                    f"{hints[0].table!r} (or the same value in each)",
-                    reason=f"{mask_text(source[item.name].to_text())} and "
-                    f"{mask_text(hint.to_text())} disagree",
-                )
+                first, other = mask_text(source[item.name].to_text()), mask_text(hint.to_text())
+                raise _disagree(_option(item.name), value, table, first, other)
             merged.setdefault(item.name, value)
             source.setdefault(item.name, hint)
     if shared:

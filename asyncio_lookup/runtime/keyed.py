@@ -101,6 +101,10 @@ class KeyOrder:
             self._release(keyed.key)
         return ready
 
+    def waiting(self) -> int:
+        """Records admitted whose key is busy: in their lanes, or freed and not yet started."""
+        return sum(len(lane) for lane in self.lanes.values() if lane) + len(self._backlog)
+
     def _release(self, key: Hashable) -> None:
         lanes = self.lanes
         lane = lanes[key]
@@ -155,9 +159,7 @@ class KeyOrderedRun(OperatorRun):
 
     def _waiting(self) -> int:
         """Records waiting for their key (counted in ``numInFlight`` at admission)."""
-        return sum(len(lane) for lane in self._keys.lanes.values() if lane) + len(
-            self._keys._backlog
-        )
+        return self._keys.waiting()
 
     def _start_waiting(self, handler: KeyedHandler) -> None:
         """Start a record that waited for its key; its timeout budget starts now."""

@@ -315,7 +315,7 @@ def _foreign(kinds: set[type], inferred: pa.DataType) -> bool:
     return False
 
 
-def _below_microseconds(value: Any) -> bool:
+def below_microseconds(value: Any) -> bool:
     """A pandas ``Timestamp`` or ``Timedelta`` with nanoseconds, which Arrow would drop (NaT's
     are NaN: not such a value)."""
     nanoseconds = getattr(value, "nanosecond", None)
@@ -340,7 +340,7 @@ def _mixes_kinds(values: Sequence[Any], inferred: pa.DataType) -> bool:
         kinds.discard(type(None))
         if _foreign(kinds, inferred):
             return True
-        if _pandas_kinds(kinds) and any(map(_below_microseconds, values)):
+        if _pandas_kinds(kinds) and any(map(below_microseconds, values)):
             return True  # inferred as microseconds: the nanoseconds dropped
         if pt.is_date(inferred):
             return any(issubclass(kind, datetime.datetime) for kind in kinds)
@@ -409,7 +409,7 @@ def _value(value: Any, target: pa.DataType, zone: str) -> pa.Array:
         return _list_of(pa.array([0, len(items)]), items, target)
     if type(value) is int and value not in _INT64:  # Arrow infers no type for it
         return exact_cast(_big_int(value, target), target, zone)
-    if _below_microseconds(value):  # a pandas Timestamp or Timedelta: Arrow would drop them
+    if below_microseconds(value):  # a pandas Timestamp or Timedelta: Arrow would drop them
         raise pa.ArrowInvalid("its nanoseconds would be lost (Spark keeps microseconds)")
     return exact_cast(pa.array([value]), target, zone)
 

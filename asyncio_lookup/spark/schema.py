@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.spark.convert import below_microseconds
 
 SCHEMA_ALLOWED = "a StructType or a DDL string such as 'id INT, name STRING'"
 
@@ -294,8 +295,7 @@ def _datetime_literal(
     (aware only: a naive one names no instant) or a TIMESTAMP_NTZ key (naive only); Arrow
     truncated the first, read the second as UTC and converted the third to UTC wall time."""
     aware = value.tzinfo is not None and value.utcoffset() is not None
-    nanoseconds = getattr(value, "nanosecond", 0)
-    if type(nanoseconds) is int and nanoseconds:  # a pandas Timestamp: Arrow would drop them
+    if below_microseconds(value):  # a pandas Timestamp: Arrow would drop them
         raise ConfigurationError(
             option, value, allowed + " (whole microseconds)", reason="it has nanoseconds"
         )

@@ -37,6 +37,7 @@ from asyncio_lookup.lookup.partitioning import (
     partitioner_of,
     salt_count,
 )
+from asyncio_lookup.spark.metrics import observation_name
 from asyncio_lookup.spark.rate_share import task_slots
 from asyncio_lookup.spark.schema import key_family
 from asyncio_lookup.validation import parse_int, parse_number
@@ -353,7 +354,7 @@ def plan_shuffle(
     return ShufflePlan(shuffled, routing)
 
 
-_OBSERVED = "CollectMetrics asyncio_lookup:"
+_OBSERVED = "CollectMetrics " + observation_name("")  # the plan node observe() adds
 
 
 def runs_lookups(df: DataFrame) -> bool:

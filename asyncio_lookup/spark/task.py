@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,14 @@ class DimColumn:
     output: str
     type: pa.DataType
     declared: str = ""
+
+
+def _matched(rows: Sequence[Any], failures: Collection[int] = ()) -> pa.Array:
+    """The ``matched_column``: true where a dim row was joined (a failed row is none)."""
+    return pa.array(
+        [row is not None and position not in failures for position, row in enumerate(rows)],
+        pa.bool_(),
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,7 @@ class LookupJoinTask:
         arrays = [*gathered.columns, *self.dim_arrays(joined)]
         if self.matched_column is not None:
             names.append(self.matched_column)
-            arrays.append(pa.array([row is not None for row in joined.dim_rows], pa.bool_()))
+            arrays.append(_matched(joined.dim_rows))
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def dim_arrays(self, joined: JoinedBatch[pa.RecordBatch]) -> list[pa.Array]:
@@ -279,10 +287,9 @@ class LookupJoinTask:
         names = [*batch.schema.names, *(c.output for c in self.dim_columns), self.error_column]
         errors = error_array(len(indices), failures, self.error_type)
         arrays = [*gathered.columns, *dims, errors]
-        if self.matched_column is not None:  # a failed row is no joined row
+        if self.matched_column is not None:
             names.append(self.matched_column)
-            matched = [row is not None and p not in failures for p, row in enumerate(rows)]
-            arrays.append(pa.array(matched, pa.bool_()))
+            arrays.append(_matched(rows, failures))
         out = pa.RecordBatch.from_arrays(arrays, names=names)
         return out, len(failures)
 

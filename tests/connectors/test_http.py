@@ -9,6 +9,7 @@ import re
 import time
 from decimal import Decimal
 from email.utils import formatdate
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -205,15 +206,20 @@ async def test_keys_cannot_change_request_line_or_host(http_service: Service, ke
         assert seen.match == {"id": key}  # routed to the customer handler, decoded back whole
 
 
+def _query_batches(service: Service, **options: Any) -> HttpConnector:
+    """The customers service, looked up in batches of keys in the query of GET /customers."""
+    return HttpConnector(
+        f"{service.base}/customers/{{id}}",
+        batch_url=f"{service.base}/customers",
+        batch_mode="query",
+        **options,
+    )
+
+
 async def test_nasty_keys_in_batch_query(http_service: Service) -> None:
     for key in NASTY_KEYS:
         http_service.rows[key] = [{"id": key}]
-    c = HttpConnector(
-        f"{http_service.base}/customers/{{id}}",
-        batch_url=f"{http_service.base}/customers",
-        batch_mode="query",
-        batch_size=1000,
-    )
+    c = _query_batches(http_service, batch_size=1000)
     fn = c.async_lookup_function()
     await fn.open()
     try:
@@ -626,12 +632,7 @@ async def test_a_chain_batches_at_most_batch_size_keys_one_request_per_call(
     from asyncio_lookup.lookup.chain import LookupChain
     from asyncio_lookup.lookup.options import LookupOptions
 
-    c = HttpConnector(
-        f"{http_service.base}/customers/{{id}}",
-        batch_url=f"{http_service.base}/customers",
-        batch_mode="query",
-        batch_size=3,
-    )
+    c = _query_batches(http_service, batch_size=3)
     assert c.async_lookup_function().max_batch_size == 3
     options = LookupOptions.from_dict({"lookup.batch.max-size": "64"})
     chain = LookupChain.create(c, options, prefer_async=True)
@@ -695,11 +696,7 @@ async def test_a_query_batch_refused_for_its_url_length_says_to_lower_batch_size
     # aiohttp answers a request line over 8,190 bytes with a 400 (nginx: 414): a batch of long
     # keys fails with advice to lower batch_size, not a bare status, and its message (which
     # every key of the batch carries) names the URL cut short
-    c = HttpConnector(
-        f"{http_service.base}/customers/{{id}}",
-        batch_url=f"{http_service.base}/customers",
-        batch_mode="query",
-    )
+    c = _query_batches(http_service)
     fn = c.async_lookup_function()
     await fn.open()
     try:

@@ -268,3 +268,16 @@ class _FailOnceAsync(AsyncLookupFunction):
     async def async_lookup(self, key: Key) -> Collection[Row]:
         await asyncio.sleep(0)
         return self.connector.get(key)
+
+
+class NoCapability:
+    """A connector with neither a lookup nor a scan (and no key columns)."""
+
+    def lookup_function(self) -> None:
+        return None
+
+    def async_lookup_function(self) -> None:
+        return None
+
+    def scan(self) -> None:
+        return None

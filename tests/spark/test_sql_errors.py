@@ -16,7 +16,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupSQL, LookupTable
 from asyncio_lookup.spark.sql import SqlError, SqlParseError
 from tests.spark.conftest import no_spark_job
-from tests.spark.helpers import physical_plan
+from tests.spark.helpers import NoCapability, physical_plan
 
 pytestmark = pytest.mark.spark
 
@@ -446,18 +446,8 @@ def test_ddl_named_primary_key_constraint_and_http_options_without_their_url(
 def test_a_registered_connector_without_key_columns_needs_a_primary_key(sql: LookupSQL) -> None:
     """It looked rows up by whatever a join's ON bound: another column's rows."""
 
-    class Keyless:  # looks rows up by a column of its own choosing, and says not which
-        def lookup_function(self) -> None:
-            return None
-
-        def async_lookup_function(self) -> None:
-            return None
-
-        def scan(self) -> None:
-            return None
-
-    def keyless(rows: str = "") -> Keyless:
-        return Keyless()
+    def keyless(rows: str = "") -> NoCapability:  # and says not which columns it keys by
+        return NoCapability()
 
     register_connector("sql-test-keyless", keyless, replace=True)
     with pytest.raises(SqlError, match="neither takes nor declares") as info:

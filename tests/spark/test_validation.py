@@ -15,7 +15,7 @@ from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs
 from tests.spark.conftest import no_spark_job
-from tests.spark.helpers import physical_plan
+from tests.spark.helpers import NoCapability, physical_plan
 
 pytestmark = pytest.mark.spark
 
@@ -94,17 +94,6 @@ def test_invalid_job_default_in_the_spark_conf(
         assert "'soon'" in str(error.value)
     finally:
         spark.conf.unset("table.exec.async-lookup.timeout")
-
-
-class NoCapability:
-    def lookup_function(self) -> None:
-        return None
-
-    def async_lookup_function(self) -> None:
-        return None
-
-    def scan(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize(
