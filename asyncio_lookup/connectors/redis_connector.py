@@ -23,6 +23,7 @@ redis-py automatically when installed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -98,8 +99,12 @@ def _text(redis_key: str, raw: bytes) -> str:
 
 def _callable_name(convert: Callable[..., Any]) -> str:
     """A converter named the same in every process: module and name, and for a function its
-    bytecode's digest (two lambdas differ)."""
-    name = f"{getattr(convert, '__module__', '')}.{getattr(convert, '__qualname__', '')}"
+    bytecode's digest (two lambdas differ); a ``functools.partial`` with its arguments."""
+    if isinstance(convert, functools.partial):
+        bound = [repr(a) for a in convert.args]
+        bound += [f"{k}={v!r}" for k, v in sorted(convert.keywords.items())]
+        return f"{_callable_name(convert.func)}({', '.join(bound)})"
+    name = f"{getattr(convert, '__module__', '') or ''}.{getattr(convert, '__qualname__', '')}"
     if not name.strip("."):
         name = f"{type(convert).__module__}.{type(convert).__qualname__}"
     code = getattr(convert, "__code__", None)

@@ -388,3 +388,67 @@ def test_redis_ddl_lookup_join(spark: SparkSession, orders: DataFrame, redis_url
         if keys:
             client.delete(*keys)
         client.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(
+    "cache",
+    [
+        "FULL', 'lookup.full-cache.periodic-reload.interval' = '1h",
+        "PARTIAL', 'lookup.partial-cache.max-rows' = '9",
+    ],
+)
+def test_redis_ddl_keys_of_other_types_than_text_and_numbers(
+    spark: SparkSession, redis_url: str, cache: str
+) -> None:
+    """A FULL cache over a DATE, DECIMAL, TIMESTAMP or BOOLEAN key was refused at sql(), naming
+    RedisConnector's key_types, which a DDL cannot set; it reads such keys back from the scanned
+    names, and joins the rows a point lookup (PARTIAL) joins: not ``1.5`` for a DECIMAL(4, 2)
+    key, whose lookups read ``1.50``."""
+    import datetime as dt
+    import json
+    from decimal import Decimal
+
+    import redis
+
+    prefix = f"sqltypes:{uuid.uuid4().hex[:8]}"
+    names = {
+        "1": "2024-01-05|1.50|2024-01-05 10:30:00|True",
+        "2": "2024-01-06|2.00|2024-01-05 10:30:00.250000|False",
+        "stray": "2024-1-7|1.5|2024-01-05T10:30:00|true",  # no lookup reads these names
+    }
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for value, name in names.items():
+            client.set(f"{prefix}:{name}", json.dumps({"v": value}))
+        lookup = LookupSQL(spark)
+        lookup.sql(
+            "CREATE TEMPORARY TABLE Typed (d DATE, n DECIMAL(4, 2), t TIMESTAMP(6), b BOOLEAN, "
+            f"v STRING) WITH ('connector' = 'redis', 'url' = '{redis_url}', "
+            f"'key-template' = '{prefix}:{{d}}|{{n}}|{{t}}|{{b}}', 'lookup.cache' = '{cache}')"
+        )
+        probe = [
+            (dt.date(2024, 1, 5), Decimal("1.50"), dt.datetime(2024, 1, 5, 10, 30), True),
+            (
+                dt.date(2024, 1, 6),
+                Decimal("2.00"),
+                dt.datetime(2024, 1, 5, 10, 30, 0, 250000),
+                False,
+            ),
+            (dt.date(2024, 1, 7), Decimal("1.50"), dt.datetime(2024, 1, 5, 10, 30), True),
+        ]
+        spark.createDataFrame(
+            probe, "d DATE, n DECIMAL(4, 2), t TIMESTAMP_NTZ, b BOOLEAN"
+        ).selectExpr("*", "current_timestamp() AS pt").createOrReplaceTempView("TypedProbe")
+        df = lookup.sql(
+            "SELECT p.d, x.v FROM TypedProbe p LEFT JOIN Typed FOR SYSTEM_TIME AS OF p.pt "
+            "AS x ON x.d = p.d AND x.n = p.n AND x.t = p.t AND x.b = p.b"
+        )
+        assert rows(df) == Counter(
+            [(dt.date(2024, 1, 5), "1"), (dt.date(2024, 1, 6), "2"), (dt.date(2024, 1, 7), None)]
+        )
+    finally:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()

@@ -12,6 +12,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import date, datetime
+from decimal import Decimal
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
@@ -344,15 +347,45 @@ def _redis(
                 "STRING for a field of a Redis hash ('value-format'='hash': every field is "
                 "text; CAST it in the SELECT)",
             )
-    converters: dict[str, Callable[[str], Any]] = {}
-    for column in key:
-        kind = types[column].split("(")[0].split()[0].upper()
-        if kind in _INTEGRAL:
-            converters[column] = int
-        elif kind in ("FLOAT", "DOUBLE"):
-            converters[column] = float
+    converters = {c: f for c in key if (f := _key_converter(types[c])) is not None}
     kwargs.update(key_columns=key, key_types=converters or None)
     return ConnectorPlan("redis", RedisConnector, kwargs, fixed_key=key)
+
+
+def _key_converter(declared: str) -> Callable[[str], Any] | None:
+    """How a FULL cache reads a key column of the declared type back from a scanned key name
+    (``None``: as text). The scan keeps a name only if the value converted back writes it
+    again (``RedisConnector.parse_key``): ``2024-1-5`` or ``1.5`` for a DECIMAL(10, 2) key
+    are not the names a lookup reads."""
+    kind = declared.split("(")[0].split()[0].upper()
+    if kind in _INTEGRAL:
+        return int
+    if kind in ("FLOAT", "DOUBLE"):
+        return float
+    if kind == "DATE":
+        return date.fromisoformat
+    if kind == "TIMESTAMP_NTZ":
+        return datetime.fromisoformat
+    if kind == "BOOLEAN":
+        return _boolean_key
+    if kind in ("DECIMAL", "NUMERIC", "DEC"):
+        precision_scale = declared.split("(", 1)[1].split(")")[0] if "(" in declared else ""
+        scale = int(precision_scale.split(",")[1]) if "," in precision_scale else 0
+        return partial(_decimal_key, scale=scale)
+    return None
+
+
+def _decimal_key(text: str, scale: int) -> Decimal:
+    value = Decimal(text)  # a lookup writes the key with the column's scale: 1.50, not 1.5
+    if not value.is_finite() or value.as_tuple().exponent != -scale:
+        raise ValueError(text)
+    return value
+
+
+def _boolean_key(text: str) -> bool:
+    if text not in ("True", "False"):  # str() of a bool, as a lookup writes the key
+        raise ValueError(text)
+    return text == "True"
 
 
 def _convert_like(default: Any) -> Convert:
