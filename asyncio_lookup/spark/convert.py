@@ -43,6 +43,7 @@ TIME_ZONE = b"asyncio_lookup.time_zone"
 #: A double is the decimal text it was parsed from when that had at most this many
 #: significant digits (DBL_DIG).
 _DOUBLE_DIGITS = 15
+_WIDE_DIGITS = 76  # decimal256's precision
 
 _INT64 = range(-(2**63), 2**63)
 
@@ -124,9 +125,9 @@ def _to_floating(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
 
 def _to_decimal(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     if pt.is_decimal(array.type):
-        return pc.cast(array, target, safe=True)
+        return _rescaled(array, target)
     if _is_integer(array.type):
-        return pc.cast(pc.cast(array, pa.decimal128(38, 0)), target, safe=True)
+        return _rescaled(pc.cast(array, pa.decimal256(20, 0)), target)  # 64 bits: 20 digits
     if pt.is_floating(array.type):
         # Through the shortest round-trip text (JSON's 12.5 is '12.5'): Arrow's float to
         # decimal cast would round 0.125 to 0.12 silently; parsing the text refuses it. That
@@ -141,8 +142,20 @@ def _to_decimal(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
                 "digits of the number the source sent; have the source send it as a string "
                 "and declare STRING, or declare DOUBLE"
             )
-        return pc.cast(text, target, safe=True)
+        return _rescaled(text, target)
     raise _Refused
+
+
+def _rescaled(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` (decimals or their text) as the decimal ``target``, refusing what does not
+    fit. Arrow's decimal128 rescale overflows silently (12345678901234567890123 as
+    DECIMAL(38, 18) came out as 95513692080783205441.51...): rescaled in 256 bits, where every
+    Spark decimal fits, then narrowed, which checks the precision."""
+    digits = _WIDE_DIGITS
+    if pt.is_decimal(array.type):
+        digits = min(digits, array.type.precision + max(0, target.scale - array.type.scale))
+    wide = pa.decimal256(max(digits, target.scale, 1), target.scale)
+    return pc.cast(pc.cast(array, wide, safe=True), target, safe=True)
 
 
 def _to_date(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:

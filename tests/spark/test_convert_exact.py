@@ -5,7 +5,7 @@ nested maps, ints beyond 64 bits; and the driver's checks of declared types (spa
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import (
     ArrayType,
     DateType,
@@ -360,3 +362,34 @@ def test_a_pandas_timestamp_with_nanoseconds_is_refused() -> None:
     fine = pd.Timedelta("1us") + pd.Timedelta("1ns")
     assert "nanoseconds" in refused([fine], pa.duration("us")).reason
     assert "nanoseconds" not in refused([pd.NaT], TS).reason  # NaT's nanosecond is NaN
+
+
+def _fits(value: Decimal, precision: int, scale: int) -> bool:
+    quantized = value.quantize(Decimal(1).scaleb(-scale), context=Context(prec=200))
+    return quantized == value and len(quantized.as_tuple().digits) <= precision
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mantissa=st.integers(-(10**45), 10**45),
+    value_scale=st.integers(-3, 25),
+    precision=st.integers(1, 38),
+    data=st.data(),
+)
+def test_a_decimal_is_its_exact_value_or_refused(
+    mantissa: int, value_scale: int, precision: int, data: Any
+) -> None:
+    """Arrow's decimal128 rescale overflowed silently: 12345678901234567890123 (a PostgreSQL
+    numeric, a JSON integer) declared DECIMAL(38, 18) came out as 95513692080783205441.51..."""
+    scale = data.draw(st.integers(0, precision))
+    value: Any = Decimal(mantissa).scaleb(-value_scale) if value_scale else mantissa
+    target = pa.decimal128(precision, scale)
+    if _fits(Decimal(value), precision, scale):
+        assert convert([value], target) == [Decimal(value)]
+    else:
+        refused([value], target)
+
+
+def test_a_numeric_beyond_a_decimal_s_precision_is_refused_not_wrapped() -> None:
+    for value in (Decimal("12345678901234567890123"), 12345678901234567890123, 10**18 + 7):
+        refused([value], pa.decimal128(38, 18) if value != 10**18 + 7 else pa.decimal128(38, 30))
