@@ -146,6 +146,14 @@ def _to_decimal(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
     raise _Refused
 
 
+def cast_exactly(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``pc.cast(array, target, safe=True)``, with decimals rescaled in 256 bits (Arrow's
+    decimal128 rescale wraps some values into another number: a key, another key)."""
+    if pt.is_decimal(target) and (pt.is_decimal(array.type) or _is_integer(array.type)):
+        return _to_decimal(array, target, "")
+    return pc.cast(array, target, safe=True)
+
+
 def _rescaled(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` (decimals or their text) as the decimal ``target``, refusing what does not
     fit. Arrow's decimal128 rescale overflows silently (12345678901234567890123 as

@@ -32,7 +32,12 @@ from asyncio_lookup.runtime import causes as causes_
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import join_advice
-from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays, with_time_zone
+from asyncio_lookup.spark.convert import (
+    LossyValueError,
+    cast_exactly,
+    rows_to_arrays,
+    with_time_zone,
+)
 from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_array
 from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
@@ -45,12 +50,12 @@ from asyncio_lookup.spark.worker_log import configure_from_env
 
 def _as_key_type(column: pa.Array, target: pa.DataType) -> pa.Array:
     try:
-        return pc.cast(column, target, safe=True)
+        return cast_exactly(column, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value does not fit: per value
         out = []
         for i in range(len(column)):
             try:
-                out.append(pc.cast(column.slice(i, 1), target, safe=True))
+                out.append(cast_exactly(column.slice(i, 1), target))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 out.append(pa.nulls(1, target))
         return pa.concat_arrays(out) if out else pa.array([], type=target)

@@ -227,3 +227,21 @@ def test_left_keys_are_looked_up_as_the_dim_key_type_holds_them(
     finally:
         client.delete(f"{prefix}:n:1", f"{prefix}:t:2024-01-01 17:00:00+00:00")
         client.close()
+
+
+def test_a_left_key_beyond_the_dim_key_s_decimal_is_no_other_key(spark: SparkSession) -> None:
+    # Arrow's decimal128 rescale wrapped 12345678901234567890123 into DECIMAL(38, 18) as
+    # 95513692080783205441.514...: the row of that key was joined to it
+    from decimal import Decimal
+
+    wrapped = Decimal("95513692080783205441.514132456344387584")
+    dim = [{"id": wrapped, "v": "another key's row"}, {"id": Decimal(5), "v": "five"}]
+    table = LookupTable("Wide", "id DECIMAL(38,18), v STRING", InMemoryConnector(dim, ["id"]))
+    left = spark.createDataFrame(
+        [(Decimal("12345678901234567890123"),), (Decimal(5),)], "id DECIMAL(38,0)"
+    )
+    got = lookup_join(left, table, "id", "left").collect()
+    assert sorted((str(r.id), r.v) for r in got) == [
+        ("12345678901234567890123", None),
+        ("5", "five"),
+    ]
