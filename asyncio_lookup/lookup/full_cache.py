@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import math
 import numbers
 import threading
 from collections.abc import Callable, Sequence
@@ -63,6 +64,27 @@ def comparable_kind(value: object) -> object:
     if isinstance(value, datetime.datetime):  # pandas.Timestamp
         return ("datetime", value.tzinfo is not None)
     return kind
+
+
+def _in_the_other_number_type(key: Key) -> Key | None:
+    """``key`` with a ``Decimal`` part as the float whose shortest text it is, a float part as
+    that text's ``Decimal``; None when it has neither. A JSON scan gives floats, PostgreSQL's
+    numeric Decimals, and ``Decimal('0.10') == 0.1`` is false (the lookup missed silently); a
+    decimal matches the float a JSON text of its value parses to, as a float value converts
+    into DECIMAL, never one that only rounds to it (``0.1000000000000000001``)."""
+    parts: list[object] = []
+    for value in key:
+        kind = type(value)
+        if kind is Decimal and value.is_finite():  # type: ignore[union-attr]
+            number = float(value)  # type: ignore[arg-type]
+            if Decimal(repr(number)) != value:
+                return None  # no float is this decimal's text
+            parts.append(number)
+        elif kind is float and math.isfinite(value):  # type: ignore[arg-type]
+            parts.append(Decimal(repr(value)))
+        else:
+            parts.append(value)
+    return tuple(parts) if any(type(p) is not type(v) for p, v in zip(parts, key)) else None
 
 
 class FullCache:
@@ -123,6 +145,8 @@ class FullCache:
             raise self._load_error(state.error)
         self.metrics.inc(HIT_COUNT)
         rows = state.snapshot.get(key)
+        if rows is None and (exact := _in_the_other_number_type(key)) is not None:
+            rows = state.snapshot.get(exact)
         if rows is None:
             if state.kinds:
                 kinds = tuple(map(comparable_kind, key))

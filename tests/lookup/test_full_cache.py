@@ -144,6 +144,22 @@ def test_a_key_no_scanned_key_can_equal_is_an_error_not_a_silent_miss() -> None:
         dates.get((date(2024, 1, 1),))
 
 
+def test_a_decimal_key_finds_the_json_float_of_its_text_and_a_float_the_numeric() -> None:
+    """An HTTP (JSON) scan gives floats, a DECIMAL(10, 2) key is Decimal('0.10'), and
+    Decimal('0.10') != 0.1: FULL missed every such row that NONE and PARTIAL joined."""
+    floats = [{"id": 0.1, "code": "x", "v": "ten cents"}, {"id": 1.5, "code": "y", "v": "1.5"}]
+    cache = FullCache(lambda: floats, ["id", "code"], None, CacheMetricGroup())
+    cache.start().result(timeout=10)
+    assert cache.get((Decimal("0.10"), "x")) == [floats[0]]
+    assert cache.get((Decimal("1.50"), "y")) == [floats[1]]
+    assert cache.get((Decimal("0.1000000000000000001"), "x")) == []  # only rounds to 0.1
+    assert cache.get((Decimal("0.10"), "y")) == []
+    numerics = [{"id": Decimal("0.10"), "v": "ten cents"}]
+    cache = FullCache(lambda: numerics, ["id"], None, CacheMetricGroup())
+    cache.start().result(timeout=10)
+    assert cache.get((0.1,)) == [numerics[0]] and cache.get((0.2,)) == []
+
+
 def test_numpy_and_pandas_keys_of_a_scan_compare_as_numbers_and_datetimes() -> None:
     """A custom provider's scan built with numpy or pandas: a key missing from it was an
     error (np.int64 and pandas.Timestamp were kinds of their own), not a miss."""
