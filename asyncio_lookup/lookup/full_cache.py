@@ -75,16 +75,17 @@ def _in_the_other_number_type(key: Key) -> Key | None:
     parts: list[object] = []
     for value in key:
         kind = type(value)
-        if kind is Decimal and value.is_finite():  # type: ignore[union-attr]
-            number = float(value)  # type: ignore[arg-type]
+        if kind is Decimal and value.is_finite():
+            number = float(value)
             if Decimal(repr(number)) != value:
                 return None  # no float is this decimal's text
             parts.append(number)
-        elif kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        elif kind is float and math.isfinite(value):
             parts.append(Decimal(repr(value)))
         else:
             parts.append(value)
-    return tuple(parts) if any(type(p) is not type(v) for p, v in zip(parts, key)) else None
+    changed = any(type(p) is not type(v) for p, v in zip(parts, key, strict=True))
+    return tuple(parts) if changed else None
 
 
 class FullCache:
