@@ -68,6 +68,52 @@ def _names(option: str, value: Sequence[str] | str | None) -> tuple[str, ...]:
     return names
 
 
+#: Key types whose ``=`` in PostgreSQL is ``==`` of the values asyncpg returns (with a
+#: deterministic collation): a FULL cache's snapshot finds what a point lookup finds.
+_PYTHON_EQUALITY = (
+    "smallint",
+    "integer",
+    "bigint",
+    "numeric",
+    "real",
+    "double precision",
+    "text",
+    "character varying",
+    "name",
+    "boolean",
+    "date",
+    "timestamp without time zone",
+    "timestamp with time zone",
+    "uuid",
+    "bytea",
+    "oid",
+)
+
+#: Per type oid, in order: its name, its base type under any domains, that type's
+#: ``typtype`` and whether values of it have a collation.
+_KEY_TYPES_SQL = """
+WITH RECURSIVE chain AS (
+  SELECT t.ord, t.oid AS start, t.oid, 0 AS depth
+  FROM unnest($1::oid[]) WITH ORDINALITY AS t(oid, ord)
+  UNION ALL
+  SELECT chain.ord, chain.start, ty.typbasetype, chain.depth + 1
+  FROM chain JOIN pg_type ty ON ty.oid = chain.oid
+  WHERE ty.typtype = 'd' AND chain.depth < 32
+)
+SELECT format_type(chain.start, NULL) AS type, format_type(chain.oid, NULL) AS base,
+  bt.typtype::text AS kind, bt.typcollation <> 0 AS collatable
+FROM chain JOIN pg_type bt ON bt.oid = chain.oid
+WHERE bt.typtype <> 'd' ORDER BY chain.ord
+"""
+
+
+def _with_modifier(described: str | None, name: str) -> str:
+    """A type's name with its modifier (``character(4)``) where the catalog gave one."""
+    if described is not None and described.split("(", 1)[0] == name:
+        return described
+    return name
+
+
 class PostgresConnector(AsyncFirstSource):
     """A dim table (or read-only query) in PostgreSQL. Picklable; pools open on the executor.
 
@@ -186,42 +232,87 @@ class PostgresConnector(AsyncFirstSource):
         declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
         conn = await self._connect("schema check")
         try:
-            actual = await self._column_types(conn)
+            try:
+                actual = await self._column_types(conn)
+            except Exception as error:
+                if self.query is not None and isinstance(error, asyncpg.PostgresError):
+                    raise ConfigurationError(
+                        "query",
+                        self.query if len(self.query) <= 200 else self.query[:200] + "...",
+                        "one SELECT statement, read as the subquery SELECT * FROM (<query>) AS src",
+                        f"PostgreSQL refused it: {type(error).__name__}: {error}",
+                    ) from error
+                raise
+            needed = [name for name in self.key_columns + (self.columns or ()) if name]
+            check_columns(self.relation_name(), actual, declared, needed, self.key_columns)
+            self._key_equality = await self._key_equality_of(conn, actual or {})
         except Exception as error:
             if is_connection_error(error):
                 raise self.transient(error, "schema check") from error
-            if self.query is not None and isinstance(error, asyncpg.PostgresError):
-                raise ConfigurationError(
-                    "query",
-                    self.query if len(self.query) <= 200 else self.query[:200] + "...",
-                    "one SELECT statement, read as the subquery SELECT * FROM (<query>) AS src",
-                    f"PostgreSQL refused it: {type(error).__name__}: {error}",
-                ) from error
             raise
         finally:
             conn.terminate()
-        needed = [name for name in self.key_columns + (self.columns or ()) if name]
-        check_columns(self.relation_name(), actual, declared, needed, self.key_columns)
-        assert actual is not None  # check_columns refuses a missing relation
-        self._key_pg_types = {k: actual[k] for k in self.key_columns if k in actual}
 
     def check_full_cache(self, fields: Sequence[tuple[str, Any]]) -> None:
-        """Refuse a FULL cache over key columns whose ``=`` in PostgreSQL is not Python's
-        (known once :meth:`check_schema` ran): ``character(n)`` ignores trailing spaces and
-        ``citext`` case, so the snapshot, indexed by the values themselves, would miss rows
-        that NONE and PARTIAL join."""
-        for column, pg_type in getattr(self, "_key_pg_types", {}).items():
-            base = pg_type.split("(", 1)[0].strip()
-            if base in ("character", "bpchar", "citext"):
-                raise ConfigurationError(
-                    "lookup.cache",
-                    "FULL",
-                    "NONE or PARTIAL, or a query= that selects the key normalised "
-                    f"(rtrim({column}) for character(n), lower({column}) for citext) with keys "
-                    "normalised alike",
-                    f"key column {self.relation_name()}.{column} is {pg_type}, whose = PostgreSQL "
-                    "decides (trailing spaces, case) and a snapshot cannot",
+        """Refuse a FULL cache over key columns whose ``=`` in PostgreSQL may not be Python's
+        (known once :meth:`check_schema` ran): ``character(n)`` ignores trailing spaces,
+        ``citext`` and nondeterministic collations case or accents, ``jsonb`` spacing, and a
+        domain is its base type; the snapshot, indexed by the values themselves, would miss
+        rows that NONE and PARTIAL join. Key types: :data:`_PYTHON_EQUALITY`, and enums."""
+        for column, (pg_type, base, kind, deterministic) in getattr(
+            self, "_key_equality", {}
+        ).items():
+            domain = kind != "e" and pg_type.split("(", 1)[0] != base
+            shown = f"{pg_type} (a domain over {base})" if domain else pg_type
+            if not deterministic:
+                why = "its collation is nondeterministic (= ignores case or accents)"
+            elif kind != "e" and base not in _PYTHON_EQUALITY:
+                why = "PostgreSQL decides its = (trailing spaces, case, spelling)"
+            else:
+                continue
+            raise ConfigurationError(
+                "lookup.cache",
+                "FULL",
+                "NONE or PARTIAL, or a query= that selects the key normalised (rtrim(k) for "
+                "character(n), lower(k) for citext or a case-insensitive collation, k::text "
+                f"for other types) with keys normalised alike; FULL takes key types "
+                f"{', '.join(_PYTHON_EQUALITY)} and enums",
+                f"key column {self.relation_name()}.{column} is {shown}: {why}, and a "
+                "snapshot compares values as Python does",
+            )
+
+    async def _key_equality_of(
+        self, conn: asyncpg.Connection, declared_types: Mapping[str, str]
+    ) -> dict[str, tuple[str, str, str, bool]]:
+        """Per key column: its type, the base type under its domains, that type's kind
+        (``pg_type.typtype``) and whether its collation (a ``COLLATE`` in a ``query=`` too)
+        is deterministic."""
+        keys = list(self.key_columns)
+        probes = [f"(SELECT src.{quote_ident(k)} FROM {self.source_sql()} LIMIT 0)" for k in keys]
+        oids = await conn.fetchrow("SELECT " + ", ".join(f"pg_typeof({p})::oid" for p in probes))
+        types = await conn.fetch(_KEY_TYPES_SQL, list(oids))
+        collatable = [p for p, t in zip(probes, types, strict=True) if t["collatable"]]
+        collations = iter(
+            await conn.fetchrow(
+                "SELECT "
+                + ", ".join(
+                    "coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = "
+                    f"pg_collation_for({p})::regcollation), true)"
+                    for p in collatable
                 )
+            )
+            if collatable
+            else ()
+        )
+        return {
+            k: (
+                _with_modifier(declared_types.get(k), t["type"]),
+                t["base"],
+                t["kind"],
+                next(collations) if t["collatable"] else True,
+            )
+            for k, t in zip(keys, types, strict=True)
+        }
 
     def relation_name(self) -> str:
         return ".".join(self.table) if self.table is not None else "query"
@@ -240,7 +331,7 @@ class PostgresConnector(AsyncFirstSource):
             if not records or not records[0]["found"]:
                 return None
             return {r["name"]: r["type"] for r in records if r["name"] is not None}
-        statement = await conn.prepare(f"SELECT * FROM ({self.query}) AS src LIMIT 0")
+        statement = await conn.prepare(f"SELECT * FROM ({self.query}\n) AS src LIMIT 0")
         attributes = statement.get_attributes()
         types = await conn.fetch(
             "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
@@ -254,7 +345,7 @@ class PostgresConnector(AsyncFirstSource):
     def source_sql(self) -> str:
         if self.table is not None:
             return ".".join(quote_ident(p) for p in self.table) + " AS src"
-        return f"({self.query}) AS src"
+        return f"({self.query}\n) AS src"  # \n: a query may end in a -- comment
 
     def select_sql(self) -> str:
         if self.columns is None:

@@ -191,3 +191,52 @@ def test_a_query_that_is_not_one_select_is_a_configuration_error(
     PostgresConnector(postgres_dsn, query="SELECT 1 AS id", key_columns="id").check_schema(
         [("id", "int")]
     )
+
+
+@pytest.mark.parametrize(
+    ("column", "refused"),
+    [
+        ("k text COLLATE {schema}.ci", "nondeterministic"),  # ICU, case-insensitive
+        ("k {schema}.code", "a domain over character"),
+        ("k jsonb", "jsonb"),
+        ("k {schema}.label", None),  # a domain over text: text's =
+        ("k {schema}.mood", None),  # an enum: its labels
+        ("k text", None),
+        ("k numeric(10, 2)", None),
+    ],
+)
+def test_a_full_cache_takes_only_key_types_whose_equality_is_python_s(
+    postgres_dsn: str, column: str, refused: str | None
+) -> None:
+    """A case-insensitive collation, a domain over char(n) or citext, jsonb: FULL's snapshot
+    compares with Python's ==, and missed rows that NONE and PARTIAL joined."""
+    import uuid
+
+    schema = f"fullkeys_{uuid.uuid4().hex[:8]}"
+    _exec(
+        postgres_dsn,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE COLLATION {schema}.ci (provider = icu, locale = 'und-u-ks-level2', "
+        "deterministic = false)",
+        f"CREATE DOMAIN {schema}.code AS char(5)",
+        f"CREATE DOMAIN {schema}.label AS text",
+        f"CREATE TYPE {schema}.mood AS ENUM ('ok', 'sad')",
+        f"CREATE TABLE {schema}.t ({column.format(schema=schema)}, v int)",
+    )
+    try:
+        sources = (
+            {"table": f"{schema}.t"},
+            {"query": f"SELECT * FROM {schema}.t -- a query may end in a comment"},
+        )
+        for source in sources:
+            pg = PostgresConnector(postgres_dsn, key_columns="k", **source)
+            fields = [("k", "string" if "numeric" not in column else "decimal(10,2)")]
+            pg.check_schema([*fields, ("v", "int")])
+            if refused is None:
+                pg.check_full_cache(fields)
+                continue
+            with pytest.raises(ConfigurationError, match=refused) as error:
+                pg.check_full_cache(fields)
+            assert error.value.option == "lookup.cache" and "NONE or PARTIAL" in str(error.value)
+    finally:
+        _exec(postgres_dsn, f"DROP SCHEMA {schema} CASCADE")
