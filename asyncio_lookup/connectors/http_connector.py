@@ -91,6 +91,21 @@ _LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
 
 
+def _inexact_as_float(value: Any) -> bool:
+    """Whether a JSON float may not tell ``value`` from other keys: a decimal, or an integer
+    beyond 2**53 (a service may write ids as floats)."""
+    kind = type(value)
+    return kind is Decimal or (kind is int and not -(2**53) <= value <= 2**53)
+
+
+def _same_number(got: Any, wanted: Any) -> bool:
+    """Whether an answer's key value is the number ``wanted``: as text (``"7"``, ``7.0``), or
+    the float the answer's JSON decoding made of it (``0.1`` for ``Decimal("0.10")``)."""
+    if key_text(got) == key_text(wanted) or number_text(got) == number_text(wanted):
+        return True
+    return type(got) is float and float(wanted) == got
+
+
 def open_client(c: HttpConnector) -> HttpClient:
     """A new client for ``c`` (its ``client`` option); call on the loop that will use it."""
     if c.client == "aiohttp":
@@ -430,7 +445,8 @@ class HttpConnector(AsyncFirstSource):
         key columns, or with a null among them, belongs to no key. An answer none of whose rows
         has every key column is a :class:`DataFormatError`: the service names its keys otherwise
         (every key would miss). ``exact``: the same rows decoded with exact decimals, whose
-        key values are matched in place of ``rows``' (for DECIMAL keys)."""
+        key values are matched in place of ``rows``' (for DECIMAL keys and integers beyond
+        2**53)."""
         columns = self.key_columns
         if rows and not any(all(c in row for c in columns) for row in rows):
             raise DataFormatError(
@@ -455,6 +471,31 @@ class HttpConnector(AsyncFirstSource):
                 found = found + [r for r in more if id(r) not in seen]
             out.append([dict(r) for r in found])
         return out
+
+    def check_row_key(self, url: str, key: Key, row: Row) -> None:
+        """A :class:`DataFormatError` when ``row``, the answer to ``key``'s request, holds
+        another key in its key columns: a broken server that answered one request twice
+        leaves the next request on that connection reading the earlier answer (with any
+        client). Compared as :meth:`group` matches, strings ignoring case (a service may
+        answer its own spelling), values other than strings and numbers not at all."""
+        for column, wanted in zip(self.key_columns, key, strict=True):
+            got = row.get(column)
+            if got is None or got is wanted or got == wanted:
+                continue
+            kind = type(wanted)
+            if kind is str:
+                if key_text(got).casefold() == wanted.casefold():
+                    continue
+            elif kind in _NUMBERS:
+                if type(got) in (*_NUMBERS, str) and _same_number(got, wanted):
+                    continue
+            else:
+                continue
+            raise DataFormatError(
+                f"HTTP GET {shown_url(url)} answered a row whose {column!r} is {got!r}, not the "
+                f"key's {wanted!r}: the service answered another key (or answered a request "
+                "twice); a service that spells keys otherwise: cast the key to its spelling"
+            )
 
     def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
         if self.next_field:
@@ -560,11 +601,16 @@ class _HttpLookup(AsyncLookupFunction):
         status, headers, payload = await client.get_json(url)
         # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
         # object as the body
+        rows: Sequence[Row]
         if status == 200 and type(payload) is dict and not c.rows_field:
-            return [payload]
-        if not c.answered("GET", url, status, headers, payload):
+            rows = [payload]
+        elif not c.answered("GET", url, status, headers, payload):
             return []
-        return c.rows_of("GET", url, payload, c.rows_field)
+        else:
+            rows = c.rows_of("GET", url, payload, c.rows_field)
+        for row in rows:
+            c.check_row_key(url, key, row)
+        return rows
 
     async def close(self) -> None:
         if self.client is not None:
@@ -602,8 +648,9 @@ class _HttpBatchLookup(_HttpLookup):
     async def _chunk(
         self, client: HttpClient, chunk: Sequence[Key], items: Mapping[Key, str]
     ) -> tuple[list[Row], list[Row] | None]:
-        """The rows of one batch request, and for DECIMAL keys the same rows with every JSON
-        number read exactly (a float would make 0.100000000000000001 the key 0.1)."""
+        """The rows of one batch request, and for DECIMAL keys (and integers beyond 2**53) the
+        same rows with every JSON number read exactly (a float would make 0.100000000000000001
+        the key 0.1, and 9007199254740993.0 the key 9007199254740992)."""
         c = self.connector
         method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
@@ -619,7 +666,7 @@ class _HttpBatchLookup(_HttpLookup):
                 status,
             )
         rows = c.rows(method, url, status, headers, data, c.batch_rows_field)[0]
-        if not rows or not any(type(v) is Decimal for key in chunk for v in key):
+        if not rows or not any(_inexact_as_float(v) for key in chunk for v in key):
             return rows, None
         exact = json.loads(data, parse_float=Decimal)
         return rows, c.rows_of(method, url, exact, c.batch_rows_field)

@@ -125,6 +125,54 @@ async def test_decimal_keys_are_matched_to_the_exact_numbers_of_a_batch_answer(
     assert [[r["n"] for r in rows] for rows in results] == [["short"], ["long"], ["short"]]
 
 
+async def test_integer_keys_beyond_2_53_are_matched_to_the_exact_numbers_of_a_batch_answer(
+    http_service: Service,
+) -> None:
+    # A service writing ids as floats: 9007199254740993.0 reads as 9007199254740992.0, and
+    # that row went to the key 9007199254740992 while its own key missed.
+    answer = '[{"id": 9007199254740993.0, "n": "993"}]'
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/raw/200/{quote(answer)}",
+        batch_mode="query",
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        results = await fn.async_lookup_batch([(2**53,), (2**53 + 1,)])
+    finally:
+        await fn.close()
+    assert [[r["n"] for r in rows] for rows in results] == [[], ["993"]]
+
+
+@pytest.mark.parametrize(
+    ("answer", "key", "joined"),
+    [
+        ('{"id": "k1", "v": 1}', "k1", True),
+        ('{"id": "K1", "v": 1}', "k1", True),  # the service's own spelling
+        ('{"v": 1}', "k1", True),  # no key in the row: nothing to compare
+        ('{"id": "k1", "v": 1}', "k2", False),
+        ('{"id": 7.0, "v": 1}', 7, True),
+        ('{"id": "7", "v": 1}', 7, True),
+        ('{"id": 9007199254740993.0, "v": 1}', 2**53 + 1, True),  # the float of the key
+        ('{"id": 0.1, "v": 1}', Decimal("0.10"), True),
+        ('{"id": 8, "v": 1}', 7, False),
+        ('[{"id": 7, "v": 1}, {"id": 8, "v": 2}]', 7, False),
+    ],
+)
+async def test_a_point_answer_holding_another_key_is_an_error_not_that_key_s_row(
+    http_service: Service, answer: str, key: Any, joined: bool
+) -> None:
+    """A server that answered a request twice: the next request on that connection read the
+    earlier answer, another key's row (every client)."""
+    c = HttpConnector(f"{http_service.base}/raw/200/{quote(answer)}?id={{id}}")
+    if joined:
+        assert [r["v"] for r in await _both(c, (key,))] == [1]
+        return
+    with pytest.raises(DataFormatError, match=r"answered a row whose 'id' is .*not the key's"):
+        await _both(c, (key,))
+
+
 def test_statuses_that_make_every_lookup_a_miss_or_are_both_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="every lookup would be a miss"):
         HttpConnector("http://h/c/{id}", miss_statuses=(200, 404))
@@ -489,7 +537,7 @@ def test_client_option_is_checked() -> None:
 
 
 async def test_special_json_the_fast_decoder_refuses_is_still_read(http_service: Service) -> None:
-    c = HttpConnector(f"{http_service.base}/raw/200/{{id}}")
+    c = HttpConnector(f"{http_service.base}/raw/200/{{body}}")
     big = 2**70
     rows = await _both(c, (f'{{"id": {big}, "x": NaN}}',))
     assert rows[0]["id"] == big and rows[0]["x"] != rows[0]["x"]
@@ -522,7 +570,7 @@ async def test_answers_of_every_kind(
     http_service: Service, status: int, body: str, expected: object
 ) -> None:
     # the body in the query: an empty key in a path placeholder would be a miss, no request
-    c = HttpConnector(f"{http_service.base}/raw/{status}/?body={{id}}")
+    c = HttpConnector(f"{http_service.base}/raw/{status}/?body={{body}}")
     key = (body,)
     if isinstance(expected, type):
         with pytest.raises(expected):
@@ -570,7 +618,7 @@ async def test_permanent_failures_are_not_transient_and_say_why() -> None:
 
 
 async def test_a_body_over_max_body_size_fails_the_lookup(http_service: Service) -> None:
-    c = HttpConnector(f"{http_service.base}/raw/200/{{id}}", max_body_size=10)
+    c = HttpConnector(f"{http_service.base}/raw/200/{{body}}", max_body_size=10)
     error = await _lookup_error(c, '{"id": "' + "x" * 20 + '"}')
     assert type(error).__name__ == "DataFormatError" and "max_body_size" in str(error)
 

@@ -243,7 +243,7 @@ async def test_every_client_decodes_the_same_codings(
     serve: Serve, client: str, coding: str, encode: Callable[[bytes], bytes]
 ) -> None:
     base = await serve(_coded(coding, encode(BODY)))
-    assert await _lookup(HttpConnector(f"{base}/c/{{id}}", client=client), ("k",)) == ROWS
+    assert await _lookup(HttpConnector(f"{base}/c/{{key}}", client=client), ("k",)) == ROWS
 
 
 @pytest.mark.parametrize(
@@ -260,7 +260,7 @@ async def test_every_client_refuses_an_unknown_coding_or_a_truncated_body(
     if coding == "zstd":
         body = _zstd(BODY * 50)[:-5]
     base = await serve(_coded(coding, body))
-    error = await _lookup(HttpConnector(f"{base}/c/{{id}}", client=client), ("k",))
+    error = await _lookup(HttpConnector(f"{base}/c/{{key}}", client=client), ("k",))
     assert isinstance(error, DataFormatError), error
 
 
@@ -334,7 +334,7 @@ async def test_a_503s_retry_after_is_read_alike_on_every_client(
         return web.Response(status=503, headers={"Retry-After": header})
 
     base = await serve(busy)
-    error = await _lookup(HttpConnector(f"{base}/c/{{id}}", client=client), ("k",))
+    error = await _lookup(HttpConnector(f"{base}/c/{{key}}", client=client), ("k",))
     assert isinstance(error, TransientError) and error.retry_after == expected
 
 
