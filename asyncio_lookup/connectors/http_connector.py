@@ -89,6 +89,7 @@ BATCH_MODES = ("post_json", "query")
 _URL_REFUSED = frozenset((400, 414, 431))
 _LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
+_ACCEPT = {"Accept": "application/json"}
 
 
 def _inexact_as_float(value: Any) -> bool:
@@ -173,12 +174,14 @@ class HttpConnector(AsyncFirstSource):
             raise ConfigurationError("basic_auth", "***", "a (user, password) pair of strings")
         if bearer_token is not None and (not isinstance(bearer_token, str) or not bearer_token):
             raise ConfigurationError("bearer_token", "***", "a non-empty string")
+        header_names = {str(name).lower() for name in headers or {}}
         given = [
             name
             for name, value in (
                 ("basic_auth", basic_auth),
                 ("credentials in the URL", url_auth),
                 ("bearer_token", bearer_token),
+                ("an Authorization header", "authorization" in header_names or None),
             )
             if value is not None
         ]
@@ -193,6 +196,13 @@ class HttpConnector(AsyncFirstSource):
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
         check_headers("headers", self.headers, mask_headers(self.headers))
+        if "content-type" in header_names:  # every client wrote its own beside it
+            raise ConfigurationError(
+                "headers",
+                mask_headers(self.headers),
+                "headers other than Content-Type",
+                "a batch request's body is JSON, sent with Content-Type: application/json",
+            )
         check_headers("basic_auth / bearer_token", self.request_headers(), "***")
         for option, value in (
             ("rows_field", rows_field),
@@ -296,7 +306,8 @@ class HttpConnector(AsyncFirstSource):
     # -- requests and responses --------------------------------------------------------------
 
     def request_headers(self, with_body: bool = False) -> dict[str, str]:
-        headers = {"Accept": "application/json", **self.headers}
+        headers = {} if any(k.lower() == "accept" for k in self.headers) else dict(_ACCEPT)
+        headers.update(self.headers)
         if self.basic_auth:
             token = base64.b64encode(":".join(self.basic_auth).encode()).decode()
             headers["Authorization"] = f"Basic {token}"

@@ -635,6 +635,13 @@ async def test_a_body_over_max_body_size_fails_the_lookup(http_service: Service)
         ({"headers": {"transfer-encoding": "chunked"}}, "'headers'.*transfer-encoding"),
         ({"headers": {"Connection": "close"}}, "'headers'"),
         ({"headers": {"Host": "a", "host": "b"}}, "'headers'.*at most one Host"),
+        # sent beside the client's own: aiohttp.web refused every batch (400)
+        ({"headers": {"content-type": "application/json; charset=utf-8"}}, "Content-Type"),
+        # two Authorization headers were sent
+        (
+            {"headers": {"authorization": "ApiKey t"}, "bearer_token": "t"},
+            "bearer_token and an Authorization header",
+        ),
         ({"rows_field": 5}, "5 for 'rows_field'"),
         ({"next_field": ["a"]}, "'next_field'"),
         ({"batch_rows_field": 1.5}, "'batch_rows_field'"),

@@ -430,3 +430,17 @@ async def test_batches_send_numbers_as_point_lookups_do(serve: Serve, client: st
     rows = await _lookup(query, (-0.0,))
     assert [r["raw"] for r in rows] == ["/b?id=0%2E0"]
     assert query.point_url((-0.0,)) == f"{base}/c/0%2E0"
+
+
+async def test_a_header_given_in_lower_case_replaces_the_default(serve: Serve, client: str) -> None:
+    # {"accept": ...} was sent beside the default "Accept: application/json"
+    seen: list[list[str]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.getall("Accept"))
+        return web.json_response({"v": 1})
+
+    base = await serve(handler)
+    c = HttpConnector(f"{base}/c/{{id}}", client=client, headers={"accept": "*/*"})
+    assert await _lookup(c, ("k",)) == [{"v": 1}]
+    assert seen == [["*/*"]]
