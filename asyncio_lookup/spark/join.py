@@ -341,7 +341,18 @@ def lookup_join(
             "df", METRICS_COLUMN, "a DataFrame without this reserved column name"
         )
     if task.hint.shuffle:
-        df, task = hash_partition(df, task, table, args.shuffle_partitions, args.skew_options)
+        skew = args.skew_options
+        if task.hint.output_mode == "key_ordered":
+            if args.skew is not None and args.skew is not False:
+                raise ConfigurationError(
+                    "skew",
+                    args.skew,
+                    "None or False with 'output-mode'='key_ordered'",
+                    reason="a salted hot key's rows go to several tasks, which look it up at "
+                    "once; key order is one lookup of a key at a time",
+                )
+            skew = SkewOptions(enabled=False)  # each key on one task, in order there
+        df, task = hash_partition(df, task, table, args.shuffle_partitions, skew)
     elif args.shuffle_partitions is not None:
         raise ConfigurationError(
             "shuffle_partitions",

@@ -160,6 +160,30 @@ def test_a_hot_key_is_salted_over_several_partitions_and_results_stay_right(
     assert len(key_partitions(unsalted)[5]) == 1
 
 
+def test_a_key_ordered_join_keeps_a_hot_key_on_one_task(spark: SparkSession) -> None:
+    """Salting spread a hot key's rows over 4 tasks, which looked it up at once: key order
+    promises one lookup of a key at a time."""
+    df = probe(spark, hot=5)
+    hint = "LOOKUP('table'='Customers', 'output-mode'='key_ordered'), SHUFFLE_HASH('Customers')"
+    out = lookup_join(
+        df,
+        LookupTable("Customers", SCHEMA, PartitionRecorder(DIM)),
+        on=[("customer_id", "id")],
+        hints=hint,
+        shuffle_partitions=4,
+    ).collect()
+    assert len(key_partitions(out)[5]) == 1
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="key_ordered") as error:
+        lookup_join(
+            df,
+            LookupTable("Customers", SCHEMA, PartitionRecorder(DIM)),
+            on=[("customer_id", "id")],
+            hints=hint,
+            skew={"sample_fraction": 1.0},
+        )
+    assert error.value.option == "skew"
+
+
 def test_hot_keys_are_not_sampled_through_another_lookup_join(
     spark: SparkSession, caplog: pytest.LogCaptureFixture
 ) -> None:
