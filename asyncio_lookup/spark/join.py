@@ -336,10 +336,7 @@ def lookup_join(
         matched_column=matched_column,
     )
     task, output = plan_lookup_join(df, table, args)
-    if METRICS_COLUMN in df.columns:
-        raise ConfigurationError(
-            "df", METRICS_COLUMN, "a DataFrame without this reserved column name"
-        )
+    _refuse_reserved_names([*df.columns, *output.fieldNames()])
     if task.hint.shuffle:
         skew = args.skew_options
         if task.hint.output_mode == "key_ordered":
@@ -372,6 +369,21 @@ def lookup_join(
     return observe(map_in_arrow(df, task, with_metrics), table.table_id, table.name)
 
 
+def _refuse_reserved_names(names: list[str]) -> None:
+    """The join's own columns take these names, in any letter case (Spark resolves names
+    ignoring case: a left column ``__Asyncio_Lookup_Partition`` was replaced and the job
+    failed in the JVM)."""
+    for name in names:
+        if name.lower() in (METRICS_COLUMN, PARTITION_COLUMN):
+            raise ConfigurationError(
+                "df",
+                name,
+                "a DataFrame and output columns (rename, matched_column, error_column) "
+                f"without the reserved names {METRICS_COLUMN!r} and {PARTITION_COLUMN!r} "
+                "in any letter case",
+            )
+
+
 def _arrow_schema(output: StructType, large: bool) -> pa.Schema | None:
     """The Arrow form of the output schema, or None when a type has none here."""
     try:
@@ -398,10 +410,6 @@ def hash_partition(
             stacklevel=user_stacklevel(),
         )
         return df, task
-    if PARTITION_COLUMN in df.columns:
-        raise ConfigurationError(
-            "df", PARTITION_COLUMN, "a DataFrame without this reserved column name"
-        )
     full_cache = task.options.cache is CacheType.FULL or isinstance(
         table.connector, FullCachingLookupProvider
     )

@@ -18,13 +18,25 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    CharType,
     DataType,
+    DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
+    NullType,
+    NumericType,
+    StringType,
     StructType,
+    TimestampNTZType,
     TimestampType,
+    VarcharType,
+    YearMonthIntervalType,
 )
 
 from asyncio_lookup.errors import ConfigurationError
@@ -255,15 +267,44 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+#: Columns named so hold a row's position (LookupSQL's LEFT JOIN consolidation): never hashed.
+ROW_ID_PREFIX = "__asyncio_lookup_row_id"
+
+_HASHED_TYPES = (
+    NumericType,
+    StringType,
+    CharType,
+    VarcharType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+    DayTimeIntervalType,
+    YearMonthIntervalType,
+    NullType,
+)
+
+
+def _hashable(data_type: DataType) -> bool:
+    """Whether Spark's ``xxhash64`` takes the type: not maps, variants or geometries."""
+    if isinstance(data_type, ArrayType):
+        return _hashable(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return all(_hashable(f.dataType) for f in data_type.fields)
+    return isinstance(data_type, _HASHED_TYPES)
+
+
 def _row_hash(df: DataFrame) -> Column:
     """A hash of a row's content, to spread a hot key's rows. Deterministic on purpose: a
     recomputed map task (a stage retry) must route each row as before, or the exchange loses
     and duplicates rows, so a row's position (``monotonically_increasing_id``, ``rand``) must
-    not count. Identical rows stay together. Map and variant columns cannot be hashed."""
+    not count. Identical rows stay together. Columns of types ``xxhash64`` does not take are
+    left out (a GEOMETRY column failed every shuffled join)."""
     hashable = [
         F.col(_quoted(f.name))
         for f in df.schema.fields
-        if "map<" not in f.dataType.simpleString() and "variant" not in f.dataType.simpleString()
+        if _hashable(f.dataType) and not f.name.startswith(ROW_ID_PREFIX)
     ]
     return F.xxhash64(*hashable) if hashable else F.lit(0)
 

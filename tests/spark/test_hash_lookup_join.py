@@ -184,6 +184,49 @@ def test_a_key_ordered_join_keeps_a_hot_key_on_one_task(spark: SparkSession) -> 
     assert error.value.option == "skew"
 
 
+def test_columns_spark_cannot_hash_stay_out_of_the_row_hash(spark: SparkSession) -> None:
+    """A GEOMETRY column anywhere in the input failed every shuffled join (the row hash that
+    spreads hot keys and NULL keys took every column); a struct field named like a variant
+    left its column out."""
+    left = spark.range(40).selectExpr(
+        "CAST(IF(id % 4 = 0, NULL, id % 5) AS INT) AS id",
+        "ST_GeomFromWKB(X'0101000000000000000000F03F0000000000000040') AS g",
+        "named_struct('variant_id', CAST(id AS INT)) AS s",
+    )
+    table = LookupTable("T", SCHEMA, InMemoryConnector(DIM, ["id"]))
+    out = lookup_join(
+        left, table, on="id", how="left", hints="SHUFFLE_HASH('T')", shuffle_partitions=2
+    )
+    assert out.count() == 40
+    assert re.search(r"xxhash64\(id#\d+, s#\d+, 42\)", physical_plan(out))  # g left out
+
+
+@pytest.mark.parametrize(
+    ("left_column", "options"),
+    [
+        ("__Asyncio_Lookup_Partition", {}),  # was replaced: the job failed in the JVM
+        ("__ASYNCIO_LOOKUP_METRICS", {}),
+        ("x", {"matched_column": "__asyncio_lookup_metrics"}),
+        ("x", {"rename": {"name": "__asyncio_lookup_partition"}}),
+    ],
+)
+def test_reserved_column_names_are_refused_in_any_letter_case(
+    spark: SparkSession, left_column: str, options: dict[str, Any]
+) -> None:
+    df = spark.createDataFrame([(1, 2)], f"customer_id INT, `{left_column}` INT")
+    table = LookupTable("Customers", SCHEMA, InMemoryConnector(DIM, ["id"]))
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="reserved") as error:
+        lookup_join(
+            df,
+            table,
+            on=[("customer_id", "id")],
+            hints="SHUFFLE_HASH('Customers')",
+            skew=False,
+            **options,
+        )
+    assert error.value.option == "df"
+
+
 def test_hot_keys_are_not_sampled_through_another_lookup_join(
     spark: SparkSession, caplog: pytest.LogCaptureFixture
 ) -> None:

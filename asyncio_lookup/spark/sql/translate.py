@@ -28,6 +28,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark.failed_rows import DEFAULT_ERROR_COLUMN
 from asyncio_lookup.spark.join import lookup_join
 from asyncio_lookup.spark.metrics import observed_by
+from asyncio_lookup.spark.shuffle import ROW_ID_PREFIX
 from asyncio_lookup.spark.sql.ddl import TableDefinition
 from asyncio_lookup.spark.sql.keys import KeyFinder, key_order
 from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SqlError
@@ -447,7 +448,7 @@ class Translator:
                 key_value = F.when(F.expr(_sql(pre_filter)), key_value)
             columns.append(key_value.alias(key_name))
             on.append((key_name, dim_column))
-        rid = f"{prefix}_rid"
+        rid = f"{ROW_ID_PREFIX}{n}"  # a row's position: never hashed to route it
         consolidate = how == "left" and bool(residual)
         if consolidate and structs.isStreaming:
             raise SqlError(
