@@ -2,9 +2,9 @@
 
 FLIP-234's ``Customers`` DDL (its JDBC 'url' pointed at the machine's PostgreSQL, database
 ``test``), its lookup join with and without the retry hint, and FLIP-204's ``SHUFFLE_HASH``
-form. The retry query starts while a few customers are still missing; they are inserted
-after the first lookup and joined by the retry (the hint's 10 s fixed delay). The example's
-PostgreSQL table is dropped at the end.
+form. The retry query starts while customer 9 is still missing; it is inserted 5 s later,
+between the first lookups (within a second) and the retries the hint sends 10 s after them,
+which join it. The example's PostgreSQL table is dropped at the end.
 
 Needs ``pip install "asyncio-lookup[spark]"`` and the PostgreSQL server (``POSTGRES_DSN``).
 
@@ -101,19 +101,12 @@ def insert(table: str, rows: list[tuple[object, ...]]) -> None:
     asyncio.run(_execute(f'INSERT INTO "{table}" VALUES ($1, $2, $3, $4)', many=rows))
 
 
-def insert_after_first_lookup(table: str) -> None:
-    """Wait until a lookup has queried the table, then add the late customer."""
-    for _ in range(3000):
-        seen = execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()",
-            f"%{table}%",
-        )
-        if seen:
-            break
-        time.sleep(0.02)
-    time.sleep(0.5)
+def insert_late_customer(table: str) -> None:
+    """Five seconds into the retry query, add customer 9: after its first lookups (within a
+    second), well before their retries (10 s after them)."""
+    time.sleep(5)
     insert(table, LATE)
-    print(f"  (customer 9 inserted into {table} after the first lookup)")
+    print(f"  (customer 9 inserted into {table}, 5 s into the query)", flush=True)
 
 
 def main() -> None:
@@ -139,16 +132,20 @@ def main() -> None:
             )
         )
 
-        print("FLIP-234, lookup join (customer 9 does not exist yet):")
+        print("FLIP-234, lookup join (customer 9 does not exist yet):", flush=True)
         sql.sql(LOOKUP_JOIN).orderBy("order_id").show()
 
-        print("FLIP-234, lookup join with retry on lookup miss:")
+        print("FLIP-234, lookup join with retry on lookup miss:", flush=True)
         retried = sql.sql(RETRY)
-        threading.Thread(target=insert_after_first_lookup, args=(table,), daemon=True).start()
-        retried.orderBy("order_id").show()
-        print("Customers metrics:", sql.table("Customers").metrics())
+        late = threading.Thread(target=insert_late_customer, args=(table,), daemon=True)
+        late.start()
+        rows = retried.collect()  # observed (show() on a LookupSQL result is not): metrics below
+        late.join()
+        spark.createDataFrame(rows, retried.schema).orderBy("order_id").show()
+        metrics = sql.table("Customers").metrics()
+        print("Customers metrics of the retry query's collect():", metrics, flush=True)
 
-        print("FLIP-204, hash lookup join (SHUFFLE_HASH):")
+        print("FLIP-204, hash lookup join (SHUFFLE_HASH):", flush=True)
         shuffled = sql.sql(SHUFFLE_HASH)
         shuffled.explain()
         shuffled.orderBy("order_id").show()

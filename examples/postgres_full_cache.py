@@ -82,14 +82,21 @@ def main() -> None:
             [(1, "SKU-1"), (2, "SKU-42"), (3, "SKU-99999"), (4, "SKU-1")],
             "order_id INT, sku STRING",
         )
-        joined = lookup_join(orders, products, on="sku", how="left", columns=["title", "price"])
-        print("before the price change:")
-        joined.orderBy("order_id").show()
+
+        def show_joined() -> None:
+            # a join per run: on a classic session only a DataFrame's first action is observed
+            joined = lookup_join(orders, products, on="sku", how="left", columns=["title", "price"])
+            joined.orderBy("order_id").show()
+
+        print("before the price change:", flush=True)
+        show_joined()
+        print("Products cache metrics, first run:", products.metrics(), flush=True)
         sql(f"UPDATE \"{table}\" SET price = 0.01 WHERE sku = 'SKU-1'")
         time.sleep(RELOAD_SECONDS * 2)  # let every worker's periodic reload run
-        print(f"after the price change and a reload (every {RELOAD_SECONDS}s):")
-        joined.orderBy("order_id").show()
-        print("Products cache metrics:", products.metrics())
+        print(f"after the price change and a reload (every {RELOAD_SECONDS}s):", flush=True)
+        show_joined()
+        metrics = products.metrics()
+        print("Products cache metrics, both runs and the reloads between:", metrics, flush=True)
     finally:
         if spark is not None:
             spark.stop()
