@@ -359,11 +359,11 @@ class RedisConnector(AsyncFirstSource):
         for redis_key, raw in zip(keys, values, strict=True):
             if _wrong_type(raw):  # not one of ours
                 continue
+            key_values = self.parse_key(redis_key)
+            if key_values is None:  # not one of ours, whatever it holds (binary: no error)
+                continue
             if isinstance(raw, Exception):
                 raise raw
-            key_values = self.parse_key(redis_key)
-            if key_values is None:
-                continue
             yield from self.decode(key_values, raw, redis_key)
 
     async def fetch(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:

@@ -199,6 +199,20 @@ async def test_scan_keeps_only_the_names_a_lookup_of_the_key_reads(
         await fn.close()
 
 
+async def test_a_scan_skips_another_table_s_binary_value_under_the_prefix(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    # the value was decoded (and its error raised) before the name was found not to be ours:
+    # a PNG under "...:1:avatar" failed every FULL load of "...:{id}" with int ids
+    redis_client.set(f"{redis_prefix}bin:1", json.dumps({"v": 1}))
+    redis_client.set(f"{redis_prefix}bin:1:avatar", b"\x89PNG\r\n\x1a\n\x00")
+    c = RedisConnector(redis_url, redis_prefix + "bin:{id}", key_types={"id": int})
+    assert [r async for r in c.scan()] == [{"v": 1, "id": 1}]
+    redis_client.set(f"{redis_prefix}bin:2", b"\xff\xfe")  # ours, not text: the load fails
+    with pytest.raises(DataFormatError, match="bin:2"):
+        [r async for r in c.scan()]
+
+
 async def test_restart_mid_run_recovers_without_loss_or_duplicates(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
