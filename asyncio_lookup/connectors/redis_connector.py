@@ -37,6 +37,7 @@ from collections.abc import (
     Sequence,
 )
 from typing import Any, TypeVar, cast
+from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio
 import redis.exceptions
@@ -116,6 +117,17 @@ def _callable_name(convert: Callable[..., Any]) -> str:
 _TEXT_TYPES = ("string", "varchar", "char")
 
 
+def _type_name(kind: Any) -> str:
+    """A declared type's name: Spark's simple string, or the text given, in lower case."""
+    return str(kind.simpleString() if hasattr(kind, "simpleString") else kind).lower()
+
+
+#: URL query options redis-py would let win over the connector's.
+_CONNECTOR_OPTIONS = frozenset(
+    ("max_connections", "socket_timeout", "socket_connect_timeout", "client_name")
+)
+
+
 class RedisConnector(AsyncFirstSource):
     """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor.
 
@@ -141,6 +153,14 @@ class RedisConnector(AsyncFirstSource):
         problem = redis_url_problem(url) if isinstance(url, str) else "not text"
         if problem is not None:
             raise ConfigurationError("url", mask_url(str(url)), REDIS_URL_ALLOWED, problem)
+        overridden = sorted(set(parse_qs(urlsplit(url).query)) & _CONNECTOR_OPTIONS)
+        if overridden:  # redis-py lets the URL's win: 16 calls at once on a pool of 2
+            raise ConfigurationError(
+                "url",
+                mask_url(url),
+                f"a URL without {', '.join(overridden)} (the connector's own options: "
+                f"{', '.join(sorted(_CONNECTOR_OPTIONS - {'socket_connect_timeout'}))})",
+            )
         self.url = url
         self.template = KeyTemplate(key_template, "key_template")
         self.key_columns = self.template.key_columns(key_columns)
@@ -163,6 +183,10 @@ class RedisConnector(AsyncFirstSource):
         self.max_connections = count("max_connections", max_connections, maximum=MAX_POOL)
         self.socket_timeout = optional_seconds("socket_timeout", socket_timeout)
         self.client_name = text("client_name", client_name)
+        if not all("!" <= c <= "~" for c in self.client_name):  # CLIENT SETNAME refuses it
+            raise ConfigurationError(
+                "client_name", client_name, "printable ASCII without spaces (my-lookup-job)"
+            )
         self.scan_count = count("scan_count", scan_count)
         self.pool_timeout = optional_seconds("pool_timeout", pool_timeout)
 
@@ -270,6 +294,23 @@ class RedisConnector(AsyncFirstSource):
             row.update(key_values)  # the key's columns, not what the value holds under them
         return rows
 
+    def check_schema(self, fields: Sequence[tuple[str, Any]] | Mapping[str, Any]) -> None:
+        """Refuse, for ``value_format='hash'``, a field other than a key column declared other
+        than STRING: every field of a hash is text, so every row would fail in the tasks. No
+        server is asked."""
+        if self.value_format != "hash":
+            return
+        for column, kind in fields.items() if isinstance(fields, Mapping) else fields:
+            name = _type_name(kind)
+            if column not in self.key_columns and name.split("(", 1)[0] not in _TEXT_TYPES:
+                raise ConfigurationError(
+                    "value_format",
+                    "hash",
+                    f"fields of a hash declared STRING ({column!r} is {name}: cast it after "
+                    "the join), or value_format='json'",
+                    "every field of a Redis hash is text",
+                )
+
     def check_full_cache(self, fields: Sequence[tuple[str, Any]]) -> None:
         """Refuse a FULL cache whose key columns are declared other than STRING without a
         ``key_types`` converter: the scan reads them from key names as text, which no INT
@@ -279,7 +320,7 @@ class RedisConnector(AsyncFirstSource):
             kind: Any = declared.get(column)
             if kind is None or column in self.key_types:
                 continue
-            name = kind.simpleString() if hasattr(kind, "simpleString") else str(kind).lower()
+            name = _type_name(kind)
             if name.split("(", 1)[0] not in _TEXT_TYPES:
                 raise ConfigurationError(
                     "key_types",

@@ -111,6 +111,23 @@ async def test_bad_values_are_data_format_errors(
     assert list(r3) == [{"a": 3, "id": 3}]
 
 
+def test_options_that_fail_every_lookup_later_are_refused_on_the_driver() -> None:
+    # the URL's pool size won over the connector's: 48 of 50 lookups failed "Too many
+    # connections"; a client name with a space failed every lookup (CLIENT SETNAME)
+    for query in ("max_connections=2", "socket_timeout=1", "client_name=x"):
+        with pytest.raises(ConfigurationError, match=query.split("=")[0]) as error:
+            RedisConnector(f"redis://:s3cret@127.0.0.1:6379/0?{query}", "c:{id}")
+        assert error.value.option == "url" and "s3cret" not in str(error.value)
+    with pytest.raises(ConfigurationError, match="client_name"):
+        RedisConnector("redis://127.0.0.1:6379/0", "c:{id}", client_name="my lookup job")
+    # every field of a hash is text: an INT field failed every row in the tasks
+    hashed = RedisConnector("redis://127.0.0.1:6379/0", "c:{id}", value_format="hash")
+    hashed.check_schema([("id", "int"), ("name", "string")])
+    with pytest.raises(ConfigurationError, match="'qty' is int") as error:
+        hashed.check_schema({"id": "int", "qty": "INT"})
+    assert error.value.option == "value_format"
+
+
 def test_configuration_errors(redis_url: str) -> None:
     with pytest.raises(ConfigurationError, match="value_format"):
         RedisConnector(redis_url, "c:{id}", value_format="xml")
