@@ -91,7 +91,11 @@ def asyncpg_dsn(dsn: str) -> str:
     host = params.pop("host", "")
     port = params.pop("port", None)
     database = quote(params.pop("dbname", ""), safe="")
-    netloc = (userinfo + "@" if userinfo else "") + (f"[{host}]" if ":" in host else host)
-    netloc += f":{port}" if port else ""
+    netloc = userinfo + "@" if userinfo else ""
+    if host.startswith("/"):  # a Unix socket's directory: in the path it would be the database
+        params = {"host": host, **({"port": port} if port else {}), **params}
+    else:
+        netloc += f"[{host}]" if ":" in host else host
+        netloc += f":{port}" if port else ""
     query = urlencode(params)
     return f"postgresql://{netloc}/{database}" + (f"?{query}" if query else "")

@@ -41,7 +41,7 @@ from asyncio_lookup.connectors.postgres_connection import (
 )
 from asyncio_lookup.connectors.postgres_schema import check_columns
 from asyncio_lookup.connectors.source import AsyncFirstSource
-from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.masking import SECRET_PARAM
 from asyncio_lookup.runtime.loop import new_event_loop
@@ -107,6 +107,10 @@ WHERE bt.typtype <> 'd' ORDER BY chain.ord
 """
 
 
+class UndecodableRow(DataFormatError):
+    """A row holds a value asyncpg cannot decode into Python's type."""
+
+
 def _with_modifier(described: str | None, name: str) -> str:
     """A type's name with its modifier (``character(4)``) where the catalog gave one."""
     if described is not None and described.split("(", 1)[0] == name:
@@ -159,6 +163,8 @@ class PostgresConnector(AsyncFirstSource):
         if not self.key_columns:
             raise ConfigurationError("key_columns", key_columns, "one or more column names")
         self.columns = _names("columns", columns) if columns is not None else None
+        if self.columns == ():  # SELECT  FROM ...: every batch a syntax error
+            raise ConfigurationError("columns", [], "None (every column) or column names")
         self.pool_size = count("pool_size", pool_size, maximum=MAX_POOL)
         self.scan_batch_size = count("scan_batch_size", scan_batch_size)
         self.command_timeout = optional_seconds("command_timeout", command_timeout)
@@ -569,6 +575,15 @@ class _PostgresLookup(AsyncLookupFunction):
         try:
             records: list[Any] = await conn.fetch(sql, *args)
             return records
+        except (ValueError, OverflowError) as error:
+            if isinstance(error, asyncpg.DataError):  # a key the column's type cannot take
+                raise
+            # a value asyncpg cannot give as Python's (a BC date, the year 10000)
+            raise UndecodableRow(
+                f"PostgreSQL {c.relation_name()}: a row of the {action} holds a value Python "
+                f"cannot hold ({type(error).__name__}: {error}); select it as text "
+                "(query=... with col::text)"
+            ) from error
         except BaseException as error:
             connection_failed = isinstance(error, Exception) and is_connection_error(error)
             if connection_failed or isinstance(error, asyncio.CancelledError):
@@ -613,11 +628,12 @@ class _PostgresLookup(AsyncLookupFunction):
                 )
         if all(has_null(k) for k in keys):
             return [[] for _ in keys]
-        with contextlib.suppress(asyncpg.DataError):
+        with contextlib.suppress(asyncpg.DataError, UndecodableRow):
             return await self._batch(keys, width)
         # One key the server (or asyncpg) cannot read as the column's type (an unknown enum
-        # label, a malformed uuid) failed the whole statement: each key is looked up alone,
-        # so that its error is its own, as a point lookup's would be.
+        # label, a malformed uuid), or one row asyncpg cannot decode, failed the whole
+        # statement: each key is looked up alone, so that its error is its own, as a point
+        # lookup's would be.
         distinct = list(dict.fromkeys(keys))
         outcomes = await asyncio.gather(
             *(self.async_lookup(k) for k in distinct), return_exceptions=True

@@ -125,6 +125,16 @@ def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
     assert asyncpg_dsn(dsn) == "postgresql://bob:p%20w%27x@db:5433/x?sslmode=disable"
     with pytest.raises(ConfigurationError, match="'dsn'"):
         PostgresConnector("host=db port", "t")
+    # a socket directory in the URL's path was read as the database's name
+    assert asyncpg_dsn("host=/run/pg port=5433 dbname=x user=bob sslmode=disable") == (
+        "postgresql://bob@/x?host=%2Frun%2Fpg&port=5433&sslmode=disable"
+    )
+
+
+def test_an_empty_column_list_is_refused() -> None:
+    # SELECT  FROM ...: every batch failed with a syntax error
+    with pytest.raises(ConfigurationError, match="'columns'"):
+        PostgresConnector("postgresql://u@h/db", "t", columns=[])
 
 
 def test_http_credentials_are_checked_and_given_one_way() -> None:

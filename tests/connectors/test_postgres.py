@@ -15,7 +15,7 @@ import pytest
 
 from asyncio_lookup.connectors import PostgresConnector
 from asyncio_lookup.connectors.postgres_connection import is_connection_error, quote_ident
-from asyncio_lookup.errors import ConfigurationError, TransientError
+from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
 from tests.connectors.conftest import (
     RetryRecorder,
     blocking,
@@ -86,6 +86,58 @@ async def test_single_key_point_batch_missing_multi_null(postgres_dsn: str, cust
         [],
         [{"name": "Ada", "score": Decimal("1.5"), "note": None}],
     ]
+
+
+async def test_a_row_python_cannot_hold_fails_its_key_alone(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    """A BC date or the year 10000 (asyncpg: ValueError, OverflowError) failed every key of
+    the batch, naming nothing."""
+    from asyncio_lookup.connectors.postgres_connector import UndecodableRow
+
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (k int, d date)',
+        f"""INSERT INTO "{pg_table}" VALUES (1, '0044-03-15 BC'), (2, '2024-01-01'),
+            (3, '10000-01-01'), (4, '2024-01-03')""",
+    )
+    c = PostgresConnector(postgres_dsn, pg_table, "k", pool_size=1)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        one, two, three, four = await fn.async_lookup_batch([(1,), (2,), (3,), (4,)])
+        assert isinstance(one, UndecodableRow) and isinstance(three, UndecodableRow)
+        assert pg_table in str(one) and "as text" in str(one)
+        assert [r["d"] for r in two] == [dt.date(2024, 1, 1)]
+        assert [r["d"] for r in four] == [dt.date(2024, 1, 3)]
+        with pytest.raises(DataFormatError):
+            await fn.async_lookup((1,))
+    finally:
+        await fn.close()
+
+
+async def test_a_libpq_dsn_naming_a_socket_directory_connects_through_it(
+    postgres_dsn: str,
+) -> None:
+    """host=/var/run/postgresql became postgresql://@/var/run/postgresql/test: asyncpg read
+    the database as 'var/run/postgresql/test' and every connection failed."""
+    import asyncpg
+
+    conn = await asyncpg.connect(postgres_dsn)
+    try:  # where this server listens, as its own setting says
+        directory = str(await conn.fetchval("SHOW unix_socket_directories")).split(",")[0]
+        port = await conn.fetchval("SHOW port")
+        user = await conn.fetchval("SELECT current_user")
+    finally:
+        await conn.close()
+    dsn = f"host={directory.strip()} port={port} dbname=test user={user}"
+    c = PostgresConnector(dsn, "pg_class", "relname", columns=["relname"])
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        assert await fn.async_lookup(("pg_class",)) == [{"relname": "pg_class"}]
+    finally:
+        await fn.close()
 
 
 async def test_composite_keys(postgres_dsn: str, customers: str) -> None:
