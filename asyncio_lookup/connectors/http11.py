@@ -265,10 +265,17 @@ def _unread(connection: Http11Connection) -> bool:
     if fileno < 0:
         return False
     try:
+        if _POLL:  # select() refuses descriptors from 1024 on: every such reuse was refused
+            poller = select.poll()
+            poller.register(fileno, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))
         readable, _, _ = select.select([fileno], [], [], 0)
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+_POLL = hasattr(select, "poll")
 
 
 async def _connect(origin: Origin, pool: ConnectionPool) -> Http11Connection:
@@ -461,9 +468,11 @@ class Http11Client:
             exchange.waiter = None
 
     def _reset(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.deadlines.close()
+        old = self._loop
+        if old is None or not old.is_closed():  # a closed loop's transports went with it
+            self.deadlines.close()
+            self.pool.close()
         self.deadlines = DeadlineQueue(loop)
-        self.pool.close()
         pool = self.pool
         self.pool = ConnectionPool(pool.limit, pool.ssl_context, pool.limits, pool.idle_timeout)
         self._loop = loop

@@ -143,6 +143,62 @@ async def test_an_answer_that_came_while_idle_is_never_the_next_requests() -> No
     assert len(connections) == 2  # the first one was not trusted again
 
 
+async def test_a_connection_kept_alive_on_a_descriptor_past_1023_is_reused(scripted) -> None:
+    """select() refuses descriptors from 1024 on: every idle connection was taken for one
+    holding unread bytes and closed, and each request paid a new connection."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    server = await scripted(keep_alive)
+    c = client()
+    try:
+        for i in range(5):
+            await c.fetch("GET", f"http://127.0.0.1:{server.port}/c/{i}")
+            await asyncio.sleep(0.005)  # idle long enough to be checked for unread bytes
+    finally:
+        await c.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert server.connections == 1
+
+
+def test_a_client_used_on_a_second_loop_starts_afresh() -> None:
+    """asyncio.run twice with one client: the first loop's connections were aborted on the
+    closed loop (RuntimeError: Event loop is closed)."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    c = client()
+
+    async def fetch() -> int:
+        return (await c.fetch("GET", f"http://127.0.0.1:{server.server_port}/c/1"))[0]
+
+    try:
+        assert asyncio.run(fetch()) == 200
+        assert asyncio.run(fetch()) == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 async def test_a_new_connection_closed_before_the_answer_resends_a_get_once(scripted) -> None:
     async def hang_up_once(reader: R, writer: W, s: Scripted) -> None:
         # the first connection closes unanswered (hypercorn past its keep-alive timeout on a
