@@ -225,6 +225,13 @@ class HttpConnector(AsyncFirstSource):
                 "statuses other than 200 (the answer with rows)",
                 "every lookup would be a miss",
             )
+        answers = sorted(s for s in self.transient_statuses if 200 <= s < 300)
+        if answers:  # a 2xx is read as an answer before a transient status is looked for
+            raise ConfigurationError(
+                "transient_statuses",
+                sorted(self.transient_statuses),
+                "statuses outside 200-299 (a 2xx is an answer)",
+            )
         both = sorted(self.miss_statuses & self.transient_statuses)
         if both:
             raise ConfigurationError(

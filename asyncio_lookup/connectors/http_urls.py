@@ -78,9 +78,18 @@ def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None
     if colon and scheme.lower() in ("http", "https"):
         url = scheme.lower() + colon + rest  # the clients compare schemes in lower case
     template = KeyTemplate(url, option)
-    probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
+    try:
+        probe = urlsplit(_MARK.join(template.literals))  # every placeholder a mark
+    except ValueError as error:  # "Invalid IPv6 URL"
+        raise ConfigurationError(
+            option, mask_url(url), "an http:// or https:// URL with a host", str(error)
+        ) from None
     if not url.startswith(("http://", "https://")) or not probe.hostname:
         raise ConfigurationError(option, mask_url(url), "an http:// or https:// URL with a host")
+    if any(c.isspace() for c in probe.netloc):  # every request would fail
+        raise ConfigurationError(
+            option, mask_url(url), "an http:// or https:// URL with a host", "a space in the host"
+        )
     if _MARK in probe.scheme + probe.netloc + probe.fragment:
         raise ConfigurationError(
             option,

@@ -643,6 +643,7 @@ async def test_a_body_over_max_body_size_fails_the_lookup(http_service: Service)
             "bearer_token and an Authorization header",
         ),
         ({"rows_field": 5}, "5 for 'rows_field'"),
+        ({"transient_statuses": (200, 503)}, "'transient_statuses'"),  # was ignored
         ({"next_field": ["a"]}, "'next_field'"),
         ({"batch_rows_field": 1.5}, "'batch_rows_field'"),
     ],
@@ -651,6 +652,14 @@ def test_header_injection_and_bad_limits_are_refused_on_the_driver(options, name
     with pytest.raises(ConfigurationError, match=named) as raised:
         HttpConnector("http://h/c/{id}", **options)
     assert "t\r\nX-Injected" not in str(raised.value), "the secret is not echoed"
+
+
+@pytest.mark.parametrize("url", ["http://[::1/c/{id}", "http://h /c/{id}"])
+def test_a_host_no_request_can_reach_is_refused_naming_the_url(url: str) -> None:
+    # a bare ValueError("Invalid IPv6 URL"); a space in the host failed every request
+    with pytest.raises(ConfigurationError, match="with a host") as error:
+        HttpConnector(url)
+    assert error.value.option == "url"
 
 
 @pytest.mark.parametrize(
