@@ -41,9 +41,10 @@ def _remote(conf: Any) -> bool:
     return type(conf).__module__.startswith("pyspark.sql.connect")
 
 
-def task_slots(conf: Any) -> tuple[int | None, str]:
+def task_slots(conf: Any, session: Any = None) -> tuple[int | None, str]:
     """How many tasks the application can run at once, and where that number came from; None
-    when the conf does not say (a cluster manager that sizes executors itself)."""
+    when the conf does not say (a cluster manager that sizes executors itself). ``session``:
+    the Spark Connect session of ``conf``, asked for its server's cores under ``local[*]``."""
     master = str(conf.get("spark.master", None) or "").strip()
     cpus = _int(conf, "spark.task.cpus") or 1
     local = _LOCAL.match(master)
@@ -51,6 +52,9 @@ def task_slots(conf: Any) -> tuple[int | None, str]:
         cores = local.group(1)
         if cores == "*":
             if _remote(conf):  # the server's cores, which this client cannot count
+                n = server_parallelism(session) if session is not None else None
+                if n is not None:
+                    return max(1, n // cpus), f"spark.master={master} on a Spark Connect server"
                 return None, f"spark.master={master} on a Spark Connect server"
             # the CPUs this process (and its JVM) may run on, not all the machine has
             affinity = getattr(os, "sched_getaffinity", None)
@@ -83,6 +87,17 @@ def task_slots(conf: Any) -> tuple[int | None, str]:
     if parallelism is not None and not dynamic:  # a partition count, no bound on executors
         return parallelism, f"spark.default.parallelism={parallelism}"
     return None, f"spark.master={master or '(unset)'} without executor counts"
+
+
+def server_parallelism(session: Any) -> int | None:
+    """The server's default parallelism (its cores under ``local[*]``), read from a planned
+    ``range``'s splits: a plan, no job. None when the plan does not show it."""
+    try:
+        plan = session.range(1)._explain_string(mode="simple")
+    except Exception:
+        return None
+    found = re.search(r"splits=(\d+)", str(plan))
+    return int(found.group(1)) if found else None
 
 
 def task_rate(

@@ -209,7 +209,7 @@ def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = Fal
     if override is not None:
         return ExchangeSize(check_shuffle_partitions(override), True, "shuffle_partitions")
     conf = df.sparkSession.conf
-    slots, where = task_slots(conf)
+    slots, where = task_slots(conf, df.sparkSession)
     if slots is not None:
         return ExchangeSize(slots, True, f"task slots ({where})")
     shuffle = _conf_int(conf, "spark.sql.shuffle.partitions") or 200

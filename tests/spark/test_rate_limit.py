@@ -28,6 +28,7 @@ from asyncio_lookup.connectors import HttpConnector
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.spark import LookupSQL, LookupTable, RateLimit, async_map, lookup_join
 from asyncio_lookup.spark.rate_share import task_rate, task_slots
+from tests.spark.conftest import is_connect
 from tests.spark.job_session import classic_env
 from tests.spark.rate_servers import CountingService, windows
 
@@ -102,6 +103,20 @@ def test_local_star_behind_spark_connect_is_not_counted_on_the_client() -> None:
     slots, source = task_slots(ConnectConf({"spark.master": "local[*]"}))
     assert slots is None and "Spark Connect" in source
     assert task_slots(ConnectConf({"spark.master": "local[3]"}))[0] == 3
+
+
+def test_local_star_behind_spark_connect_is_asked_of_the_server(spark: SparkSession) -> None:
+    """Without the session the client cannot count the server's cores: a hash lookup join
+    on Connect took 200 coalesced partitions where classic took one per core."""
+    if not is_connect(spark):
+        pytest.skip("the server's cores are asked only on Spark Connect")
+
+    class ConnectConf(dict):
+        pass
+
+    ConnectConf.__module__ = "pyspark.sql.connect.conf"
+    slots, _ = task_slots(ConnectConf({"spark.master": "local[*]"}), spark)
+    assert slots == 2  # the tests' server: local[2, 2]
 
 
 def test_each_task_gets_its_share_and_an_unknown_cluster_asks_for_the_parallelism() -> None:
