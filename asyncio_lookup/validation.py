@@ -115,6 +115,12 @@ REDIS_URL_ALLOWED = (
 )
 
 
+#: Redis URL query options redis-py would let win over the library's own settings.
+_LIBRARY_REDIS_OPTIONS = frozenset(
+    ("max_connections", "socket_timeout", "socket_connect_timeout", "client_name")
+)
+
+
 def redis_url_problem(url: str) -> str | None:
     """What is wrong with a Redis URL, or None. redis-py itself ignores a database number it
     cannot read (``/1x``: database 0), and fails on a bad port or query option only when a
@@ -138,6 +144,9 @@ def redis_url_problem(url: str) -> str | None:
     for db in databases:
         if not db.isascii() or not db.isdigit():
             return f"database {db!r} is not an integer >= 0"
+    overridden = sorted(set(parse_qs(parts.query)) & _LIBRARY_REDIS_OPTIONS)
+    if overridden:  # redis-py lets the URL's win: 16 calls at once on a pool of 2
+        return f"query option(s) {', '.join(overridden)}, which the library sets itself"
     # the query's options as redis-py reads them when a task connects (no connection here)
     import redis.asyncio
 

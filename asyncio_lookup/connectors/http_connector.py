@@ -92,19 +92,19 @@ _NUMBERS = (int, float, Decimal)
 _ACCEPT = {"Accept": "application/json"}
 
 
+def _answer_number(value: Any) -> str:
+    """An answer's key value as :func:`number_text`, but a float from 2**53 on as itself: it
+    stands for several integers, none of which it may be matched to."""
+    if type(value) is float and abs(value) >= 2**53 and math.isfinite(value):
+        return repr(value)
+    return number_text(value)
+
+
 def _inexact_as_float(value: Any) -> bool:
     """Whether a JSON float may not tell ``value`` from other keys: a decimal, or an integer
     beyond 2**53 (a service may write ids as floats)."""
     kind = type(value)
     return kind is Decimal or (kind is int and not -(2**53) <= value <= 2**53)
-
-
-def _same_number(got: Any, wanted: Any) -> bool:
-    """Whether an answer's key value is the number ``wanted``: as text (``"7"``, ``7.0``), or
-    the float the answer's JSON decoding made of it (``0.1`` for ``Decimal("0.10")``)."""
-    if key_text(got) == key_text(wanted) or number_text(got) == number_text(wanted):
-        return True
-    return type(got) is float and float(wanted) == got
 
 
 def open_client(c: HttpConnector) -> HttpClient:
@@ -196,13 +196,6 @@ class HttpConnector(AsyncFirstSource):
         self.bearer_token = bearer_token
         self.headers = dict(headers or {})
         check_headers("headers", self.headers, mask_headers(self.headers))
-        if "content-type" in header_names:  # every client wrote its own beside it
-            raise ConfigurationError(
-                "headers",
-                mask_headers(self.headers),
-                "headers other than Content-Type",
-                "a batch request's body is JSON, sent with Content-Type: application/json",
-            )
         check_headers("basic_auth / bearer_token", self.request_headers(), "***")
         for option, value in (
             ("rows_field", rows_field),
@@ -244,6 +237,13 @@ class HttpConnector(AsyncFirstSource):
         if batch_mode not in BATCH_MODES:
             raise ConfigurationError("batch_mode", batch_mode, " | ".join(BATCH_MODES))
         self.batch_mode = batch_mode
+        if "content-type" in header_names and batch_url is not None and batch_mode == "post_json":
+            raise ConfigurationError(  # every client sent its own beside it: refused with 400
+                "headers",
+                mask_headers(self.headers),
+                "headers other than Content-Type with batch_mode='post_json'",
+                "a batch request's body is JSON, sent with Content-Type: application/json",
+            )
         if not isinstance(batch_field, str) or not batch_field:
             raise ConfigurationError("batch_field", batch_field, "a non-empty field name")
         self.batch_field = batch_field
@@ -479,7 +479,7 @@ class HttpConnector(AsyncFirstSource):
             values = [matched.get(c) for c in columns]
             if None not in values:
                 by_text.setdefault(tuple(map(key_text, values)), []).append(row)
-                by_number.setdefault(tuple(map(number_text, values)), []).append(row)
+                by_number.setdefault(tuple(map(_answer_number, values)), []).append(row)
         out: list[Collection[Row]] = []
         for key in keys:
             found = by_text.get(tuple(map(key_text, key)), [])
@@ -489,31 +489,6 @@ class HttpConnector(AsyncFirstSource):
                 found = found + [r for r in more if id(r) not in seen]
             out.append([dict(r) for r in found])
         return out
-
-    def check_row_key(self, url: str, key: Key, row: Row) -> None:
-        """A :class:`DataFormatError` when ``row``, the answer to ``key``'s request, holds
-        another key in its key columns: a broken server that answered one request twice
-        leaves the next request on that connection reading the earlier answer (with any
-        client). Compared as :meth:`group` matches, strings ignoring case (a service may
-        answer its own spelling), values other than strings and numbers not at all."""
-        for column, wanted in zip(self.key_columns, key, strict=True):
-            got = row.get(column)
-            if got is None or got is wanted or got == wanted:
-                continue
-            kind = type(wanted)
-            if kind is str:
-                if key_text(got).casefold() == wanted.casefold():
-                    continue
-            elif kind in _NUMBERS:
-                if type(got) in (*_NUMBERS, str) and _same_number(got, wanted):
-                    continue
-            else:
-                continue
-            raise DataFormatError(
-                f"HTTP GET {shown_url(url)} answered a row whose {column!r} is {got!r}, not the "
-                f"key's {wanted!r}: the service answered another key (or answered a request "
-                "twice); a service that spells keys otherwise: cast the key to its spelling"
-            )
 
     def next_page(self, current: str, headers: Mapping[str, str], body: Any) -> str | None:
         if self.next_field:
@@ -619,16 +594,11 @@ class _HttpLookup(AsyncLookupFunction):
         status, headers, payload = await client.get_json(url)
         # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
         # object as the body
-        rows: Sequence[Row]
         if status == 200 and type(payload) is dict and not c.rows_field:
-            rows = [payload]
-        elif not c.answered("GET", url, status, headers, payload):
+            return [payload]
+        if not c.answered("GET", url, status, headers, payload):
             return []
-        else:
-            rows = c.rows_of("GET", url, payload, c.rows_field)
-        for row in rows:
-            c.check_row_key(url, key, row)
-        return rows
+        return c.rows_of("GET", url, payload, c.rows_field)
 
     async def close(self) -> None:
         if self.client is not None:
@@ -684,7 +654,9 @@ class _HttpBatchLookup(_HttpLookup):
                 status,
             )
         rows = c.rows(method, url, status, headers, data, c.batch_rows_field)[0]
-        if not rows or not any(_inexact_as_float(v) for key in chunk for v in key):
+        if not any(_inexact_as_float(v) for key in chunk for v in key) or not any(
+            type(row.get(column)) is float for row in rows for column in c.key_columns
+        ):
             return rows, None
         exact = json.loads(data, parse_float=Decimal)
         return rows, c.rows_of(method, url, exact, c.batch_rows_field)

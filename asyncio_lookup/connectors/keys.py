@@ -231,8 +231,6 @@ def number_text(value: Any) -> str:
     if kind is float or kind is Decimal:
         if not math.isfinite(value):
             return str(float(value))
-        if kind is float and abs(value) >= 2**53:
-            return repr(value)  # one float of several integers: not any one of them
         if value == int(value):
             return str(int(value))
         return repr(float(value)) if kind is float else str(value.normalize())

@@ -92,7 +92,8 @@ def asyncpg_dsn(dsn: str) -> str:
     port = params.pop("port", None)
     database = quote(params.pop("dbname", ""), safe="")
     netloc = userinfo + "@" if userinfo else ""
-    if host.startswith("/"):  # a Unix socket's directory: in the path it would be the database
+    if any(h.strip().startswith("/") for h in host.split(",")):  # a Unix socket's directory:
+        # in the URL's authority it would end the host and start the database's name
         params = {"host": host, **({"port": port} if port else {}), **params}
     else:
         netloc += f"[{host}]" if ":" in host else host

@@ -84,9 +84,11 @@ _PYTHON_EQUALITY = (
     "date",
     "timestamp without time zone",
     "timestamp with time zone",
+    "time without time zone",
     "uuid",
     "bytea",
     "oid",
+    '"char"',
 )
 
 #: Per type oid, in order: its name, its base type under any domains, that type's
@@ -298,18 +300,20 @@ class PostgresConnector(AsyncFirstSource):
         oids = await conn.fetchrow("SELECT " + ", ".join(f"pg_typeof({p})::oid" for p in probes))
         types = await conn.fetch(_KEY_TYPES_SQL, list(oids))
         collatable = [p for p, t in zip(probes, types, strict=True) if t["collatable"]]
-        collations = iter(
-            await conn.fetchrow(
-                "SELECT "
-                + ", ".join(
-                    "coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = "
-                    f"pg_collation_for({p})::regcollation), true)"
-                    for p in collatable
+        deterministic: Sequence[bool] = [True] * len(collatable)
+        if collatable:
+            # no regcollation before PostgreSQL 13 (nor, before 12, nondeterministic
+            # collations): there, 12's are not seen
+            with contextlib.suppress(asyncpg.UndefinedObjectError, asyncpg.UndefinedColumnError):
+                deterministic = await conn.fetchrow(
+                    "SELECT "
+                    + ", ".join(
+                        "coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE "
+                        f"c.oid = pg_collation_for({p})::regcollation), true)"
+                        for p in collatable
+                    )
                 )
-            )
-            if collatable
-            else ()
-        )
+        collations = iter(deterministic)
         return {
             k: (
                 _with_modifier(declared_types.get(k), t["type"]),

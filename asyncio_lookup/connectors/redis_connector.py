@@ -37,7 +37,6 @@ from collections.abc import (
     Sequence,
 )
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio
 import redis.exceptions
@@ -122,12 +121,6 @@ def _type_name(kind: Any) -> str:
     return str(kind.simpleString() if hasattr(kind, "simpleString") else kind).lower()
 
 
-#: URL query options redis-py would let win over the connector's.
-_CONNECTOR_OPTIONS = frozenset(
-    ("max_connections", "socket_timeout", "socket_connect_timeout", "client_name")
-)
-
-
 class RedisConnector(AsyncFirstSource):
     """A dim table stored in Redis under ``key_template`` keys. Picklable; opens on the executor.
 
@@ -153,14 +146,6 @@ class RedisConnector(AsyncFirstSource):
         problem = redis_url_problem(url) if isinstance(url, str) else "not text"
         if problem is not None:
             raise ConfigurationError("url", mask_url(str(url)), REDIS_URL_ALLOWED, problem)
-        overridden = sorted(set(parse_qs(urlsplit(url).query)) & _CONNECTOR_OPTIONS)
-        if overridden:  # redis-py lets the URL's win: 16 calls at once on a pool of 2
-            raise ConfigurationError(
-                "url",
-                mask_url(url),
-                f"a URL without {', '.join(overridden)} (the connector's own options: "
-                f"{', '.join(sorted(_CONNECTOR_OPTIONS - {'socket_connect_timeout'}))})",
-            )
         self.url = url
         self.template = KeyTemplate(key_template, "key_template")
         self.key_columns = self.template.key_columns(key_columns)

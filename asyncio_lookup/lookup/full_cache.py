@@ -44,6 +44,8 @@ class _State:
     error: BaseException | None
     #: Per key column, the kinds (:func:`comparable_kind`) of its values in the snapshot.
     kinds: tuple[frozenset[object], ...] = ()
+    #: Per key column, the number types of its values (float, Decimal) in the snapshot.
+    numbers: tuple[frozenset[type], ...] = ()
 
 
 def comparable_kind(value: object) -> object:
@@ -66,25 +68,25 @@ def comparable_kind(value: object) -> object:
     return kind
 
 
-def _in_the_other_number_type(key: Key) -> Key | None:
-    """``key`` with a ``Decimal`` part as the float whose shortest text it is, a float part as
-    that text's ``Decimal``; None when it has neither. A JSON scan gives floats, PostgreSQL's
-    numeric Decimals, and ``Decimal('0.10') == 0.1`` is false (the lookup missed silently); a
-    decimal matches the float a JSON text of its value parses to, as a float value converts
-    into DECIMAL, never one that only rounds to it (``0.1000000000000000001``)."""
+def _in_the_snapshot_s_number_types(key: Key, numbers: tuple[frozenset[type], ...]) -> Key | None:
+    """``key`` with a ``Decimal`` part as the float whose shortest text it is where its column
+    holds floats, a float part as that text's ``Decimal`` where its column holds decimals;
+    None when no part changes. A JSON scan gives floats, PostgreSQL's numeric Decimals, and
+    ``Decimal('0.10') == 0.1`` is false (the lookup missed silently); a decimal matches the
+    float a JSON text of its value parses to, as a float value converts into DECIMAL, never
+    one that only rounds to it (``0.1000000000000000001``)."""
     parts: list[object] = []
-    for value in key:
+    changed = False
+    for value, held in zip(key, numbers, strict=True):
         kind = type(value)
-        if kind is Decimal and value.is_finite():
+        if kind is Decimal and float in held and value.is_finite():
             number = float(value)
             if Decimal(repr(number)) != value:
                 return None  # no float is this decimal's text
-            parts.append(number)
-        elif kind is float and math.isfinite(value):
-            parts.append(Decimal(repr(value)))
-        else:
-            parts.append(value)
-    changed = any(type(p) is not type(v) for p, v in zip(parts, key, strict=True))
+            value, changed = number, True
+        elif kind is float and Decimal in held and math.isfinite(value):
+            value, changed = Decimal(repr(value)), True
+        parts.append(value)
     return tuple(parts) if changed else None
 
 
@@ -146,8 +148,10 @@ class FullCache:
             raise self._load_error(state.error)
         self.metrics.inc(HIT_COUNT)
         rows = state.snapshot.get(key)
-        if rows is None and (exact := _in_the_other_number_type(key)) is not None:
-            rows = state.snapshot.get(exact)
+        if rows is None and state.numbers:
+            exact = _in_the_snapshot_s_number_types(key, state.numbers)
+            if exact is not None:
+                rows = state.snapshot.get(exact)
         if rows is None:
             if state.kinds:
                 kinds = tuple(map(comparable_kind, key))
@@ -209,16 +213,16 @@ class FullCache:
         started = self.clock.now()
         began = self._timer.now()
 
-        def attempt() -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
+        def attempt() -> tuple[_State, int]:
             nonlocal began
             began = self._timer.now()  # the load time is the successful attempt's
             return self._build()
 
         try:
             if self.retry is None:
-                snapshot, nbytes, kinds = attempt()
+                loaded, nbytes = attempt()
             else:
-                snapshot, nbytes, kinds = self.retry.call(
+                loaded, nbytes = self.retry.call(
                     NO_KEY, attempt, sleep=self._retry_sleep, on_retry=self._on_retry
                 )
         except Exception as error:
@@ -228,8 +232,8 @@ class FullCache:
             return LoadTimes(scheduled, started, self.clock.now(), initial)
         took = self._timer.now() - began
         self._comparable = set()
-        self._state = _State(snapshot, None, kinds)
-        self.metrics.set_gauge(NUM_CACHED_RECORDS, len(snapshot))
+        self._state = loaded
+        self.metrics.set_gauge(NUM_CACHED_RECORDS, len(loaded.snapshot))
         self.metrics.set_gauge(NUM_CACHED_BYTES, nbytes)
         self.metrics.set_gauge(LATEST_LOAD_TIME, took * 1000.0)
         self.metrics.inc(LOAD_COUNT)
@@ -242,7 +246,7 @@ class FullCache:
     def _on_retry(self, error: BaseException | None, attempt: int) -> None:
         self.metrics.inc(NUM_FAILURE_RETRIES)
 
-    def _build(self) -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
+    def _build(self) -> tuple[_State, int]:
         rows = self._scan()
         if rows is None:
             raise CacheLoadError("the source's scan() returned None: it cannot be fully cached")
@@ -253,9 +257,7 @@ class FullCache:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(self._index(rows))
 
-    async def _index(
-        self, rows: ScanResult
-    ) -> tuple[dict[Key, tuple[Row, ...]], int, tuple[frozenset[object], ...]]:
+    async def _index(self, rows: ScanResult) -> tuple[_State, int]:
         index: dict[Key, list[Row]] = {}
         columns = self.key_columns
         async for row in scan_rows(rows):
@@ -272,7 +274,10 @@ class FullCache:
             index.setdefault(key, []).append(row)
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
-        kinds = tuple(
-            frozenset(map(comparable_kind, values)) for values in zip(*snapshot, strict=True)
+        columns_values = list(zip(*snapshot, strict=True))
+        kinds = tuple(frozenset(map(comparable_kind, values)) for values in columns_values)
+        numbers = tuple(
+            frozenset(t for t in map(type, values) if t is float or t is Decimal)
+            for values in columns_values
         )
-        return snapshot, nbytes, kinds
+        return _State(snapshot, None, kinds, numbers), nbytes

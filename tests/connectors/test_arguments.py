@@ -129,6 +129,7 @@ def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
     assert asyncpg_dsn("host=/run/pg port=5433 dbname=x user=bob sslmode=disable") == (
         "postgresql://bob@/x?host=%2Frun%2Fpg&port=5433&sslmode=disable"
     )
+    assert asyncpg_dsn("host=db,/run/pg dbname=x") == "postgresql:///x?host=db%2C%2Frun%2Fpg"
 
 
 def test_an_empty_column_list_is_refused() -> None:

@@ -158,6 +158,12 @@ def test_a_decimal_key_finds_the_json_float_of_its_text_and_a_float_the_numeric(
     cache = FullCache(lambda: numerics, ["id"], None, CacheMetricGroup())
     cache.start().result(timeout=10)
     assert cache.get((0.1,)) == [numerics[0]] and cache.get((0.2,)) == []
+    # only the parts whose column holds the other type: a DOUBLE beside a DECIMAL stays float
+    mixed = [{"price": 0.1, "weight": 0.2}, {"price": Decimal("0.10"), "weight": 0.3}]
+    cache = FullCache(lambda: mixed, ["price", "weight"], None, CacheMetricGroup())
+    cache.start().result(timeout=10)
+    assert cache.get((Decimal("0.10"), 0.2)) == [mixed[0]]
+    assert cache.get((0.1, 0.3)) == [mixed[1]]
 
 
 def test_numpy_and_pandas_keys_of_a_scan_compare_as_numbers_and_datetimes() -> None:

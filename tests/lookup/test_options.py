@@ -332,6 +332,8 @@ def test_a_duration_given_as_a_bare_number_is_refused(option: str) -> None:
         ("redis://:pw@127.0.0.1:6379/0?socket_timeout=fast", "socket_timeout"),
         ("redis://:pw@127.0.0.1:6379/0?ssl_cert_reqs=none", "ssl_cert_reqs"),
         ("redis://:pw@127.0.0.1:6379/0?protocol=9", "protocol"),
+        # would win over the store's own pool size: 18 of 20 concurrent reads failed
+        ("redis://:pw@127.0.0.1:6379/0?max_connections=2", "max_connections"),
     ],
 )
 def test_a_shared_cache_url_redis_would_misread_is_refused(url: str, problem: str) -> None:
