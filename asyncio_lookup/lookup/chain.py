@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from threading import get_ident
 from time import perf_counter
 
-from asyncio_lookup.errors import in_lookup_context, lookup_context
+from asyncio_lookup.errors import LookupFailedError, in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
-from asyncio_lookup.lookup.chain_build import SourcePlan, build_parts, plan_source
+from asyncio_lookup.lookup.chain_build import MetricsRef, SourcePlan, build_parts, plan_source
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import (
@@ -75,8 +75,10 @@ class LookupChain:
         target: str = "",
         rate: TaskRate | None = None,
         shared: SharedTier | None = None,
+        rate_metrics: MetricsRef | None = None,
     ) -> None:
         self.name = name
+        self._rate_metrics = rate_metrics
         self.shared = shared
         self.target = target
         self.options = options
@@ -167,6 +169,7 @@ class LookupChain:
             target=parts.target,
             rate=rate,
             shared=parts.shared,
+            rate_metrics=parts.rate_metrics,
         )
 
     @staticmethod
@@ -215,6 +218,8 @@ class LookupChain:
                     shared.full_cache,
                     shared.metrics,
                 )
+                if self._rate_metrics is not None:  # its limiter counts where it reports
+                    self._rate_metrics.group = shared.metrics
         try:
             await self._open_rest()
         except BaseException:
@@ -325,20 +330,24 @@ class LookupChain:
         if function is None:
             raise RuntimeError(f"{self!r} is not open in sync mode; use async_lookup()")
 
+        counted = _Attempts(self.metrics)
+
         def load() -> list[Row]:
-            return self._retry.call(
-                key, call, sleep=self._clock.sleep, on_retry=self._count_failure_retry
-            )
+            return self._retry.call(key, call, sleep=self._clock.sleep, on_retry=counted)
 
         def call() -> list[Row]:
             return self._call_sync(function, key)
 
-        rows = load()
-        if rows or self.miss_retry is None:
-            return rows
-        return self.miss_retry.resume(
-            key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=self._count_miss_retry
-        )
+        try:
+            rows = load()
+            if rows or self.miss_retry is None:
+                return rows
+            return self.miss_retry.resume(
+                key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=counted.missed
+            )
+        except LookupFailedError as error:
+            error.attempts = counted.calls  # its own count is of its last load's calls
+            raise
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
@@ -420,12 +429,20 @@ class LookupChain:
             return await self._load_unbatched(key)
         # The first attempt inline, in this coroutine (the hot path); the retry policies take
         # over only after it.
+        counted: _Attempts | None = None
         try:
-            rows = await batcher.lookup(key)
-        except Exception as error:
-            rows = await self._retry_failure(key, batcher, error)
-        if not rows and self.miss_retry is not None:
-            rows = await self._retry_miss(key, batcher, rows)
+            try:
+                rows = await batcher.lookup(key)
+            except Exception as error:
+                counted = _Attempts(self.metrics)
+                rows = await self._retry_failure(key, batcher, error, counted)
+            if not rows and self.miss_retry is not None:
+                counted = counted or _Attempts(self.metrics)
+                rows = await self._retry_miss(key, batcher, rows, counted)
+        except LookupFailedError as error:
+            if counted is not None:
+                error.attempts = counted.calls  # its own count is of its last load's calls
+            raise
         return rows
 
     async def _load_unbatched(self, key: Key) -> list[Row]:
@@ -434,7 +451,9 @@ class LookupChain:
             return await asyncio.to_thread(self._load_sync, key)
         raise RuntimeError(f"{self!r} is not open; call open() first")
 
-    async def _retry_failure(self, key: Key, batcher: KeyBatcher, error: Exception) -> list[Row]:
+    async def _retry_failure(
+        self, key: Key, batcher: KeyBatcher, error: Exception, counted: _Attempts
+    ) -> list[Row]:
         """The failure retry after a first attempt that raised ``error``."""
         return await self._retry.resume_async(
             key,
@@ -442,23 +461,22 @@ class LookupChain:
             error,
             failed=True,
             sleep=self._async_sleep,
-            on_retry=self._count_failure_retry,
+            on_retry=counted,
         )
 
-    async def _retry_miss(self, key: Key, batcher: KeyBatcher, rows: list[Row]) -> list[Row]:
+    async def _retry_miss(
+        self, key: Key, batcher: KeyBatcher, rows: list[Row], counted: _Attempts
+    ) -> list[Row]:
         """The lookup-miss retry after attempts that found no row."""
         assert self.miss_retry is not None
 
         def load() -> Awaitable[list[Row]]:
             return self._retry.call_async(
-                key,
-                lambda: batcher.lookup(key),
-                sleep=self._async_sleep,
-                on_retry=self._count_failure_retry,
+                key, lambda: batcher.lookup(key), sleep=self._async_sleep, on_retry=counted
             )
 
         return await self.miss_retry.resume_async(
-            key, load, rows, failed=False, sleep=self._async_sleep, on_retry=self._count_miss_retry
+            key, load, rows, failed=False, sleep=self._async_sleep, on_retry=counted.missed
         )
 
     # -- shared ----------------------------------------------------------------------------
@@ -473,14 +491,32 @@ class LookupChain:
         self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
         self.cache.put(key, rows)
 
-    def _count_failure_retry(self, error: BaseException | None, attempt: int) -> None:
+
+class _Attempts:
+    """One lookup's retries once its first call failed or missed: its calls (for a failed
+    row's ``attempts``), each failure retry in ``retries`` and the lookup once in ``retried``
+    (each lookup-miss retry starts a failure retry of its own at attempt 1)."""
+
+    __slots__ = ("calls", "counted", "metrics")
+
+    def __init__(self, metrics: CacheMetricGroup) -> None:
+        self.metrics = metrics
+        self.calls = 1
+        self.counted = False
+
+    def __call__(self, error: BaseException | None, attempt: int) -> None:
+        """A failure retry."""
+        self.calls += 1
         self.metrics.inc(NUM_FAILURE_RETRIES)
         causes = self.metrics.causes
         causes.record(RETRIES, error)
-        if attempt == 1:
+        if not self.counted:
+            self.counted = True
             causes.record(RETRIED, error)
 
-    def _count_miss_retry(self, _error: BaseException | None, _attempt: int) -> None:
+    def missed(self, _error: BaseException | None, _attempt: int) -> None:
+        """A lookup-miss retry."""
+        self.calls += 1
         self.metrics.inc(NUM_MISS_RETRIES)
 
 

@@ -170,6 +170,18 @@ class ChainParts:
     metrics: CacheMetricGroup
     target: str
     shared: SharedTier | None
+    #: Where the rate limiter counts: set to the cache scope's group when the chain joins one.
+    rate_metrics: MetricsRef
+
+
+class MetricsRef:
+    """The metric group a chain's rate limiter counts into: the chain's own, until the chain
+    shares its cache scope's group (:meth:`LookupChain._open`)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: CacheMetricGroup) -> None:
+        self.group = group
 
 
 class _WholeMilliseconds:
@@ -235,12 +247,13 @@ def build_parts(
         namespace = settings.namespace or shared_namespace or shared_namespace_of(name, source)
         shared = SharedTier(settings, namespace, key_columns, name=name)
     sync_function, async_function = plan.sync_function, plan.async_function
+    rate_metrics = MetricsRef(metrics)
     if rate is not None:
 
         def throttled() -> None:
-            metrics.inc(NUM_THROTTLED)
+            rate_metrics.group.inc(NUM_THROTTLED)
 
-        waited = _WholeMilliseconds(lambda ms: metrics.inc(THROTTLED_TIME_MS, ms))
+        waited = _WholeMilliseconds(lambda ms: rate_metrics.group.inc(THROTTLED_TIME_MS, ms))
 
         if sync_function is not None:
             chosen = clock or MONOTONIC
@@ -265,7 +278,8 @@ def build_parts(
         metrics=metrics,
         target=target,
         shared=shared,
+        rate_metrics=rate_metrics,
     )
 
 
-__all__ = ["ChainParts", "SourcePlan", "build_parts", "plan_source", "target_of"]
+__all__ = ["ChainParts", "MetricsRef", "SourcePlan", "build_parts", "plan_source", "target_of"]

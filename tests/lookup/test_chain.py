@@ -20,7 +20,7 @@ from asyncio_lookup.errors import (
 )
 from asyncio_lookup.lookup.cache import DefaultLookupCache
 from asyncio_lookup.lookup.chain import LookupChain, MissRetry
-from asyncio_lookup.lookup.functions import Key, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.providers import (
     AsyncLookupFunctionProvider,
@@ -531,3 +531,89 @@ async def test_lookup_cached_reads_the_full_cache_snapshot() -> None:
     snap = chain.metrics.snapshot()
     assert (snap["numLookups"], snap["hitCount"], table.calls) == (2, 2, [])
     await chain.close()
+
+
+class _FailMissFailHit(AsyncLookupFunction):
+    """A lookup that fails, misses, fails, misses, fails, then finds its row."""
+
+    def __init__(self) -> None:
+        self.answers: list[Any] = [
+            TransientError("a"),
+            [],
+            TransientError("b"),
+            [],
+            TransientError("c"),
+            [{"id": 1}],
+        ]
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+
+async def test_a_lookup_is_counted_retried_once_across_its_miss_retries() -> None:
+    """Each lookup-miss retry starts a failure retry at attempt 1: one lookup was counted in
+    the causes' 'retried' once per miss attempt that failed."""
+    options = LookupOptions.from_dict({"lookup.max-retry-backoff": "10ms"})
+    chain = LookupChain.create(
+        Source(Table({}), async_=_FailMissFailHit()),
+        options,
+        prefer_async=True,
+        miss_retry=MissRetry(delay=0.001, max_attempts=5),
+    )
+    await chain.open()
+    try:
+        assert await chain.async_lookup((1,)) == [{"id": 1}]
+    finally:
+        await chain.close()
+    counts = chain.metrics.causes.take().to_json()["TransientError"]
+    assert (counts["retries"], counts["retried"]) == (3, 1)
+
+
+class _MissTwiceThenDown(AsyncLookupFunction):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        self.calls += 1
+        if self.calls <= 3:  # the first call and 2 lookup-miss retries: no row
+            return []
+        raise TransientError("down")
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_a_failed_lookup_s_attempts_are_every_call_it_made(mode: str) -> None:
+    """A row failing after lookup-miss retries said the calls of its last load (2 of 5)."""
+    from asyncio_lookup.errors import LookupFailedError
+
+    options = LookupOptions.from_dict(
+        {"lookup.max-retries": "1", "lookup.max-retry-backoff": "1ms"}
+    )
+    function = _MissTwiceThenDown()
+    source = Source(Table({}), async_=function if mode == "async" else None)
+    if mode == "sync":
+        from asyncio_lookup.lookup.functions import LookupFunction
+
+        class Blocking(LookupFunction):
+            def lookup(self, key: Key) -> list[Row]:
+                return list(asyncio.run(function.async_lookup(key)))  # type: ignore[arg-type]
+
+        source = Source(Table({}), sync=Blocking())
+    chain = LookupChain.create(
+        source,
+        options,
+        prefer_async=mode == "async",
+        miss_retry=MissRetry(delay=0.001, max_attempts=5),
+    )
+    await chain.open()
+    try:
+        with pytest.raises(LookupFailedError) as error:
+            if mode == "async":
+                await chain.async_lookup((1,))
+            else:
+                await asyncio.to_thread(chain.lookup, (1,))
+    finally:
+        await chain.close()
+    assert function.calls == 5 and error.value.attempts == 5

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncio_lookup.errors import ConfigurationError, HttpStatusError, TransientError
-from asyncio_lookup.lookup.chain import LookupChain
+from asyncio_lookup.lookup.chain import LookupChain, MissRetry
 from asyncio_lookup.lookup.functions import Key, Row
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.rate import RateLimit, TaskRate, format_rate, is_throttle, parse_rate
@@ -489,3 +489,39 @@ def test_a_blocking_caller_reports_its_sleeps() -> None:
     for _ in range(3):
         limiter.release_blocking(limiter.acquire_blocking(clock.sleep), None)
     assert spans == [pytest.approx(0.1), pytest.approx(0.1)]
+
+
+def test_a_chain_sharing_its_table_s_cache_reports_its_throttling_there() -> None:
+    """A second join of one table (another mode or retry: another chain, the same cache
+    scope) reports into the scope's metric group; its limiter counted into the chain's own,
+    which nothing reports."""
+
+    async def main() -> int:
+        table = Table({(i,): [{"id": i}] for i in range(10)})
+        options = LookupOptions.from_dict(
+            {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "100"}
+        )
+        chains = [
+            LookupChain.create(
+                Source(table, async_=AsyncFn(table)),
+                options,
+                prefer_async=True,
+                async_sleep=asyncio.sleep,
+                rate=TaskRate(5.0),
+                cache_scope="Items",
+                key_columns=("id",),
+                miss_retry=retry,
+            )
+            for retry in (None, MissRetry(delay=0.01, max_attempts=1))
+        ]
+        for chain in chains:
+            await chain.open()
+        second = chains[1]
+        for i in range(6):
+            await second.async_lookup((i,))
+        snapshot = second.metrics.snapshot()
+        for chain in chains:
+            await chain.close()
+        return int(snapshot["throttledTimeMs"])
+
+    assert run_virtual(main()) == pytest.approx(1000, abs=2)  # 5 calls wait 0.2 s each
