@@ -112,12 +112,25 @@ def test_a_large_float_key_matches_its_integer_but_a_large_float_answer_no_integ
     assert [[r["n"] for r in f] for f in found] == [["int"], [], ["float"]]
 
 
-async def test_decimal_keys_are_matched_to_the_exact_numbers_of_a_batch_answer(
-    http_service: Service,
+@pytest.mark.parametrize(
+    ("answer", "keys", "expected"),
+    [
+        # a float reads 0.100000000000000001 as 0.1: that row went to the key 0.1 and its own
+        # key missed
+        (
+            '[{"id": 0.100000000000000001, "n": "long"}, {"id": 0.1, "n": "short"}]',
+            [(Decimal("0.1"),), (Decimal("0.100000000000000001"),), (Decimal("0.10"),)],
+            [["short"], ["long"], ["short"]],
+        ),
+        # a service writing ids as floats: 9007199254740993.0 reads as 9007199254740992.0, and
+        # that row went to the key 9007199254740992 while its own key missed
+        ('[{"id": 9007199254740993.0, "n": "993"}]', [(2**53,), (2**53 + 1,)], [[], ["993"]]),
+    ],
+    ids=["decimal", "beyond-2**53"],
+)
+async def test_keys_a_float_cannot_tell_apart_are_matched_to_the_exact_numbers_of_an_answer(
+    http_service: Service, answer: str, keys: list[tuple[Any, ...]], expected: list[list[str]]
 ) -> None:
-    # A float reads 0.100000000000000001 as 0.1: that row went to the key 0.1 and its own key
-    # missed. DECIMAL keys are matched against the answer's numbers read exactly.
-    answer = '[{"id": 0.100000000000000001, "n": "long"}, {"id": 0.1, "n": "short"}]'
     c = HttpConnector(
         f"{http_service.base}/customers/{{id}}",
         batch_url=f"{http_service.base}/raw/200/{quote(answer)}",
@@ -126,31 +139,10 @@ async def test_decimal_keys_are_matched_to_the_exact_numbers_of_a_batch_answer(
     fn = c.async_lookup_function()
     await fn.open()
     try:
-        keys = [(Decimal("0.1"),), (Decimal("0.100000000000000001"),), (Decimal("0.10"),)]
         results = await fn.async_lookup_batch(keys)
     finally:
         await fn.close()
-    assert [[r["n"] for r in rows] for rows in results] == [["short"], ["long"], ["short"]]
-
-
-async def test_integer_keys_beyond_2_53_are_matched_to_the_exact_numbers_of_a_batch_answer(
-    http_service: Service,
-) -> None:
-    # A service writing ids as floats: 9007199254740993.0 reads as 9007199254740992.0, and
-    # that row went to the key 9007199254740992 while its own key missed.
-    answer = '[{"id": 9007199254740993.0, "n": "993"}]'
-    c = HttpConnector(
-        f"{http_service.base}/customers/{{id}}",
-        batch_url=f"{http_service.base}/raw/200/{quote(answer)}",
-        batch_mode="query",
-    )
-    fn = c.async_lookup_function()
-    await fn.open()
-    try:
-        results = await fn.async_lookup_batch([(2**53,), (2**53 + 1,)])
-    finally:
-        await fn.close()
-    assert [[r["n"] for r in rows] for rows in results] == [[], ["993"]]
+    assert [[r["n"] for r in rows] for rows in results] == expected
 
 
 def test_statuses_that_make_every_lookup_a_miss_or_are_both_are_refused() -> None:
