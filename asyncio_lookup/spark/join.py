@@ -30,6 +30,7 @@ from asyncio_lookup.lookup.hints import HintsInput
 from asyncio_lookup.lookup.join import JoinSpec, JoinType
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
+from asyncio_lookup.spark.conf import library_conf
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -70,7 +71,7 @@ def async_defaults(df: DataFrame) -> AsyncDefaults:
     conf = df.sparkSession.conf
     return AsyncDefaults.from_conf(
         {
-            key: conf.get(key, None)
+            key: library_conf(conf, key)[1]
             for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT, CONF_KEY_ORDERED)
         }
     )

@@ -337,10 +337,12 @@ def _progress_trailers(progress: Any, metrics_id: str) -> list[str] | None:
     else:
         observed = getattr(progress, "observedMetrics", None) or {}
     name = observation_name(metrics_id)
-    rows = [
+    rows = [  # name#n: a streaming join's; name:n: a batch join's (a stream-static join's
+        # static side, run again in each micro-batch)
         row
         for key, row in observed.items()
-        if key == name or (key.startswith(name + "#") and key[len(name) + 1 :].isdigit())
+        if key == name
+        or (key[: len(name) + 1] in (name + "#", name + ":") and key[len(name) + 1 :].isdigit())
     ]
     if not rows:
         return None
@@ -377,6 +379,7 @@ class _QueryFold:
         self.fold = Fold()
         self.batches: set[int] = set()
         self.missed = False  # progress reports fell out of recentProgress unread
+        self.found = False  # a report had this table's metrics
         # every micro-batch below this id was read: one past the last read that ran, or the id
         # of an idle report (Spark gives it the next batch's id); None before the first call
         self.read_upto: int | None = None
@@ -411,6 +414,7 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
                 state.read_upto = upto
             if batch_id in state.batches or trailers is None:
                 continue  # read before; an idle report or not this table's query
+            state.found = True
             state.batches.add(batch_id)
             for text in trailers:
                 state.fold.add(text)
@@ -424,6 +428,8 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
                 f"progress reports of the query fell out of recentProgress (it keeps {keep - 1}) "
                 "before they were read: call query_metrics at least that often"
             )
+        elif not state.found:
+            partial = "no progress report of the query has metrics of this table yet"
         return state.fold.result(partial)
 
 

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import otel_names  # noqa: F401 (its PROCESS_START_NS: at unpickling)
+from asyncio_lookup.spark.conf import library_conf
 from asyncio_lookup.validation import parse_bool
 
 if TYPE_CHECKING:
     from asyncio_lookup.runtime.sketch import LatencySketch
 
 CONF_OTEL_ENABLED = "asyncio_lookup.otel.enabled"
-#: The same key as spark-submit passes it on (``--conf`` keeps ``spark.*`` keys only).
-CONF_OTEL_ENABLED_SUBMIT = "spark." + CONF_OTEL_ENABLED
 OTEL_EXTRA = "pip install 'asyncio-lookup[otel]'"
 
 
@@ -29,10 +28,7 @@ def otel_from_conf(conf: Any) -> bool:
     """Whether ``conf`` (``spark.conf``) turns the export on (``asyncio_lookup.otel.enabled``,
     or ``spark.asyncio_lookup.otel.enabled`` as ``spark-submit --conf`` passes it); with it on,
     the ``[otel]`` extra must import here (ConfigurationError naming it otherwise)."""
-    option = CONF_OTEL_ENABLED
-    value = conf.get(CONF_OTEL_ENABLED, None)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        option, value = CONF_OTEL_ENABLED_SUBMIT, conf.get(CONF_OTEL_ENABLED_SUBMIT, None)
+    option, value = library_conf(conf, CONF_OTEL_ENABLED)
     if value is None or (isinstance(value, str) and not value.strip()):
         return False
     enabled = parse_bool(option, value)

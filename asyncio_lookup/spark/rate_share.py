@@ -19,6 +19,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.option_names import RATE_LIMIT_PARALLELISM
 from asyncio_lookup.lookup.options import OPTIONS, LookupOptions
 from asyncio_lookup.lookup.rate import TaskRate
+from asyncio_lookup.spark.conf import conf_get
 
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]$")
@@ -26,7 +27,7 @@ _UNBOUNDED = 2**31 - 1  # spark.dynamicAllocation.maxExecutors' default: no boun
 
 
 def _int(conf: Any, key: str) -> int | None:
-    value = conf.get(key, None)
+    value = conf_get(conf, key)
     if value is None or str(value).strip() == "":
         return None
     try:
@@ -45,7 +46,7 @@ def task_slots(conf: Any, session: Any = None) -> tuple[int | None, str]:
     """How many tasks the application can run at once, and where that number came from; None
     when the conf does not say (a cluster manager that sizes executors itself). ``session``:
     the Spark Connect session of ``conf``, asked for its server's cores under ``local[*]``."""
-    master = str(conf.get("spark.master", None) or "").strip()
+    master = str(conf_get(conf, "spark.master") or "").strip()
     cpus = _int(conf, "spark.task.cpus") or 1
     local = _LOCAL.match(master)
     if local:
@@ -67,7 +68,7 @@ def task_slots(conf: Any, session: Any = None) -> tuple[int | None, str]:
         n = int(cluster.group(1)) * int(cluster.group(2))
         return max(1, n // cpus), f"spark.master={master}"
     cores = _int(conf, "spark.executor.cores")
-    dynamic = str(conf.get("spark.dynamicAllocation.enabled", None) or "").lower() == "true"
+    dynamic = str(conf_get(conf, "spark.dynamicAllocation.enabled") or "").lower() == "true"
     if dynamic:
         executors = _int(conf, "spark.dynamicAllocation.maxExecutors")
         source = "spark.dynamicAllocation.maxExecutors"

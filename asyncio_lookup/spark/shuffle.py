@@ -49,6 +49,7 @@ from asyncio_lookup.lookup.partitioning import (
     partitioner_of,
     salt_count,
 )
+from asyncio_lookup.spark.conf import conf_get
 from asyncio_lookup.spark.metrics import observation_name
 from asyncio_lookup.spark.rate_share import task_slots
 from asyncio_lookup.spark.schema import key_family
@@ -179,12 +180,12 @@ class ExchangeSize:
 
 
 def _conf_int(conf: Any, key: str) -> int | None:
-    value = str(conf.get(key, None) or "").strip()
+    value = str(conf_get(conf, key) or "").strip()
     return max(1, int(value)) if value.isdigit() else None
 
 
 def _conf_true(conf: Any, key: str, default: bool) -> bool:
-    value = str(conf.get(key, None) or "").strip().lower()
+    value = str(conf_get(conf, key) or "").strip().lower()
     return default if not value else value == "true"
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from asyncio_lookup.spark.conf import library_conf
 from asyncio_lookup.validation import parse_int
 
 CONF_GC_YOUNG_THRESHOLD = "asyncio_lookup.worker.gc-young-threshold"
@@ -44,7 +45,7 @@ def parse_gc_threshold(value: Any) -> int:
 
 def gc_threshold_from_conf(conf: Any) -> int:
     """The threshold configured in a Spark session's ``conf`` (``spark.conf``)."""
-    return parse_gc_threshold(conf.get(CONF_GC_YOUNG_THRESHOLD, None))
+    return parse_gc_threshold(library_conf(conf, CONF_GC_YOUNG_THRESHOLD)[1])
 
 
 _frozen_in: int | None = None  # the process whose heap was frozen

@@ -252,6 +252,39 @@ def test_hint_defaults_come_from_the_spark_conf(
             spark.conf.unset(key)
 
 
+def test_job_defaults_are_read_as_spark_submit_passes_them_on(spark: SparkSession) -> None:
+    """spark-submit --conf drops keys outside spark.*: table.exec.async-lookup.timeout could
+    be set only from code; spark.table.exec.async-lookup.timeout is read too."""
+    key = "spark.table.exec.async-lookup.timeout"
+    spark.conf.set(key, "7s")
+    try:
+        table = LookupTable("Customers", SCHEMA, InMemoryConnector([], ["id"]))
+        df = spark.createDataFrame([(1,)], "cid INT")
+        task, _ = plan_lookup_join(df, table, LookupJoinArgs(on=[("cid", "id")]))
+        assert task.hint.timeout == 7.0
+    finally:
+        spark.conf.unset(key)
+
+
+def test_a_conf_key_the_session_refuses_to_read_is_unset() -> None:
+    # a managed Connect server may refuse reads of some keys: the library's defaults apply
+    from asyncio_lookup.spark.conf import conf_get, library_conf
+    from asyncio_lookup.spark.rate_share import task_slots
+
+    class Refusing:
+        def get(self, key: str, default: Any = None) -> Any:
+            if key.startswith("spark.master"):
+                raise RuntimeError("[CONFIG_NOT_AVAILABLE] spark.master")
+            return {"spark.asyncio_lookup.worker.gc-young-threshold": "5000"}.get(key, default)
+
+    assert conf_get(Refusing(), "spark.master") is None
+    assert task_slots(Refusing())[0] is None
+    assert library_conf(Refusing(), "asyncio_lookup.worker.gc-young-threshold") == (
+        "spark.asyncio_lookup.worker.gc-young-threshold",
+        "5000",
+    )
+
+
 @pytest.mark.parametrize("client", ["asyncio", "aiohttp"])
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_late_row_found_by_miss_retry_and_call_bound(

@@ -361,3 +361,25 @@ def test_a_streaming_query_may_join_one_table_twice(spark: SparkSession, tmp_pat
     second = lookup_join(renamed, table, on=[("k", "id")])
     metrics = table.query_metrics(_run_available_now(second, "twice", tmp_path))
     assert metrics["numLookups"] == 20 and metrics.partial is None
+
+
+def test_a_stream_static_join_s_static_lookups_reach_query_metrics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The static side's lookups run again in each micro-batch and were reported under the
+    batch observation's name, which query_metrics did not read: empty, with partial None."""
+    source = tmp_path / "orders"
+    source.mkdir()
+    for part in range(2):  # two micro-batches
+        lines = (json.dumps({"oid": o, "k": o % 10}) for o in range(part * 50, part * 50 + 50))
+        (source / f"part-{part}.json").write_text("\n".join(lines))
+    rows = [{"id": k, "name": f"n{k}"} for k in range(10)]
+    table = LookupTable("Static", "id INT, name STRING", InMemoryConnector(rows, ["id"]))
+    static = lookup_join(spark.range(10).selectExpr("CAST(id AS INT) AS k"), table, [("k", "id")])
+    other = LookupTable("Unused", "id INT, name STRING", InMemoryConnector(rows, ["id"]))
+    stream = spark.readStream.schema("oid INT, k INT").option("maxFilesPerTrigger", 1)
+    query = _run_available_now(stream.json(str(source)).join(static, "k"), "static", tmp_path)
+    metrics = table.query_metrics(query)
+    assert metrics["numLookups"] == 20 and metrics.partial is None  # 10 keys, 2 micro-batches
+    unused = other.query_metrics(query)
+    assert not unused and unused.partial is not None and "no progress report" in unused.partial
