@@ -146,7 +146,10 @@ def redis_url_problem(url: str) -> str | None:
             return f"database {db!r} is not an integer >= 0"
     overridden = sorted(set(parse_qs(parts.query)) & _LIBRARY_REDIS_OPTIONS)
     if overridden:  # redis-py lets the URL's win: 16 calls at once on a pool of 2
-        return f"query option(s) {', '.join(overridden)}, which the library sets itself"
+        return (
+            f"query option(s) {', '.join(overridden)}: they would override the library's pool "
+            "size, timeouts or client name (RedisConnector takes them as its own arguments)"
+        )
     # the query's options as redis-py reads them when a task connects (no connection here)
     import redis.asyncio
 

@@ -104,7 +104,7 @@ def _inexact_as_float(value: Any) -> bool:
     """Whether a JSON float may not tell ``value`` from other keys: a decimal, or an integer
     beyond 2**53 (a service may write ids as floats)."""
     kind = type(value)
-    return kind is Decimal or (kind is int and not -(2**53) <= value <= 2**53)
+    return kind is Decimal or (kind is int and not -(2**53) < value < 2**53)
 
 
 def open_client(c: HttpConnector) -> HttpClient:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from threading import get_ident
 from time import perf_counter
 
-from asyncio_lookup.errors import LookupFailedError, in_lookup_context, lookup_context
+from asyncio_lookup.errors import in_lookup_context, lookup_context
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.chain_build import MetricsRef, SourcePlan, build_parts, plan_source
@@ -345,8 +345,8 @@ class LookupChain:
             return self.miss_retry.resume(
                 key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=counted.missed
             )
-        except LookupFailedError as error:
-            error.attempts = counted.calls  # its own count is of its last load's calls
+        except Exception as error:
+            _count_calls(error, counted)
             raise
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
@@ -439,9 +439,9 @@ class LookupChain:
             if not rows and self.miss_retry is not None:
                 counted = counted or _Attempts(self.metrics)
                 rows = await self._retry_miss(key, batcher, rows, counted)
-        except LookupFailedError as error:
+        except Exception as error:
             if counted is not None:
-                error.attempts = counted.calls  # its own count is of its last load's calls
+                _count_calls(error, counted)
             raise
         return rows
 
@@ -490,6 +490,13 @@ class LookupChain:
         self.metrics.inc(LOAD_COUNT)
         self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
         self.cache.put(key, rows)
+
+
+def _count_calls(error: Exception, counted: _Attempts) -> None:
+    """Give ``error`` (a failed row's) the calls of its whole lookup, not of its last load
+    (a lookup-miss retry starts each load anew)."""
+    if counted.calls > 1:
+        error.attempts = counted.calls  # type: ignore[attr-defined]
 
 
 class _Attempts:

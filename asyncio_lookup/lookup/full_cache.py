@@ -68,6 +68,18 @@ def comparable_kind(value: object) -> object:
     return kind
 
 
+def _number_type(value: object) -> type | None:
+    """float for a float (numpy's too), Decimal for a decimal, else None."""
+    if isinstance(value, float):  # numpy.float64 too
+        return float
+    if type(value) is Decimal:
+        return Decimal
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item) and isinstance(item(), float):
+        return float  # numpy.float32
+    return None
+
+
 def _in_the_snapshot_s_number_types(key: Key, numbers: tuple[frozenset[type], ...]) -> Key | None:
     """``key`` with a ``Decimal`` part as the float whose shortest text it is where its column
     holds floats, a float part as that text's ``Decimal`` where its column holds decimals;
@@ -277,7 +289,7 @@ class FullCache:
         columns_values = list(zip(*snapshot, strict=True))
         kinds = tuple(frozenset(map(comparable_kind, values)) for values in columns_values)
         numbers = tuple(
-            frozenset(t for t in map(type, values) if t is float or t is Decimal)
+            frozenset(t for t in map(_number_type, values) if t is not None)
             for values in columns_values
         )
         return _State(snapshot, None, kinds, numbers), nbytes

@@ -479,8 +479,10 @@ def async_map(
     task.operator()  # validates fn, timeout, capacity, output mode, retry and batching
     if metrics_id is None:
         return map_in_arrow(df, task, parsed)
-    if not isinstance(metrics_id, str) or not metrics_id:
-        raise ConfigurationError("metrics_id", metrics_id, "a non-empty string or None")
+    if not isinstance(metrics_id, str) or not metrics_id or set(metrics_id) & {":", "#"}:
+        raise ConfigurationError(  # ':' and '#' end the id in observation names ('m:2')
+            "metrics_id", metrics_id, "a non-empty string without ':' or '#', or None"
+        )
     if METRICS_COLUMN in parsed.names:
         raise ConfigurationError(
             "schema", METRICS_COLUMN, "output columns without this reserved column name"

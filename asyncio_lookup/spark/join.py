@@ -69,12 +69,15 @@ from asyncio_lookup.validation import user_stacklevel
 def async_defaults(df: DataFrame) -> AsyncDefaults:
     """Job-level async lookup defaults from the Spark conf (``table.exec.async-lookup.*``)."""
     conf = df.sparkSession.conf
-    return AsyncDefaults.from_conf(
-        {
-            key: library_conf(conf, key)[1]
-            for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT, CONF_KEY_ORDERED)
-        }
-    )
+    found = {
+        key: library_conf(conf, key)
+        for key in (CONF_OUTPUT_MODE, CONF_BUFFER_CAPACITY, CONF_TIMEOUT, CONF_KEY_ORDERED)
+    }
+    try:
+        return AsyncDefaults.from_conf({key: value for key, (_, value) in found.items()})
+    except ConfigurationError as error:  # named as it was set (spark.<key> from spark-submit)
+        held = found.get(str(error.option), (error.option, None))[0]
+        raise type(error)(held, error.value, error.allowed, error.reason) from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,16 +36,18 @@ _MAX = 2**31 - 1  # what gc.set_threshold accepts
 _ALLOWED = f"an integer from 0 to {_MAX} (0 leaves the worker's garbage collector alone)"
 
 
-def parse_gc_threshold(value: Any) -> int:
-    """The young-generation threshold from a conf value (``None``: the default)."""
+def parse_gc_threshold(value: Any, option: str = CONF_GC_YOUNG_THRESHOLD) -> int:
+    """The young-generation threshold from a conf value (``None``: the default); ``option``:
+    the key it was set under, for the error."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return DEFAULT_GC_YOUNG_THRESHOLD
-    return parse_int(CONF_GC_YOUNG_THRESHOLD, value, minimum=0, maximum=_MAX, allowed=_ALLOWED)
+    return parse_int(option, value, minimum=0, maximum=_MAX, allowed=_ALLOWED)
 
 
 def gc_threshold_from_conf(conf: Any) -> int:
     """The threshold configured in a Spark session's ``conf`` (``spark.conf``)."""
-    return parse_gc_threshold(library_conf(conf, CONF_GC_YOUNG_THRESHOLD)[1])
+    option, value = library_conf(conf, CONF_GC_YOUNG_THRESHOLD)
+    return parse_gc_threshold(value, option)
 
 
 _frozen_in: int | None = None  # the process whose heap was frozen

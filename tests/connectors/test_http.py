@@ -110,6 +110,10 @@ def test_a_large_float_key_matches_its_integer_but_a_large_float_answer_no_integ
     found = c.group([(1e16,), (2**60,), (2.0**60,)], rows)
     # 1e16 is exactly that integer; the float 2**60 stands for several integers
     assert [[r["n"] for r in f] for f in found] == [["int"], [], ["float"]]
+    # 2**53 itself is one of them (2**53 + 1 reads as it): its answer is read exactly
+    from asyncio_lookup.connectors.http_connector import _inexact_as_float
+
+    assert _inexact_as_float(2**53) and not _inexact_as_float(2**53 - 1)
 
 
 @pytest.mark.parametrize(

@@ -617,3 +617,33 @@ async def test_a_failed_lookup_s_attempts_are_every_call_it_made(mode: str) -> N
     finally:
         await chain.close()
     assert function.calls == 5 and error.value.attempts == 5
+
+
+class _MissThenBadAnswer(AsyncLookupFunction):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        self.calls += 1
+        if self.calls <= 3:
+            return []
+        raise ValueError("bad answer")  # not retried: wrapped into LookupFailedError
+
+
+async def test_a_lookup_failing_for_good_after_miss_retries_counts_every_call() -> None:
+    from asyncio_lookup.lookup.failed_rows import attempts_of
+
+    function = _MissThenBadAnswer()
+    chain = LookupChain.create(
+        Source(Table({}), async_=function),
+        LookupOptions.from_dict({}),
+        prefer_async=True,
+        miss_retry=MissRetry(delay=0.001, max_attempts=5),
+    )
+    await chain.open()
+    try:
+        with pytest.raises(Exception) as error:
+            await chain.async_lookup((1,))
+    finally:
+        await chain.close()
+    assert function.calls == 4 and attempts_of(error.value) == 4

@@ -164,6 +164,11 @@ def test_a_decimal_key_finds_the_json_float_of_its_text_and_a_float_the_numeric(
     cache.start().result(timeout=10)
     assert cache.get((Decimal("0.10"), 0.2)) == [mixed[0]]
     assert cache.get((0.1, 0.3)) == [mixed[1]]
+    np = pytest.importorskip("numpy")  # a custom provider's numpy scan
+    numpy_floats = [{"id": np.float64(0.1), "v": "np"}]
+    cache = FullCache(lambda: numpy_floats, ["id"], None, CacheMetricGroup())
+    cache.start().result(timeout=10)
+    assert cache.get((Decimal("0.10"),)) == [numpy_floats[0]]
 
 
 def test_numpy_and_pandas_keys_of_a_scan_compare_as_numbers_and_datetimes() -> None:

@@ -17,6 +17,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.runtime import OutputMode, RetryPredicates, RetryStrategies
 from asyncio_lookup.spark import LookupTable, async_map, async_map_metrics, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs, plan_lookup_join
+from tests.spark.conftest import no_spark_job
 from tests.spark.helpers import (
     DimService,
     FailingConnector,
@@ -285,6 +286,22 @@ def test_a_conf_key_the_session_refuses_to_read_is_unset() -> None:
     )
 
 
+def test_a_bad_conf_value_is_named_by_the_key_it_was_set_under() -> None:
+    from types import SimpleNamespace
+
+    from asyncio_lookup.spark.join import async_defaults
+    from asyncio_lookup.spark.worker_gc import gc_threshold_from_conf
+
+    conf = {
+        "spark.table.exec.async-lookup.timeout": "soon",
+        "spark.asyncio_lookup.worker.gc-young-threshold": "lots",
+    }
+    with pytest.raises(ConfigurationError, match=r"'spark\.table\.exec\.async-lookup\.timeout'"):
+        async_defaults(SimpleNamespace(sparkSession=SimpleNamespace(conf=conf)))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"'spark\.asyncio_lookup\.worker\.gc-young"):
+        gc_threshold_from_conf(conf)
+
+
 @pytest.mark.parametrize("client", ["asyncio", "aiohttp"])
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_late_row_found_by_miss_retry_and_call_bound(
@@ -510,6 +527,16 @@ def test_async_map_runs_any_async_function(spark: SparkSession, mode: OutputMode
     if mode is OutputMode.ORDERED:
         assert rows == want
     assert async_map_metrics(metrics_id)["numCompleted"] == 200
+
+
+@pytest.mark.parametrize("metrics_id", ["enrich:2", "enrich#2", ""])
+def test_an_async_map_metrics_id_that_would_read_another_s_is_refused(
+    spark: SparkSession, metrics_id: str
+) -> None:
+    # the streaming observation of 'enrich:2' was read as one of 'enrich'
+    df = spark.range(1).selectExpr("CAST(id AS INT) AS n")
+    with no_spark_job(spark), pytest.raises(ConfigurationError, match="'metrics_id'"):
+        async_map(df, _twice_or_none, "n INT, copy INT, label STRING", 10, metrics_id=metrics_id)
 
 
 def test_async_map_retry_strategy_and_errors(spark: SparkSession) -> None:
