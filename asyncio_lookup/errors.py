@@ -137,11 +137,7 @@ def in_lookup_context(error: BaseException, context: str) -> AsyncLookupError:
         named.__cause__ = error.__cause__
         named.__traceback__ = error.__traceback__
     else:
-        calls = getattr(error, "attempts", 1)  # the chain's count of the lookup's calls
-        named = LookupFailedError(
-            f"{context}: {type(error).__name__}: {error_text(error)}",
-            attempts=calls if type(calls) is int and calls > 0 else 1,
-        )
+        named = LookupFailedError(f"{context}: {type(error).__name__}: {error_text(error)}")
         named.__cause__ = error
     named.__suppress_context__ = True  # raised while handling ``error``: shown once, as cause
     named.context = context

@@ -9,11 +9,18 @@ A FULL cache answers every lookup from its snapshot instead (no point lookup, no
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Sequence
 from threading import get_ident
 from time import perf_counter
 
-from asyncio_lookup.errors import in_lookup_context, lookup_context
+from asyncio_lookup.errors import (
+    AsyncLookupError,
+    LookupFailedError,
+    error_text,
+    in_lookup_context,
+    lookup_context,
+)
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.chain_build import MetricsRef, SourcePlan, build_parts, plan_source
@@ -346,7 +353,8 @@ class LookupChain:
                 key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=counted.missed
             )
         except Exception as error:
-            _count_calls(error, counted)
+            if counted.calls > 1:
+                raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
@@ -440,8 +448,8 @@ class LookupChain:
                 counted = counted or _Attempts(self.metrics)
                 rows = await self._retry_miss(key, batcher, rows, counted)
         except Exception as error:
-            if counted is not None:
-                _count_calls(error, counted)
+            if counted is not None and counted.calls > 1:
+                raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
         return rows
 
@@ -492,11 +500,21 @@ class LookupChain:
         self.cache.put(key, rows)
 
 
-def _count_calls(error: Exception, counted: _Attempts) -> None:
-    """Give ``error`` (a failed row's) the calls of its whole lookup, not of its last load
-    (a lookup-miss retry starts each load anew)."""
-    if counted.calls > 1:
-        error.attempts = counted.calls  # type: ignore[attr-defined]
+def _with_calls(error: Exception, calls: int) -> Exception:
+    """``error`` holding the calls of its whole lookup as ``attempts`` (its own count is its
+    last load's: each lookup-miss retry starts a load anew): a copy of one of this library's
+    errors (a batch's error is shared by its keys), any other wrapped as the chain's
+    context would wrap it (:func:`~asyncio_lookup.errors.in_lookup_context`)."""
+    if isinstance(error, AsyncLookupError):
+        counted = copy.copy(error)
+        counted.attempts = calls  # type: ignore[attr-defined]
+        counted.__cause__ = error.__cause__
+    else:
+        counted = LookupFailedError(f"{type(error).__name__}: {error_text(error)}", calls)
+        counted.__cause__ = error
+    counted.__traceback__ = error.__traceback__
+    counted.__suppress_context__ = True
+    return counted
 
 
 class _Attempts:
