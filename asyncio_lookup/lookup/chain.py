@@ -25,6 +25,7 @@ from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
 from asyncio_lookup.lookup.chain_build import MetricsRef, SourcePlan, build_parts, plan_source
 from asyncio_lookup.lookup.clock import MONOTONIC, Clock
+from asyncio_lookup.lookup.failed_rows import attempts_of
 from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import (
     AsyncLookupFunction,
@@ -353,7 +354,7 @@ class LookupChain:
                 key, load, rows, failed=False, sleep=self._clock.sleep, on_retry=counted.missed
             )
         except Exception as error:
-            if counted.calls > 1:
+            if counted.calls > attempts_of(error):
                 raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
 
@@ -448,7 +449,7 @@ class LookupChain:
                 counted = counted or _Attempts(self.metrics)
                 rows = await self._retry_miss(key, batcher, rows, counted)
         except Exception as error:
-            if counted is not None and counted.calls > 1:
+            if counted is not None and counted.calls > attempts_of(error):
                 raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
         return rows
@@ -507,6 +508,7 @@ def _with_calls(error: Exception, calls: int) -> Exception:
     context would wrap it (:func:`~asyncio_lookup.errors.in_lookup_context`)."""
     if isinstance(error, AsyncLookupError):
         counted = copy.copy(error)
+        counted.__dict__.update(error.__dict__)  # its context (a copy is made from its args)
         counted.attempts = calls  # type: ignore[attr-defined]
         counted.__cause__ = error.__cause__
     else:
