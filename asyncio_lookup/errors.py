@@ -129,16 +129,33 @@ def in_lookup_context(error: BaseException, context: str) -> AsyncLookupError:
     keys) and its cause; any other error becomes a :class:`LookupFailedError` naming its type,
     with it as the cause. An error that already has a context is returned as it is.
     """
+    if isinstance(error, AsyncLookupError) and error.context is not None:
+        return error
+    named = _rewrapped(error, f"{context}: ")
+    named.context = context
+    return named
+
+
+def with_attempts(error: BaseException, attempts: int) -> AsyncLookupError:
+    """``error`` saying ``attempts`` calls were made: a copy of one of this library's errors,
+    any other wrapped as :func:`in_lookup_context` wraps it (its context comes later)."""
+    counted = _rewrapped(error, "")
+    counted.attempts = attempts  # type: ignore[attr-defined]
+    return counted
+
+
+def _rewrapped(error: BaseException, prefix: str) -> AsyncLookupError:
+    """A copy of one of this library's errors (its attributes and cause kept), ``prefix``
+    leading its message; any other error as a :class:`LookupFailedError` naming its type,
+    with it as the cause."""
     if isinstance(error, AsyncLookupError):
-        if error.context is not None:
-            return error
         named = copy.copy(error)
-        named.args = (f"{context}: {error_text(error)}",)
+        named.__dict__.update(error.__dict__)  # a copy is rebuilt from its args alone
+        named.args = (f"{prefix}{error_text(error)}",)
         named.__cause__ = error.__cause__
         named.__traceback__ = error.__traceback__
     else:
-        named = LookupFailedError(f"{context}: {type(error).__name__}: {error_text(error)}")
+        named = LookupFailedError(f"{prefix}{type(error).__name__}: {error_text(error)}")
         named.__cause__ = error
     named.__suppress_context__ = True  # raised while handling ``error``: shown once, as cause
-    named.context = context
     return named

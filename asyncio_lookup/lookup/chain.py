@@ -9,17 +9,14 @@ A FULL cache answers every lookup from its snapshot instead (no point lookup, no
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Awaitable, Callable, Sequence
 from threading import get_ident
 from time import perf_counter
 
 from asyncio_lookup.errors import (
-    AsyncLookupError,
-    LookupFailedError,
-    error_text,
     in_lookup_context,
     lookup_context,
+    with_attempts,
 )
 from asyncio_lookup.lookup.batch import KeyBatcher
 from asyncio_lookup.lookup.cache import DefaultLookupCache, LookupCache
@@ -355,7 +352,7 @@ class LookupChain:
             )
         except Exception as error:
             if counted.calls > attempts_of(error):
-                raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
+                raise with_attempts(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
@@ -450,7 +447,7 @@ class LookupChain:
                 rows = await self._retry_miss(key, batcher, rows, counted)
         except Exception as error:
             if counted is not None and counted.calls > attempts_of(error):
-                raise _with_calls(error, counted.calls)  # noqa: B904 (its cause kept)
+                raise with_attempts(error, counted.calls)  # noqa: B904 (its cause kept)
             raise
         return rows
 
@@ -499,24 +496,6 @@ class LookupChain:
         self.metrics.inc(LOAD_COUNT)
         self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
         self.cache.put(key, rows)
-
-
-def _with_calls(error: Exception, calls: int) -> Exception:
-    """``error`` holding the calls of its whole lookup as ``attempts`` (its own count is its
-    last load's: each lookup-miss retry starts a load anew): a copy of one of this library's
-    errors (a batch's error is shared by its keys), any other wrapped as the chain's
-    context would wrap it (:func:`~asyncio_lookup.errors.in_lookup_context`)."""
-    if isinstance(error, AsyncLookupError):
-        counted = copy.copy(error)
-        counted.__dict__.update(error.__dict__)  # its context (a copy is made from its args)
-        counted.attempts = calls  # type: ignore[attr-defined]
-        counted.__cause__ = error.__cause__
-    else:
-        counted = LookupFailedError(f"{type(error).__name__}: {error_text(error)}", calls)
-        counted.__cause__ = error
-    counted.__traceback__ = error.__traceback__
-    counted.__suppress_context__ = True
-    return counted
 
 
 class _Attempts:
