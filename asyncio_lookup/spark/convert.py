@@ -161,7 +161,12 @@ def _rescaled(array: pa.Array, target: pa.DataType) -> pa.Array:
     Spark decimal fits, then narrowed, which checks the precision."""
     digits = _WIDE_DIGITS
     if pt.is_decimal(array.type):
-        digits = min(digits, array.type.precision + max(0, target.scale - array.type.scale))
+        source = array.type
+        if target.scale >= source.scale and (
+            target.precision - target.scale >= source.precision - source.scale
+        ):
+            return pc.cast(array, target, safe=True)  # every value fits: nothing can wrap
+        digits = min(digits, source.precision + max(0, target.scale - source.scale))
     wide = pa.decimal256(max(digits, target.scale, 1), target.scale)
     return pc.cast(pc.cast(array, wide, safe=True), target, safe=True)
 
