@@ -290,7 +290,7 @@ class PostgresConnector(AsyncFirstSource):
             )
 
     async def _key_equality_of(
-        self, conn: asyncpg.Connection, declared_types: Mapping[str, str]
+        self, conn: asyncpg.Connection, catalog_types: Mapping[str, str]
     ) -> dict[str, tuple[str, str, str, bool]]:
         """Per key column: its type, the base type under its domains, that type's kind
         (``pg_type.typtype``) and whether its collation (a ``COLLATE`` in a ``query=`` too)
@@ -316,7 +316,7 @@ class PostgresConnector(AsyncFirstSource):
         collations = iter(deterministic)
         return {
             k: (
-                _with_modifier(declared_types.get(k), t["type"]),
+                _with_modifier(catalog_types.get(k), t["type"]),
                 t["base"],
                 t["kind"],
                 next(collations) if t["collatable"] else True,
@@ -341,7 +341,7 @@ class PostgresConnector(AsyncFirstSource):
             if not records or not records[0]["found"]:
                 return None
             return {r["name"]: r["type"] for r in records if r["name"] is not None}
-        statement = await conn.prepare(f"SELECT * FROM ({self.query}\n) AS src LIMIT 0")
+        statement = await conn.prepare(f"SELECT * FROM {self.source_sql()} LIMIT 0")
         attributes = statement.get_attributes()
         types = await conn.fetch(
             "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
