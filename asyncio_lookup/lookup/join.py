@@ -40,6 +40,7 @@ from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import Key, Row, one_nan
 from asyncio_lookup.lookup.hint_resolve import CONF_TIMEOUT, ResolvedLookup, duration_text
 from asyncio_lookup.runtime import AsyncFunction, AsyncWaitOperator, OutputMode
+from asyncio_lookup.runtime.function import check_plain_callable
 from asyncio_lookup.runtime.rebatch import (
     DEFAULT_FLUSH_ROWS,
     Rebatcher,
@@ -119,8 +120,8 @@ class JoinSpec:
             seen.add(binding.dim_column)
         for name in ("dim_filter", "condition", "left_condition"):
             value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ConfigurationError(name, value, "a callable or None")
+            if value is not None:
+                check_plain_callable(name, value, "a callable or None")
 
     @property
     def key_columns(self) -> tuple[str, ...]:

@@ -65,11 +65,27 @@ FunctionLike = AsyncFunction[IN, OUT] | Callable[[IN], Awaitable[Collection[OUT]
 _ALLOWED = "an AsyncFunction instance or an `async def` function taking one element"
 
 
-def _is_async_callable(obj: Any) -> bool:
+def is_async_callable(obj: Any) -> bool:
+    """Whether calling ``obj`` returns a coroutine (``async def``, or an async ``__call__``)."""
     if inspect.iscoroutinefunction(obj):
         return True
     call = getattr(type(obj), "__call__", None)  # noqa: B004 - async __call__ on an instance
     return call is not None and inspect.iscoroutinefunction(call)
+
+
+def check_plain_callable(option: str, value: Any, allowed: str) -> None:
+    """Raise :class:`ConfigurationError` unless ``value`` is a callable that is not async: a
+    hook called synchronously would get a coroutine back (never awaited, always truthy)."""
+    if not callable(value):
+        raise ConfigurationError(option, value, allowed)
+    if is_async_callable(value):
+        raise ConfigurationError(
+            option,
+            value,
+            allowed,
+            reason="it is `async def`: it is called without await, and the coroutine it "
+            "returns would be taken as its answer; make it a plain `def`",
+        )
 
 
 def as_async_function(fn: Any, option: str = "fn") -> AsyncFunction[Any, Any]:
@@ -88,7 +104,7 @@ def as_async_function(fn: Any, option: str = "fn") -> AsyncFunction[Any, Any]:
                 reason=f"{type(fn).__name__}.invoke_now must be a plain method, not `async def`",
             )
         return fn
-    if isinstance(fn, type) or not callable(fn) or not _is_async_callable(fn):
+    if isinstance(fn, type) or not callable(fn) or not is_async_callable(fn):
         raise ConfigurationError(option, fn, _ALLOWED, reason="not an async function")
     return _CallableFunction(fn)
 

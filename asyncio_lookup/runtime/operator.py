@@ -21,8 +21,10 @@ from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED, OutputMode, Wa
 from asyncio_lookup.runtime.function import (
     AsyncFunction,
     as_async_function,
+    check_plain_callable,
     has_timeout_hook,
     invoker,
+    is_async_callable,
     now_invoker,
 )
 from asyncio_lookup.runtime.handler import WatermarkEntry
@@ -60,13 +62,14 @@ def _check_output_mode(output_mode: Any) -> OutputMode:
 
 def _check_key_selector(key_selector: Any, output_mode: OutputMode) -> KeySelector | None:
     if output_mode is OutputMode.KEY_ORDERED:
-        if key_selector is None or not callable(key_selector):
+        if key_selector is None:
             raise ConfigurationError(
                 "key_selector",
                 key_selector,
                 "a callable element -> hashable key",
                 reason="output_mode KEY_ORDERED keeps order per key and needs the key",
             )
+        check_plain_callable("key_selector", key_selector, "a callable element -> hashable key")
         return key_selector  # type: ignore[no-any-return]
     if key_selector is not None:
         raise ConfigurationError(
@@ -98,6 +101,15 @@ def _check_retry(
             "a finite timeout > 0",
             reason=f"retry ({retry_strategy!r}) needs a timeout",
         )
+    for hook in ("can_retry", "backoff"):
+        if is_async_callable(getattr(retry_strategy, hook)):
+            raise ConfigurationError(
+                "retry_strategy",
+                retry_strategy,
+                "an AsyncRetryStrategy whose can_retry and backoff are plain methods",
+                reason=f"{type(retry_strategy).__name__}.{hook} is `async def`: it is called "
+                "without await",
+            )
     predicate = retry_strategy.retry_predicate
     if predicate.result_predicate is None and predicate.exception_predicate is None:
         return None
@@ -152,8 +164,8 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         if not isinstance(manage_lifecycle, bool):
             raise ConfigurationError("manage_lifecycle", manage_lifecycle, "True or False")
         self.manage_lifecycle = manage_lifecycle
-        if on_error is not None and not callable(on_error):
-            raise ConfigurationError(
+        if on_error is not None:
+            check_plain_callable(
                 "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"
             )
         self.on_error = on_error

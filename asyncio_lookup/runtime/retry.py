@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.runtime.function import check_plain_callable
 from asyncio_lookup.validation import parse_duration, parse_int, parse_number
 
 ResultPredicate = Callable[[Collection[Any]], bool]
@@ -30,8 +31,8 @@ class AsyncRetryPredicate:
     def __post_init__(self) -> None:
         for name in ("result_predicate", "exception_predicate"):
             value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ConfigurationError(name, value, "a callable returning a bool, or None")
+            if value is not None:
+                check_plain_callable(name, value, "a callable returning a bool, or None")
 
 
 @runtime_checkable

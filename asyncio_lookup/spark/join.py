@@ -30,6 +30,7 @@ from asyncio_lookup.lookup.hints import HintsInput
 from asyncio_lookup.lookup.join import JoinSpec, JoinType
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider
+from asyncio_lookup.runtime.function import check_plain_callable
 from asyncio_lookup.spark.conf import library_conf
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
@@ -134,8 +135,7 @@ def check_predicate(name: str, value: Any, parameters: str) -> None:
     if value is None:
         return
     allowed = f"a callable {parameters} -> bool, or None"
-    if not callable(value):
-        raise ConfigurationError(name, value, allowed)
+    check_plain_callable(name, value, allowed)
     try:
         signature = inspect.signature(value)
     except (TypeError, ValueError):  # a builtin without one: called as it is

@@ -329,3 +329,12 @@ async def test_a_raising_lookup_fails_the_run_with_the_original_error() -> None:
         assert set(asyncio.all_tasks()) - before == set()
     finally:
         await chain.close()
+
+
+def test_an_async_dim_filter_is_refused() -> None:
+    async def keep_none(dim: Row) -> bool:
+        return False
+
+    with pytest.raises(ConfigurationError, match="`async def`") as error:
+        JoinSpec(JoinType.INNER, SPEC.keys, dim_filter=keep_none)
+    assert error.value.option == "dim_filter"

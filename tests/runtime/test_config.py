@@ -137,3 +137,52 @@ def test_bad_retry_strategy_and_exception_types() -> None:
     assert error.value.option == "types"
     with pytest.raises(ConfigurationError):
         RetryPredicates.exception_type()
+
+
+async def async_hook(*args: Any) -> Any:
+    return True
+
+
+class _AsyncCall:
+    async def __call__(self, *args: Any) -> Any:
+        return True
+
+
+@pytest.mark.parametrize("hook", [async_hook, _AsyncCall()])
+def test_hooks_called_without_await_refuse_async_callables(hook: Any) -> None:
+    """An `async def` key selector, predicate or error handler returned a coroutine, taken as
+    the answer: every record its own key, every outcome retried, a failed stream at run time."""
+    cases = [
+        (
+            "key_selector",
+            lambda: AsyncWaitOperator(ok, timeout=1, output_mode="key_ordered", key_selector=hook),
+        ),
+        ("on_error", lambda: AsyncWaitOperator(ok, timeout=1, on_error=hook)),
+        ("on_error", lambda: AsyncBatchWaitOperator(ok, batch_size=2, timeout=1, on_error=hook)),
+        ("result_predicate", lambda: RetryStrategies.fixed_delay(2, 0.1, result_predicate=hook)),
+        (
+            "exception_predicate",
+            lambda: RetryStrategies.fixed_delay(2, 0.1, exception_predicate=hook),
+        ),
+    ]
+    for option, build in cases:
+        with pytest.raises(ConfigurationError, match="`async def`") as error:
+            build()
+        assert error.value.option == option
+
+
+def test_a_strategy_with_async_can_retry_or_backoff_is_refused() -> None:
+    base = RetryStrategies.fixed_delay(2, 0.1, result_predicate=RetryPredicates.EMPTY_RESULT)
+
+    class AsyncCanRetry:
+        retry_predicate = base.retry_predicate
+
+        async def can_retry(self, attempts: int) -> bool:
+            return attempts < 2
+
+        def backoff(self, attempts: int) -> float:
+            return 0.1
+
+    with pytest.raises(ConfigurationError, match="can_retry is `async def`") as error:
+        AsyncWaitOperator(ok, timeout=1, retry_strategy=AsyncCanRetry())
+    assert error.value.option == "retry_strategy"

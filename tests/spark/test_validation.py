@@ -96,6 +96,10 @@ def test_invalid_job_default_in_the_spark_conf(
         spark.conf.unset("table.exec.async-lookup.timeout")
 
 
+async def _async_predicate(*rows: Any) -> bool:
+    return False
+
+
 @pytest.mark.parametrize(
     ("kwargs", "option", "named"),
     [
@@ -169,6 +173,9 @@ def test_invalid_lookup_tables(
         ({"rename": {"name": "code"}}, "rename", ["collides with column 'code'"]),
         ({"rename": {"name": "n", "country": "N"}}, "rename", ["collides with column 'n'"]),
         ({"dim_filter": "country = 'NL'"}, "dim_filter", ["callable"]),
+        # a coroutine is truthy: an `async def` filter let every row through
+        ({"dim_filter": _async_predicate}, "dim_filter", ["`async def`"]),
+        ({"condition": _async_predicate}, "condition", ["`async def`"]),
         # ignored silently before: a rename of a column not output, a count for no exchange
         (
             {"columns": ["name"], "rename": {"country": "c"}},
