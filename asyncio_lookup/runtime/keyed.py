@@ -141,20 +141,20 @@ class KeyOrderedRun(OperatorRun):
             super()._admit(element)
             return
         key = self._key_of(element)  # first: a selector that raises fails the stream as is
+        try:
+            hash(key)  # before the record takes its slot: a failed stream leaves no gauge up
+        except TypeError as error:
+            raise TypeError(
+                f"key_selector returned {key!r} for {element!r}, which is not hashable; "
+                "return a hashable key such as a tuple"
+            ) from error
         now = self.time()
         admitted = now if self.clock is self.time else self.clock()  # as OperatorRun's
         handler = KeyedHandler(self, element, admitted, now + self._timeout)
         self._occupied += 1
         self._queue.put(handler)
         self.metrics.in_flight += 1  # admitted, final or not: waiting for its key counts
-        try:
-            free = self._keys.admit(handler, key)
-        except TypeError as error:  # an unhashable key
-            raise TypeError(
-                f"key_selector returned {key!r} for {element!r}, which is not hashable; "
-                "return a hashable key such as a tuple"
-            ) from error
-        if free:
+        if self._keys.admit(handler, key):
             self._call(handler)
 
     def _waiting(self) -> int:

@@ -452,6 +452,7 @@ def test_an_unhashable_key_fails_the_stream_with_a_clear_error() -> None:
     )
     with pytest.raises(TypeError, match="not hashable"):
         run_virtual(collect(op, [1]))
+    assert op.metrics.in_flight == 0  # the record never took its slot
 
 
 def test_a_timed_out_call_unwinds_before_the_next_call_of_its_key() -> None:
