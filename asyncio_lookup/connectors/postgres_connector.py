@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from decimal import Decimal
@@ -54,7 +55,7 @@ _INTEGRAL_BOUNDS = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
 # format_type names whose bare form in a cast means length 1 (char(1), bit(1)): their
 # unconstrained spelling, so a key array keeps every character (char(n) keys are padded).
 _CAST_NAMES = {"character": "bpchar", "bit": '"bit"'}
-_IDENTITY_VERSION = 1  # bumped when the connector's answers to the same configuration change
+_IDENTITY_VERSION = 2  # bumped when the connector's answers to the same configuration change
 
 
 def _names(option: str, value: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -411,11 +412,19 @@ class PostgresConnector(AsyncFirstSource):
     async def _connect(self, action: str) -> asyncpg.Connection:
         """A connection of its own (not the pool's), for ``action``."""
         try:
-            return await asyncpg.connect(self.url, **_asyncpg_options(self))
+            conn = await asyncpg.connect(self.url, **_asyncpg_options(self))
         except Exception as error:
             if not is_connection_error(error):
                 raise
             raise self.transient(error, action) from error
+        try:
+            await _exact_intervals(conn)
+        except BaseException as error:
+            conn.terminate()
+            if isinstance(error, Exception) and is_connection_error(error):
+                raise self.transient(error, action) from error
+            raise
+        return conn
 
     async def _scan(self) -> AsyncIterator[Row]:
         conn = await self._connect("scan")
@@ -431,6 +440,32 @@ class PostgresConnector(AsyncFirstSource):
                     raise self.transient(error, "scan") from error
         finally:
             conn.terminate()  # never wait on a connection that may have stopped answering
+
+
+def _interval_in(value: tuple[int, int, int]) -> datetime.timedelta:
+    """An ``interval`` as a ``timedelta``, when it has no months: asyncpg's own decoder counts
+    a month as 30 days and a year as 365 (``'1 mon'`` came back as 30 days)."""
+    months, days, microseconds = value
+    if months:
+        raise ValueError(
+            f"the interval of {months} month(s), {days} day(s) and {microseconds} µs has "
+            "months, which no fixed number of days is"
+        )
+    return datetime.timedelta(days=days, microseconds=microseconds)
+
+
+def _interval_out(value: datetime.timedelta) -> tuple[int, int, int]:
+    return (0, value.days, value.seconds * 1_000_000 + value.microseconds)
+
+
+async def _exact_intervals(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "interval",
+        schema="pg_catalog",
+        encoder=_interval_out,
+        decoder=_interval_in,
+        format="tuple",
+    )
 
 
 def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
@@ -537,7 +572,11 @@ class _PostgresLookup(AsyncLookupFunction):
         c = self.connector
         try:
             pool = await asyncpg.create_pool(
-                c.url, min_size=1, max_size=c.pool_size, **_asyncpg_options(c)
+                c.url,
+                min_size=1,
+                max_size=c.pool_size,
+                init=_exact_intervals,
+                **_asyncpg_options(c),
             )
         except Exception as error:
             if not is_connection_error(error):

@@ -210,6 +210,16 @@ def _same_kind(check: Callable[[pa.DataType], bool]) -> _Converter:
     return convert
 
 
+def _to_string(array: pa.Array, target: pa.DataType, zone: str) -> pa.Array:
+    """Text as text; a ``uuid.UUID`` (PostgreSQL's ``uuid``) as its canonical text, which is
+    PostgreSQL's own."""
+    if isinstance(array.type, pa.UuidType):
+        return pa.array([None if u is None else str(u) for u in array.to_pylist()], target)
+    if _is_string(array.type):
+        return pc.cast(array, target, safe=True)
+    raise _Refused
+
+
 def _converter(target: pa.DataType) -> _Converter:
     if _is_integer(target):
         return _to_integer
@@ -222,7 +232,7 @@ def _converter(target: pa.DataType) -> _Converter:
     if pt.is_timestamp(target):
         return _to_timestamp
     if _is_string(target):
-        return _same_kind(_is_string)
+        return _to_string
     if _is_binary(target):
         return _same_kind(_is_binary)
     if pt.is_boolean(target):

@@ -578,3 +578,29 @@ def test_cache_identity() -> None:
         ).cache_identity
         != PostgresConnector("postgresql://app@db.example/shop", "other.t", "id").cache_identity
     )
+
+
+async def test_an_interval_with_months_fails_its_key_never_comes_as_30_days(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    # asyncpg's decoder counts a month as 30 days: '1 mon' came back as timedelta(days=30)
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id int, iv interval)',
+        f"""INSERT INTO "{pg_table}" VALUES (1, '1 mon'), (2, '3 days 04:05:06.5'),
+            (3, '-1 day +02:00')""",
+    )
+    fn = PostgresConnector(postgres_dsn, pg_table, "id", ["iv"]).async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(DataFormatError, match="1 month"):
+            await fn.async_lookup((1,))
+        out = await fn.async_lookup_batch([(1,), (2,), (3,)])
+    finally:
+        await fn.close()
+    assert isinstance(out[0], DataFormatError)
+    assert out[1] == [{"iv": dt.timedelta(days=3, seconds=14706, microseconds=500000)}]
+    assert out[2] == [{"iv": dt.timedelta(days=-1, hours=2)}]
+    scan = PostgresConnector(postgres_dsn, pg_table, "id", ["iv"]).scan()
+    with pytest.raises(ValueError, match="1 month"):
+        [row async for row in scan]

@@ -103,3 +103,18 @@ def test_any_fraction_fails_at_its_index(ints: list[int], fraction: float, at: i
         convert(values, pa.int64())
     assert error.value.index == at
     assert error.value.value == fraction
+
+
+def test_a_uuid_into_string_is_its_canonical_text() -> None:
+    # PostgreSQL's uuid comes from asyncpg as uuid.UUID; Spark has no UUID type
+    import uuid
+
+    value = uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11")
+    assert convert([value, None, "x"], pa.string()) == [
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        None,
+        "x",
+    ]
+    assert convert([value], pa.large_string()) == ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]
+    with pytest.raises(LossyValueError, match="UUID"):
+        convert([value], pa.int64())
