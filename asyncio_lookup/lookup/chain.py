@@ -413,7 +413,12 @@ class LookupChain:
                 if self.shared is None:
                     rows = await self._load_async(key)
                 else:
-                    rows, from_shared = await self.shared.lookup(key, lambda: self._load_async(key))
+                    mark: list[float] = []  # the load's own start: L2 reads and waits aside
+                    rows, from_shared = await self.shared.lookup(
+                        key, lambda: self._load_timed(key, mark)
+                    )
+                    if mark:
+                        started = mark[0]
             except Exception:
                 if cache is not None:
                     self.metrics.inc(NUM_LOAD_FAILURES)
@@ -427,6 +432,10 @@ class LookupChain:
             else:
                 self._loaded(key, rows, started)
         return rows
+
+    async def _load_timed(self, key: Key, mark: list[float]) -> list[Row]:
+        mark.append(self._clock.now())
+        return await self._load_async(key)
 
     async def _load_async(self, key: Key) -> list[Row]:
         """The rows from the connector, through the retry policies, batching and coalescing."""

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import date, datetime, timedelta, timezone
 from datetime import time as dtime
 from decimal import Decimal
@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncio_lookup.lookup.chain import LookupChain
-from asyncio_lookup.lookup.functions import Key
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
 from asyncio_lookup.lookup.l2.codec import (
     EntryMismatch,
     NotEncodable,
@@ -495,11 +495,86 @@ async def test_a_lease_whose_holder_died_is_waited_for_at_most_the_lease_time(
         started = time.monotonic()
         assert await chain.async_lookup(("k",)) == [{"id": "k"}]
         assert 0.25 <= time.monotonic() - started < 2.0
+        # the load's own time: the lease wait before it is no part of it
+        assert chain.metrics.snapshot()["latestLoadTime"] < 250
         assert client.get(lease) == b"a process that died"  # not ours to drop; the value is
         assert await chain.async_lookup(("k",)) == [{"id": "k"}]
         assert len(table.calls) == 1
     finally:
         await chain.close()
+
+
+async def test_a_load_with_nothing_to_share_sends_its_waiters_to_the_service_together(
+    redis_url: str, namespace: str
+) -> None:
+    """A miss this join does not cache: its loader writes nothing, and each waiter took the
+    freed lease in turn and loaded alone (N processes: N service latencies one after another)."""
+    running: list[int] = [0, 0]  # now, most at once
+
+    class Missing(AsyncLookupFunction):
+        async def async_lookup(self, key: Key) -> Collection[Row]:
+            running[0] += 1
+            running[1] = max(running)
+            await asyncio.sleep(0.3)
+            running[0] -= 1
+            return []
+
+    options = _options(redis_url, namespace, **{"lookup.partial-cache.cache-missing-key": "false"})
+    chains = [
+        LookupChain.create(
+            Source(Table(), async_=Missing()),
+            options,
+            prefer_async=True,
+            name="T",
+            key_columns=("id",),
+        )
+        for _ in range(3)
+    ]
+    for chain in chains:
+        await chain.open()
+    try:
+        first = asyncio.ensure_future(chains[0].async_lookup(("none",)))
+        await asyncio.sleep(0.1)  # it holds the lease, loading
+        waiters = [asyncio.ensure_future(c.async_lookup(("none",))) for c in chains[1:]]
+        assert await asyncio.wait_for(asyncio.gather(first, *waiters), 5) == [[], [], []]
+        assert running[1] == 2  # the two waiters, at once
+        assert sum(c.metrics.snapshot()["l2LeaseWaitCount"] for c in chains) == 2
+    finally:
+        for chain in chains:
+            await chain.close()
+
+
+async def test_a_read_that_failed_after_the_store_ran_it_frees_its_leases(
+    redis_url: str, namespace: str
+) -> None:
+    """The read's answer came after the timeout (a loaded host): its leases were taken; the
+    rows loaded then are written as their holder's, and another process reads them."""
+    table = Table({(i,): [{"id": i}] for i in range(5)})
+    options = _options(redis_url, namespace)
+    a, b = _chain(table, options), _chain(table, options)
+    store = _counting(a)
+    original = store.inner.read
+
+    async def late(keys: Sequence[bytes], lease_ms: int, token: bytes) -> list[ReadResult]:
+        answer = await original(keys, lease_ms, token)  # run on the store, leases taken
+        await asyncio.sleep(0.3)  # past the 100 ms timeout
+        return answer
+
+    store.inner.read = late  # type: ignore[method-assign]
+    await a.open()
+    await b.open()
+    try:
+        await asyncio.gather(*(a.async_lookup((i,)) for i in range(5)))
+        assert a.metrics.snapshot()["l2ErrorCount"] == 1
+        await a.shared.flush()  # type: ignore[union-attr]
+        assert await asyncio.gather(*(b.async_lookup((i,)) for i in range(5))) == [
+            [{"id": i}] for i in range(5)
+        ]
+        m = b.metrics.snapshot()
+        assert m["l2HitCount"] == 5 and m["l2LeaseWaitCount"] == 0
+    finally:
+        await a.close()
+        await b.close()
 
 
 async def test_a_lease_is_dropped_only_by_its_holder(redis_url: str, namespace: str) -> None:

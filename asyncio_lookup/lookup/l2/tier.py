@@ -77,6 +77,8 @@ _POLL_FIRST = 0.005
 _POLL_MAX = 0.05
 
 _Failed = None  # a read's answer when the store failed
+#: What a key holds, for the lease time, when its loader had nothing to share.
+NOT_SHARED = b"alk-not-shared"
 
 
 class _Gave(enum.Enum):
@@ -112,6 +114,7 @@ class SharedTier:
         self._reads: dict[bytes, list[asyncio.Future[ReadResult | None]]] = {}
         self._writes: dict[bytes, bytes | None] = {}  # key -> value, or None: lease release only
         self._released: set[bytes] = set()
+        self._markers: set[bytes] = set()  # keys whose loads had nothing to share
         self._loading: dict[bytes, int] = {}  # keys this process is loading -> their loaders
         self._written: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,7 +144,7 @@ class SharedTier:
     async def flush(self) -> None:
         """Wait for the writes under way (each bounded by ``WRITE_BOUND``): the end of a task
         calls it, since the worker's loop may not run again before the process exits."""
-        if self._writes or self._released:
+        if self._writes or self._released or self._markers:
             self._flush_writes()
         pending = [task for task in self._tasks if not task.done()]
         if pending:
@@ -220,14 +223,23 @@ class SharedTier:
             left = self._loading.pop(skey) - 1
             if left:
                 self._loading[skey] = left
-        if answer is not _Failed:
-            await self._store_rows(skey, encoded, rows, leased)
+        if answer is _Failed:
+            # The read may have run on the store and taken the lease before it failed (a
+            # timeout on a loaded host): write the rows as their lease holder would, without
+            # waiting, so that the token-checked release frees the lease for the others.
+            self._store_rows(skey, encoded, rows, True)
+        else:
+            written = self._store_rows(skey, encoded, rows, leased)
+            if written is not None:
+                await written
         return rows, False
 
     def _decode(self, encoded: bytes, data: bytes) -> list[Row] | None:
         """The rows of an entry read for this key, or None: read it as a miss (another key's,
         older than this join's TTL, or a missing key this join does not cache)."""
         self.metrics.inc(L2_BYTES_READ, len(data))
+        if data == NOT_SHARED:
+            return None  # its loader had nothing to share: load it at once, no lease
         try:
             rows = decode_entry(self.namespace, encoded, data, self._ttl_ms)
         except (StaleEntry, OtherFormat):
@@ -257,7 +269,11 @@ class SharedTier:
             if answer is not False:
                 return answer
 
-    async def _store_rows(self, skey: bytes, encoded: bytes, rows: list[Row], leased: bool) -> None:
+    def _store_rows(
+        self, skey: bytes, encoded: bytes, rows: list[Row], leased: bool
+    ) -> asyncio.Future[None] | None:
+        """Queue the entry of rows just loaded (with their lease's release); the write's
+        future (it waits at most the timeout), or None when there is nothing to write."""
         value: bytes | None = None
         if rows or self.settings.cache_missing_key:
             try:
@@ -266,9 +282,14 @@ class SharedTier:
                 self._warn_not_shared(str(error))
             if value is not None and len(value) > self.settings.max_value_size:
                 value = None
-        if value is None and not leased:
-            return
-        await self._queue_write(skey, value)
+        if value is None:
+            if not leased:
+                return None
+            # Nothing to share (a miss this join does not cache, rows too large): a marker
+            # for the lease time sends the processes waiting on the lease to the service at
+            # once, rather than each in turn taking the lease and loading alone.
+            value = NOT_SHARED
+        return self._queue_write(skey, value)
 
     def _warn_not_shared(self, why: str) -> None:
         if why not in self._not_shared:
@@ -315,10 +336,12 @@ class SharedTier:
 
     def _queue_write(self, skey: bytes, value: bytes | None) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
-        if not self._writes and not self._released:
+        if not self._writes and not self._released and not self._markers:
             loop.call_soon(self._flush_writes)
         if value is None:
             self._released.add(skey)
+        elif value is NOT_SHARED:
+            self._markers.add(skey)
         else:
             self._writes[skey] = value
         future: asyncio.Future[None] = loop.create_future()
@@ -326,19 +349,21 @@ class SharedTier:
         return future
 
     def _flush_writes(self) -> None:
-        if not self._writes and not self._released:
+        if not self._writes and not self._released and not self._markers:
             return  # flushed early (flush())
         entries = list(self._writes.items())
-        release = list(self._released | {k for k, _ in entries})
+        markers = list(self._markers - self._writes.keys())
+        release = list(self._released | {k for k, _ in entries} | set(markers))
         waiters = self._written
-        self._writes, self._released, self._written = {}, set(), []
-        self._spawn(self._run_write(entries, release, waiters))
+        self._writes, self._released, self._markers, self._written = {}, set(), set(), []
+        self._spawn(self._run_write(entries, release, waiters, markers))
 
     async def _run_write(
         self,
         entries: list[tuple[bytes, bytes | None]],
         release: list[bytes],
         waiters: list[asyncio.Future[None]],
+        markers: Sequence[bytes] = (),
     ) -> None:
         values = [(k, v) for k, v in entries if v is not None]
 
@@ -352,6 +377,13 @@ class SharedTier:
         handle = asyncio.get_running_loop().call_later(self.settings.timeout, release_waiters)
         bound = max(WRITE_BOUND, self.settings.timeout)
         try:
+            if markers:  # first: the leases they replace are released by the write below
+                await self._call(
+                    lambda store: store.write(
+                        [(key, NOT_SHARED) for key in markers], self._lease_ms, (), self._token
+                    ),
+                    bound,
+                )
             ok, sent = await self._call(
                 lambda store: store.write(values, self._ttl_ms, release, self._token), bound
             )
