@@ -815,6 +815,8 @@ async def test_a_failing_store_warns_once_per_task(
         m = chain.metrics.snapshot()
         assert m["l2ErrorCount"] >= 3 and m["l2SkippedCount"] >= 1
         assert len(table.calls) == 15
+        # each lookup is one of these (a failed read's lookups went past the store too)
+        assert m["l2HitCount"] + m["l2MissCount"] + m["l2SkippedCount"] == m["missCount"] == 15
     finally:
         await chain.close()
 

@@ -210,8 +210,8 @@ class SharedTier:
             leased = answer is True
         else:
             leased = answer is True
-        if answer is not _Failed:
-            self.metrics.inc(L2_MISS_COUNT)
+        # every lookup here is an L2 hit, miss or skip: a failed read went past the store
+        self.metrics.inc(L2_SKIPPED if answer is _Failed else L2_MISS_COUNT)
         self._loading[skey] = self._loading.get(skey, 0) + 1
         try:
             rows = await load()
