@@ -297,6 +297,22 @@ def test_aggregation_and_where_over_joined_columns(spark: SparkSession, sql: Loo
     assert df.columns == plain.columns
 
 
+def test_functions_sqlglot_would_rewrite_are_printed_back_as_written(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    """The statement of a lookup join is regenerated: to_char lost its format (CAST AS
+    STRING), percentile_cont WITHIN GROUP became percentile_approx, silently."""
+    query = """SELECT to_char(o.total, '000.00') AS t, to_char(c.id, '0000') AS i,
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY o.total) OVER (PARTITION BY c.country) AS m,
+        percentile_disc(0.25) WITHIN GROUP (ORDER BY c.id) OVER () AS d
+        FROM Orders AS o JOIN {dim} ON o.customer_id = c.id AND c.id = to_number(
+            to_char(o.customer_id, '0000'), '0000')"""
+    df = sql.sql(query.format(dim="Customers FOR SYSTEM_TIME AS OF o.proc_time AS c"))
+    plain = spark.sql(query.format(dim="customers_plain AS c"))
+    assert rows(df) == rows(plain)
+    assert ("002.50", "0008") in {(r.t, r.i) for r in df.collect()}
+
+
 def test_lookup_join_inside_a_cte_and_a_view(spark: SparkSession, sql: LookupSQL) -> None:
     cte = """WITH enriched AS (
           SELECT o.order_id, o.total, c.country FROM Orders o

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from asyncio_lookup.spark.sql.parse import SqlError
+from asyncio_lookup.spark.sql.parse import SqlError, to_spark_sql
 
 _ALLOWED = "a computed column over the table's physical columns: name AS <expression>"
 
@@ -33,7 +33,7 @@ class ComputedColumn:
         for column in list(copy.find_all(exp.Column)):
             target = columns[_physical(column.name, self.depends)]
             column.replace(exp.column(target, quoted=True))
-        return copy.sql(dialect="spark")
+        return to_spark_sql(copy)
 
 
 def _physical(name: str, columns: Sequence[str]) -> str:

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from asyncio_lookup.spark.sql.parse import SqlError
+from asyncio_lookup.spark.sql.parse import SqlError, to_spark_sql
 from asyncio_lookup.spark.sql.scope import Resolver, Source, conjuncts
 
-DIALECT = "spark"
 _T = exp.DataType.Type
 _INTEGRAL = (_T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT)
 _STRINGS = {_T.TEXT, _T.VARCHAR, _T.CHAR, _T.NVARCHAR, _T.NCHAR}
@@ -39,7 +38,7 @@ NOT_DISTINCT = (
 
 
 def _sql(node: exp.Expr) -> str:
-    return node.sql(dialect=DIALECT)
+    return to_spark_sql(node)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from asyncio_lookup.errors import ConfigurationError
@@ -82,6 +82,38 @@ class _Tokenizer(Spark.Tokenizer):
     # O'Brien, "a""b" is a"b); sqlglot's Spark dialect takes only backslash escapes and reads
     # 'O''Brien' as two adjacent literals. The backslash stays first: the generator escapes with it.
     STRING_ESCAPES = ["\\", "'", '"']
+
+
+class _Generator(Spark.Generator):  # type: ignore[misc,valid-type]
+    # Spark SQL printed back as written where sqlglot's Spark generator rewrites it into
+    # something else: to_char(x, fmt) into CAST(x AS STRING) (the format dropped),
+    # percentile_cont/_disc(p) WITHIN GROUP (ORDER BY v) into PERCENTILE_APPROX(v, p).
+    TRANSFORMS = {
+        **{k: v for k, v in Spark.Generator.TRANSFORMS.items() if k is not exp.WithinGroup},
+        exp.ToChar: lambda self, e: self.function_fallback_sql(e),
+    }
+
+
+class SparkSql(Spark):
+    """Spark's dialect as a rewritten statement is printed for Spark to run (see
+    :func:`to_spark_sql`)."""
+
+    Generator = _Generator
+
+
+def to_spark_sql(node: exp.Expr) -> str:
+    """``node`` as Spark SQL; a :class:`SqlError` where sqlglot cannot print it exactly (it
+    would drop an argument, and the statement would compute something else)."""
+    try:
+        return node.sql(dialect=SparkSql, unsupported_level=ErrorLevel.RAISE)
+    except UnsupportedError as error:
+        raise SqlError(
+            "sql",
+            node.sql(dialect=SparkSql)[:200],
+            "Spark SQL that sqlglot prints back exactly",
+            reason=f"a lookup join's statement is rewritten, and sqlglot would change it: "
+            f"{error}; write the expression another way",
+        ) from None
 
 
 class FlinkSpark(Spark):

@@ -17,16 +17,14 @@ from asyncio_lookup.errors import HintError
 from asyncio_lookup.lookup import LookupHint, ShuffleHashHint, parse_hints
 from asyncio_lookup.lookup.hint_merge import merge_lookup_hints
 from asyncio_lookup.lookup.hints import unqualified
-from asyncio_lookup.spark.sql.parse import SqlError
-
-DIALECT = "spark"
+from asyncio_lookup.spark.sql.parse import SqlError, to_spark_sql
 
 SQL_ERROR_FIELD = "lookup_error"
 """With ``'on-error'='keep'``, the dim alias's field with a row's failure (``c.lookup_error``)."""
 
 
 def _sql(node: exp.Expr) -> str:
-    return node.sql(dialect=DIALECT)
+    return to_spark_sql(node)
 
 
 def _hint_text(item: exp.Expr | str) -> str:

@@ -17,8 +17,13 @@ from asyncio_lookup.spark.sql.ddl import (
     is_lookup_ddl,
     table_name,
 )
-from asyncio_lookup.spark.sql.parse import SqlError, check_hint_blocks, parse_statement
-from asyncio_lookup.spark.sql.translate import DIALECT, Translator, system_time
+from asyncio_lookup.spark.sql.parse import (
+    SqlError,
+    check_hint_blocks,
+    parse_statement,
+    to_spark_sql,
+)
+from asyncio_lookup.spark.sql.translate import Translator, system_time
 from asyncio_lookup.spark.table import LookupTable
 
 
@@ -92,8 +97,8 @@ class LookupSQL:
             return self.spark.sql(statement)
         if isinstance(tree, exp.Create) and str(tree.args.get("kind") or "").upper() == "VIEW":
             _make_temporary(tree)
-            return self.spark.sql(tree.sql(dialect=DIALECT))
-        result = self._query(tree.sql(dialect=DIALECT), self._translator.frames)
+            return self.spark.sql(to_spark_sql(tree))
+        result = self._query(to_spark_sql(tree), self._translator.frames)
         register_result(result, self._translator.observed)  # the tables' metrics of its actions
         return result
 

@@ -31,7 +31,7 @@ from asyncio_lookup.spark.metrics import observed_by
 from asyncio_lookup.spark.shuffle import ROW_ID_PREFIX
 from asyncio_lookup.spark.sql.ddl import TableDefinition
 from asyncio_lookup.spark.sql.keys import KeyFinder, key_order
-from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SqlError
+from asyncio_lookup.spark.sql.parse import SYSTEM_TIME, SparkSql, SqlError, to_spark_sql
 from asyncio_lookup.spark.sql.scope import (
     Resolver,
     Source,
@@ -54,7 +54,7 @@ from asyncio_lookup.spark.sql.select_hints import (
 )
 from asyncio_lookup.spark.sql.views import filter_view, finish
 
-DIALECT = "spark"
+DIALECT = SparkSql
 JOIN_ALLOWED = "JOIN / INNER JOIN or LEFT [OUTER] JOIN ... ON (as Flink's lookup join)"
 _NONDETERMINISTIC = {"rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id"}
 _counter = itertools.count(1)
@@ -65,7 +65,7 @@ def _quoted(name: str) -> str:
 
 
 def _sql(node: exp.Expr) -> str:
-    return node.sql(dialect=DIALECT)
+    return to_spark_sql(node)
 
 
 def system_time(table: exp.Table) -> bool:
