@@ -86,7 +86,6 @@ _PYTHON_EQUALITY = (
     "timestamp without time zone",
     "timestamp with time zone",
     "time without time zone",
-    "uuid",
     "bytea",
     "oid",
     '"char"',

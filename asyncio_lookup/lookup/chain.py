@@ -327,7 +327,7 @@ class LookupChain:
             self.metrics.causes.record(FAILURES, error)
             named = self._named(error, key)
             raise named from named.__cause__
-        self._loaded(key, rows, started)
+        self._loaded(key, rows, self._clock.now() - started)
         return rows
 
     def _load_sync(self, key: Key) -> list[Row]:
@@ -400,6 +400,7 @@ class LookupChain:
         self._counters[NUM_LOOKUPS] += 1
         cache = self.cache
         started = 0.0
+        took: float | None = None  # a shared tier's load: its own span
         try:
             if self.full_cache is not None:
                 return self.full_cache.get(key)
@@ -413,12 +414,12 @@ class LookupChain:
                 if self.shared is None:
                     rows = await self._load_async(key)
                 else:
-                    mark: list[float] = []  # the load's own start: L2 reads and waits aside
+                    mark: list[float] = []  # the load's own span: L2 reads, waits, writes aside
                     rows, from_shared = await self.shared.lookup(
                         key, lambda: self._load_timed(key, mark)
                     )
-                    if mark:
-                        started = mark[0]
+                    if len(mark) == 2:
+                        took = mark[1] - mark[0]
             except Exception:
                 if cache is not None:
                     self.metrics.inc(NUM_LOAD_FAILURES)
@@ -430,12 +431,14 @@ class LookupChain:
             if from_shared:
                 cache.put(key, rows)  # an L2 hit fills L1; it is no load
             else:
-                self._loaded(key, rows, started)
+                self._loaded(key, rows, self._clock.now() - started if took is None else took)
         return rows
 
     async def _load_timed(self, key: Key, mark: list[float]) -> list[Row]:
         mark.append(self._clock.now())
-        return await self._load_async(key)
+        rows = await self._load_async(key)
+        mark.append(self._clock.now())
+        return rows
 
     async def _load_async(self, key: Key) -> list[Row]:
         """The rows from the connector, through the retry policies, batching and coalescing."""
@@ -500,10 +503,11 @@ class LookupChain:
         """``error`` naming this chain's table, target and ``key`` (the error path only)."""
         return in_lookup_context(error, lookup_context(self.name, key, self.target))
 
-    def _loaded(self, key: Key, rows: list[Row], started: float) -> None:
+    def _loaded(self, key: Key, rows: list[Row], took: float) -> None:
+        """A load's rows (``took`` seconds) into the cache."""
         assert self.cache is not None
         self.metrics.inc(LOAD_COUNT)
-        self.metrics.set_gauge(LATEST_LOAD_TIME, (self._clock.now() - started) * 1000.0)
+        self.metrics.set_gauge(LATEST_LOAD_TIME, took * 1000.0)
         self.cache.put(key, rows)
 
 

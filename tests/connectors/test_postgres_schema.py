@@ -199,6 +199,7 @@ def test_a_query_that_is_not_one_select_is_a_configuration_error(
         ("k text COLLATE {schema}.ci", "nondeterministic"),  # ICU, case-insensitive
         ("k {schema}.code", "a domain over character"),
         ("k jsonb", "jsonb"),
+        ("k uuid", "uuid"),  # a STRING key never equals the snapshot's uuid.UUID values
         ("k {schema}.label", None),  # a domain over text: text's =
         ("k {schema}.mood", None),  # an enum: its labels
         ("k text", None),

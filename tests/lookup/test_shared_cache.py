@@ -544,6 +544,48 @@ async def test_a_load_with_nothing_to_share_sends_its_waiters_to_the_service_tog
             await chain.close()
 
 
+async def test_without_leases_a_load_with_nothing_to_share_writes_nothing(
+    redis_url: str, namespace: str
+) -> None:
+    # lease 0: a marker with a zero expiry, refused by Redis, counted an error per miss
+    options = _options(
+        redis_url,
+        namespace,
+        **{"lookup.shared-cache.lease": "0", "lookup.partial-cache.cache-missing-key": "false"},
+    )
+    chain = _chain(Table(), options)
+    store = _counting(chain)
+    await chain.open()
+    try:
+        assert await asyncio.gather(*(chain.async_lookup((i,)) for i in range(5))) == [[]] * 5
+        await chain.shared.flush()  # type: ignore[union-attr]
+        m = chain.metrics.snapshot()
+        assert m["l2ErrorCount"] == 0 and m["l2MissCount"] == 5 and store.writes == []
+    finally:
+        await chain.close()
+
+
+async def test_the_load_time_leaves_out_the_shared_write(redis_url: str, namespace: str) -> None:
+    table = Table({("k",): [{"id": "k"}]})
+    chain = _chain(table, _options(redis_url, namespace, **{"lookup.shared-cache.timeout": "1s"}))
+    store = _counting(chain)
+    original = store.inner.write
+
+    async def slow(*args: Any) -> int:
+        await asyncio.sleep(0.4)
+        return await original(*args)
+
+    store.inner.write = slow  # type: ignore[method-assign]
+    await chain.open()
+    try:
+        started = time.monotonic()
+        assert await chain.async_lookup(("k",)) == [{"id": "k"}]
+        assert time.monotonic() - started >= 0.4  # the lookup waited for its write
+        assert chain.metrics.snapshot()["latestLoadTime"] < 200  # the load did not
+    finally:
+        await chain.close()
+
+
 async def test_a_read_that_failed_after_the_store_ran_it_frees_its_leases(
     redis_url: str, namespace: str
 ) -> None:

@@ -285,6 +285,8 @@ class SharedTier:
         if value is None:
             if not leased:
                 return None
+            if not self._lease_ms:  # no leases (lease 0): no one waits, nothing to release
+                return None
             # Nothing to share (a miss this join does not cache, rows too large): a marker
             # for the lease time sends the processes waiting on the lease to the service at
             # once, rather than each in turn taking the lease and loading alone.
