@@ -458,13 +458,23 @@ def _interval_out(value: datetime.timedelta) -> tuple[int, int, int]:
 
 
 async def _exact_intervals(conn: asyncpg.Connection) -> None:
-    await conn.set_type_codec(
-        "interval",
-        schema="pg_catalog",
-        encoder=_interval_out,
-        decoder=_interval_in,
-        format="tuple",
-    )
+    try:
+        await conn.set_type_codec(
+            "interval",
+            schema="pg_catalog",
+            encoder=_interval_out,
+            decoder=_interval_in,
+            format="tuple",
+        )
+    except (asyncpg.PostgresError, ValueError) as error:  # a server that is PostgreSQL-like
+        if is_connection_error(error):
+            raise
+        log.warning(
+            "PostgreSQL: the interval codec could not be set (%s: %s); an interval with "
+            "months comes as asyncpg decodes it (30 days a month)",
+            type(error).__name__,
+            error,
+        )
 
 
 def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import logging
 import pickle
 import uuid
 from decimal import Decimal
+from typing import Any
 
 import asyncpg
 import psycopg
@@ -604,3 +605,26 @@ async def test_an_interval_with_months_fails_its_key_never_comes_as_30_days(
     scan = PostgresConnector(postgres_dsn, pg_table, "id", ["iv"]).scan()
     with pytest.raises(ValueError, match="1 month"):
         [row async for row in scan]
+
+
+async def test_a_server_that_refuses_the_interval_codec_still_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PostgreSQL-like server (a pooler, a compatible database) whose type introspection
+    fails: the connection is kept, with a warning, not failed for every lookup."""
+    from asyncio_lookup.connectors.postgres_connector import _exact_intervals
+
+    class Refusing:
+        async def set_type_codec(self, *args: Any, **kwargs: Any) -> None:
+            raise asyncpg.FeatureNotSupportedError("no introspection here")
+
+    with caplog.at_level(logging.WARNING):
+        await _exact_intervals(Refusing())  # type: ignore[arg-type]
+    assert "interval codec could not be set" in caplog.text
+
+    class Lost:
+        async def set_type_codec(self, *args: Any, **kwargs: Any) -> None:
+            raise asyncpg.ConnectionDoesNotExistError("gone")
+
+    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+        await _exact_intervals(Lost())  # type: ignore[arg-type]
