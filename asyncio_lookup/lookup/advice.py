@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asyncio_lookup.lookup.metrics import (
@@ -108,13 +108,40 @@ class Advice:
     def key(self) -> str:
         return f"{self.code}:{self.cause}" if self.cause else self.code
 
+    #: the tasks of the job (its tasks ran the table): set by :meth:`of_job`
+    job_tasks: int = 0
+
     def text(self) -> str:
         """The warning: what happened, with this advice's numbers, and what to change."""
         render = _RENDER[self.code]
         text = render(self, self.counts, self.facts)
-        if self.tasks > 1:
+        if self.tasks < self.job_tasks:
+            text += f" [warned in {self.tasks:,} of {self.job_tasks:,} tasks]"
+        elif self.tasks > 1:
             text += f" [in {self.tasks:,} tasks]"
         return text
+
+    def of_job(
+        self, totals: Mapping[str, float], causes: Mapping[str, Mapping[str, Any]], tasks: int
+    ) -> Advice:
+        """This warning (merged over the tasks that logged it) with the job's own figures
+        where the job has them (``totals``: its merged metrics; ``causes``: its merged
+        causes; ``tasks``: how many tasks reported): a rule's denominators are then the
+        job's, as the figures beside it. The rate limit's waits stay the warned tasks'."""
+        counts = dict(self.counts)
+        if "lookups" in counts:
+            counts["lookups"] = max(_lookups(totals), int(counts["lookups"]))
+        if self.code == RETRY_STORM and self.cause in causes:
+            entry = causes[self.cause]
+            counts["retried"] = int(entry.get(RETRIED, counts["retried"]))
+            counts["retries"] = int(entry.get(RETRIES, counts["retries"]))
+        elif self.code == TIMEOUT:
+            counts["timeouts"] = max(int(causes_.total(causes, TIMEOUTS)), counts["timeouts"])
+        elif self.code == CACHE_CHURN:
+            counts["hits"] = int(totals.get(HIT_COUNT, counts["hits"]))
+            counts["misses"] = int(totals.get(MISS_COUNT, counts["misses"]))
+            counts["evictions"] = int(totals.get(EVICTION_COUNT, counts["evictions"]))
+        return replace(self, counts=counts, job_tasks=max(tasks, self.tasks))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,6 +223,18 @@ def _capacity(facts: Facts) -> str:
     return f"'capacity' {facts.capacity}" if facts.capacity is not None else "'capacity'"
 
 
+def _connections(facts: Facts) -> str:
+    """How many connections a job opens at once: a sync join (no capacity) one per task."""
+    if facts.capacity is None:
+        return "the tasks running at once (one each: 'async'='false')"
+    return f"{_capacity(facts)} per task times the tasks running at once"
+
+
+def _or_lower_capacity(facts: Facts) -> str:
+    """ ", or lower 'capacity'" where a capacity applies (not a sync join: one call at a time)."""
+    return ", or lower 'capacity'" if facts.capacity is not None else ""
+
+
 def _retry_storm(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str:
     cause = advice.cause
     head = (
@@ -203,32 +242,41 @@ def _retry_storm(advice: Advice, counts: Mapping[str, float], facts: Facts) -> s
         f"{'lookups' if facts.lookup else 'records'} were retried "
         f"({int(counts['retries']):,} retries) after {cause}"
     )
+    lower = "lower 'capacity', " if facts.capacity is not None else ""
     if cause in CONNECTION_CAUSES:
         what = (
-            f"the service may accept fewer connections than {_capacity(facts)} per task times "
-            "the tasks running at once; lower 'capacity' or raise its accept backlog (listen queue)"
+            f"the service may accept fewer connections than {_connections(facts)}; "
+            + ("lower 'capacity' or " if facts.capacity is not None else "")
+            + "raise its accept backlog (listen queue)"
         )
     elif cause == "TimeoutError":
         what = (
             "the service did not answer within the connector's 'timeout': it may accept fewer "
-            f"connections than {_capacity(facts)} per task times the tasks running at once (a full "
-            "accept backlog holds connects for seconds); lower 'capacity', raise its accept "
-            "backlog, or raise the connector's 'timeout'"
+            f"connections than {_connections(facts)} (a full accept backlog holds connects for "
+            f"seconds); {lower}raise its accept backlog, or raise the connector's 'timeout'"
         )
     elif cause in THROTTLING_CAUSES:
+        limit, adaptive = (
+            (RATE_LIMIT, f"{RATE_LIMIT_ADAPTIVE}=true")
+            if facts.lookup
+            else ("rate_limit", "rate_limit=RateLimit(..., adaptive=True)")
+        )
         if facts.rate is not None:
             what = (
-                f"the service is throttling at this task's share of {RATE_LIMIT} "
-                f"({facts.rate:g}/s); lower {RATE_LIMIT}"
-                + ("" if facts.adaptive else f" or set {RATE_LIMIT_ADAPTIVE}=true")
+                f"the service is throttling at {'this' if advice.tasks == 1 else 'a'} task's "
+                f"share of {limit} "
+                f"({facts.rate:g}/s); lower {limit}"
+                + ("" if facts.adaptive else f" or set {adaptive}")
             )
         else:
             what = (
-                f"the service is throttling; set {RATE_LIMIT} to the rate it allows "
-                f"(and {RATE_LIMIT_ADAPTIVE}=true to follow it), or lower 'capacity'"
+                f"the service is throttling; set {limit} to the rate it allows "
+                f"(and {adaptive} to follow it)" + _or_lower_capacity(facts)
             )
     elif cause.startswith("HTTP 5"):
-        what = f"the service fails under this load; lower {_capacity(facts)} or check the service"
+        what = "the service fails under this load; check the service" + (
+            f", or lower {_capacity(facts)}" if facts.capacity is not None else ""
+        )
     else:
         limit = (
             f"{MAX_RETRIES}={facts.max_retries}"
@@ -252,11 +300,14 @@ def _timeouts(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str:
 
 def _throttled(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str:
     waited, total = counts["waitedMs"] / 1000.0, counts["taskMs"] / 1000.0
-    share = f" (this task's share: {facts.rate:g}/s)" if facts.rate is not None else ""
+    whose = "this task's" if advice.tasks == 1 else "a task's"
+    share = f" ({whose} share: {facts.rate:g}/s)" if facts.rate is not None else ""
+    tasks = "task's" if advice.tasks == 1 else f"{advice.tasks:,} tasks'"
+    limit = RATE_LIMIT if facts.lookup else "rate_limit"
     return (
-        f"{facts.where}: calls waited for {RATE_LIMIT} tokens during {waited:,.1f} s of the "
-        f"task's {total:,.1f} s ({waited / total:.0%}){share} — the limit, not the service, "
-        f"sets the pace; raise {RATE_LIMIT} if the service allows more."
+        f"{facts.where}: calls waited for {limit} tokens during {waited:,.1f} s of the "
+        f"{tasks} {total:,.1f} s ({waited / total:.0%}){share} — the limit, not the service, "
+        f"sets the pace; raise {limit} if the service allows more."
     )
 
 
@@ -339,12 +390,30 @@ def _merge_warning(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
-def driver_summary(sections: Mapping[str, Mapping[str, Any]]) -> str:
+def job_warnings(
+    section: Mapping[str, Any], totals: Mapping[str, float] | None = None, tasks: int = 0
+) -> list[Advice]:
+    """A merged section's warnings; with the job's merged metrics ``totals`` and its task
+    count, each with the job's figures (:meth:`Advice.of_job`)."""
+    warnings = [Advice.from_json(w) for _, w in sorted(section.get("warnings", {}).items())]
+    if totals is None:
+        return warnings
+    causes = section.get("causes", {})
+    return [w.of_job(totals, causes, tasks) for w in warnings]
+
+
+def driver_summary(
+    sections: Mapping[str, Mapping[str, Any]],
+    totals: Mapping[str, Mapping[str, float]] | None = None,
+    tasks: Mapping[str, int] | None = None,
+) -> str:
     """The job's warnings and causes, per table (``sections``: table name to its merged
-    section), for the driver's log after an action; '' when there is nothing to say."""
+    section; ``totals`` and ``tasks``: its merged metrics and task count, for the job's
+    figures), for the driver's log after an action; '' when there is nothing to say."""
     lines: list[str] = []
     for table, data in sorted(sections.items()):
-        warnings = [Advice.from_json(w) for _, w in sorted(data.get("warnings", {}).items())]
+        given = None if totals is None else totals.get(table)
+        warnings = job_warnings(data, given, (tasks or {}).get(table, 0))
         causes = data.get("causes", {})
         if not warnings and not causes:
             continue
@@ -373,6 +442,7 @@ __all__ = [
     "Advice",
     "Facts",
     "driver_summary",
+    "job_warnings",
     "log_advice",
     "merge_sections",
     "missing_columns_advice",

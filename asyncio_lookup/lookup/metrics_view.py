@@ -48,19 +48,39 @@ FIGURES: tuple[tuple[str, str | Callable[[Mapping[str, float]], str | None]], ..
 
 
 def number(value: float) -> str:
-    """An int with thousands separators, a float with 4 significant digits."""
+    """An int with thousands separators; a float with them too and 4 significant digits
+    (never in exponent form: ``248,700``, ``0.1235``)."""
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         return f"{int(value):,}"
-    return f"{value:.4g}"
+    if not math.isfinite(value) or value == 0:
+        return str(value)
+    rounded = float(f"{value:.4g}")
+    decimals = max(0, 3 - math.floor(math.log10(abs(rounded))))
+    return _trimmed(f"{rounded:,.{decimals}f}")
+
+
+def _digits(value: float) -> str:
+    """3 significant digits, never in exponent form (``999.7`` is ``1,000``)."""
+    rounded = float(f"{value:.3g}")
+    if rounded == 0 or not math.isfinite(rounded):
+        return f"{rounded:g}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(rounded))))
+    return _trimmed(f"{rounded:,.{decimals}f}")
+
+
+def _trimmed(text: str) -> str:
+    """Without trailing zeros after the point (as ``g`` formats): ``1.50`` is ``1.5``."""
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def duration(ms: float) -> str:
-    """Milliseconds in the unit that reads best: µs, ms or s."""
-    if ms < 1:
-        return f"{ms * 1000:.3g} µs"
-    if ms < 1000:
-        return f"{ms:.3g} ms"
-    return f"{ms / 1000:.3g} s"
+    """Milliseconds in the unit that reads best: µs, ms or s, chosen after rounding to 3
+    significant digits (999.7 ms is ``1 s``, not ``1e+03 ms``)."""
+    if float(f"{ms:.3g}") < 1:
+        return f"{_digits(ms * 1000)} µs"
+    if float(f"{ms:.3g}") < 1000:
+        return f"{_digits(ms)} ms"
+    return f"{_digits(ms / 1000)} s"
 
 
 def key_figures(values: Mapping[str, float]) -> list[tuple[str, str]]:

@@ -68,9 +68,18 @@ def map_advice(
     capacity: int,
     timeout: float | None,
     seconds: float,
+    rate: TaskRate | None = None,
 ) -> list[Advice]:
-    """An ``async_map`` task's warnings, logged once each at WARN."""
-    facts = Facts(table=name, capacity=capacity, timeout=timeout, lookup=False)
+    """An ``async_map`` task's warnings, logged once each at WARN (``rate``: its share of
+    ``rate_limit``)."""
+    facts = Facts(
+        table=name,
+        capacity=capacity,
+        timeout=timeout,
+        rate=rate.rate if rate is not None else None,
+        adaptive=rate.adaptive if rate is not None else None,
+        lookup=False,
+    )
     advice = task_advice(metrics, found, facts, seconds)
     log_advice(advice)
     return advice
@@ -91,10 +100,9 @@ def summary(table: Any) -> str:
 
 
 def warnings_of(table: Any) -> list[Advice]:
-    """The job's warnings of ``table`` (as in :func:`summary`), job-wide counts."""
+    """The job's warnings of ``table`` (as in :func:`summary`), with the job's figures."""
     metrics_id = table if isinstance(table, str) else table.table_id
-    found = table_section(metrics_id)
-    return [Advice.from_json(w) for _, w in sorted(found.get("warnings", {}).items())]
+    return table_metrics(metrics_id).advice()
 
 
 __all__ = ["join_advice", "map_advice", "summary", "table_section", "warnings_of"]

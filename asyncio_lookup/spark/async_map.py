@@ -30,6 +30,7 @@ from asyncio_lookup.runtime import (
     RetryStrategies,
 )
 from asyncio_lookup.runtime import causes as causes_
+from asyncio_lookup.runtime.causes import FAILURES, Causes
 from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.runtime.sketch import LatencySketch
@@ -145,7 +146,7 @@ class AsyncMapTask:
         return [RowFailure.of(self.name, row, error, attempts)]
 
     def build_keeping_failures(
-        self, out: Rebatched[list[dict[str, Any]], Any]
+        self, out: Rebatched[list[dict[str, Any]], Any], causes: Causes | None = None
     ) -> tuple[pa.RecordBatch, int]:
         """:meth:`build` with the error column: failed input rows (the function's final error,
         an output that is no dict, a value that does not fit the schema) become one row each
@@ -161,7 +162,11 @@ class AsyncMapTask:
                 failures[position] = row
                 continue
             index = out.indices[position]
-            bad.setdefault(index, self._failure(out.batch[index], _not_a_dict(row)))
+            if index not in bad:
+                error = _not_a_dict(row)
+                if causes is not None:
+                    causes.record(FAILURES, error)
+                bad[index] = self._failure(out.batch[index], error)
         if failures:
             rows = [None if position in failures else row for position, row in enumerate(rows)]
         indices = out.indices
@@ -169,7 +174,10 @@ class AsyncMapTask:
             rows, indices, failures = collapse(rows, indices, failures, bad)
 
         def failure_of(error: LossyValueError, index: int) -> RowFailure:
-            return self._failure(out.batch[index], self._lossy(error))
+            lossy = self._lossy(error)
+            if causes is not None:  # the function's own final errors the operator counted
+                causes.record(FAILURES, lossy)
+            return self._failure(out.batch[index], lossy)
 
         indices, columns, failures, _ = convert_keeping_failures(
             rows, indices, failures, self._fields, failure_of
@@ -235,7 +243,9 @@ class AsyncMapTask:
             seconds = time.monotonic() - started
             found = causes_.merge(total_causes, metrics.causes.to_json())
             capacity, timeout = self.capacity, operator.timeout
-            return map_advice(self.name, metrics.counters(), found, capacity, timeout, seconds)
+            return map_advice(
+                self.name, metrics.counters(), found, capacity, timeout, seconds, self.rate
+            )
 
         def report(failed_rows: int, final: bool, **gauges: int) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
@@ -287,7 +297,7 @@ class AsyncMapTask:
                         if self.error_field is None:
                             batch = self.build(out.outputs)
                         else:
-                            batch, failed = self.build_keeping_failures(out)
+                            batch, failed = self.build_keeping_failures(out, metrics.causes)
                             failed_rows += failed
                         if self.metrics_id is None:
                             yield batch

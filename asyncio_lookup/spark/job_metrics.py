@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncio_lookup.lookup.advice import SECTION as CAUSES
-from asyncio_lookup.lookup.advice import Advice, driver_summary, merge_sections
+from asyncio_lookup.lookup.advice import Advice, driver_summary, job_warnings, merge_sections
 from asyncio_lookup.lookup.metrics import CacheMetricGroup, merge_metrics
 from asyncio_lookup.runtime.metrics import OperatorMetrics, latency_names
 from asyncio_lookup.runtime.sketch import LatencySketch
@@ -159,10 +159,13 @@ class JobMetrics(dict[str, int | float]):
 
     @property
     def warnings(self) -> list[str]:
-        """The job's warnings (each rule and cause once, counts summed over the tasks that
-        logged it), as the executors' WARN lines say them; [] when none."""
-        found = self.sections.get(CAUSES) or {}
-        return [Advice.from_json(w).text() for _, w in sorted(found.get("warnings", {}).items())]
+        """The job's warnings (each rule and cause once, with the job's figures: its lookups,
+        hits, retries of the cause; the tasks that logged it of all), [] when none."""
+        return [w.text() for w in self.advice()]
+
+    def advice(self) -> list[Advice]:
+        """The job's warnings as :class:`Advice`, with the job's figures."""
+        return job_warnings(self.sections.get(CAUSES) or {}, self, self.tasks)
 
     @property
     def causes(self) -> dict[str, dict[str, Any]]:
@@ -173,7 +176,9 @@ class JobMetrics(dict[str, int | float]):
     def summary(self) -> str:
         """The warnings and causes as the driver logs them after an action; '' when none."""
         found = self.sections.get(CAUSES)
-        return driver_summary({self.title: found}) if found else ""
+        if not found:
+            return ""
+        return driver_summary({self.title: found}, {self.title: self}, {self.title: self.tasks})
 
     def titled(self, title: str) -> JobMetrics:
         """These metrics, named ``title`` (the table's name) in summaries and views."""

@@ -29,6 +29,7 @@ from asyncio_lookup.lookup.providers import FullCachingLookupProvider
 from asyncio_lookup.lookup.rate import TaskRate
 from asyncio_lookup.lookup.registry import acquire_chain, release_chain
 from asyncio_lookup.runtime import causes as causes_
+from asyncio_lookup.runtime.causes import FAILURES, Causes
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import join_advice
@@ -267,11 +268,11 @@ class LookupJoinTask:
         )
 
     def output_keeping_failures(
-        self, joined: JoinedBatch[pa.RecordBatch]
+        self, joined: JoinedBatch[pa.RecordBatch], causes: Causes | None = None
     ) -> tuple[pa.RecordBatch, int]:
         """:meth:`output` with the error column (on_error='keep'): failed rows get NULL dim
         columns and their failure; a value that does not fit its declared type makes its row
-        a failed row. Returns the batch and its number of failed rows."""
+        a failed row (counted in ``causes``). Returns the batch and its number of failed rows."""
         assert self.error_column is not None and self.error_type is not None
         batch = joined.payload
         if self.partition_column is not None:
@@ -283,7 +284,10 @@ class LookupJoinTask:
 
         def failure_of(error: LossyValueError, index: int) -> RowFailure:
             key = self._key_of(batch, index)
-            return RowFailure.of(self.table_name, key, self._lossy(error, batch, index))
+            lossy = self._lossy(error, batch, index)
+            if causes is not None:
+                causes.record(FAILURES, lossy)
+            return RowFailure.of(self.table_name, key, lossy)
 
         indices, dims, failures, rows = convert_keeping_failures(
             rows, joined.indices, failures, self._fields, failure_of
@@ -424,7 +428,7 @@ class LookupJoinTask:
                         out = self.output(item)
                     else:
                         columns.observe(item.dim_rows, item.failures)
-                        out, failed = self.output_keeping_failures(item)
+                        out, failed = self.output_keeping_failures(item, chain.metrics.causes)
                         failed_rows += failed
                     if reports_before(number):
                         yield out, report(failed_rows, final=False)

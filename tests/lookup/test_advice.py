@@ -157,3 +157,40 @@ def test_sections_merge_and_the_summary_has_the_job_totals() -> None:
     assert "cause ConnectionRefusedError: 406 retries, 406 retried" in text
     assert driver_summary({"Customers": {}}) == ""
     assert Advice.from_json(a["warnings"]["retry-storm:ConnectionRefusedError"]).tasks == 1
+
+
+def test_a_warning_of_some_tasks_shows_the_job_s_figures() -> None:
+    """A cache that churned in one task of two: the summary said 0% (that task's hits and
+    misses) beside the job's 49.9%, and did not say the other task had not warned."""
+    churn = {"numLookups": 500, "hitCount": 0, "missCount": 500, "evictionCount": 490}
+    warned = advice.section({}, task_advice(churn, {}, FACTS, 1))
+    quiet = advice.section({}, task_advice({"numLookups": 500, "hitCount": 499}, {}, FACTS, 1))
+    merged = merge_sections(warned, quiet)
+    job = {"numLookups": 1000, "hitCount": 499, "missCount": 501, "evictionCount": 490}
+    (found,) = advice.job_warnings(merged, job, 2)
+    assert "cache hit ratio 50% (499 hits, 501 misses) while it evicted 490" in found.text()
+    assert found.text().endswith("[warned in 1 of 2 tasks]")
+    text = driver_summary({"Customers": merged}, {"Customers": job}, {"Customers": 2})
+    assert "(499 hits, 501 misses)" in text
+    # retries: the cause's job-wide counts, the job's lookups
+    storm = causes("HTTP 503", retries=40, retried=30)
+    one = advice.section(storm, task_advice({"numLookups": 100}, storm, FACTS, 1))
+    both = merge_sections(one, advice.section(causes("HTTP 503", retries=5, retried=5), []))
+    (found,) = advice.job_warnings(both, {"numLookups": 300}, 3)
+    assert "35 of 300 lookups were retried (45 retries)" in found.text()
+    assert found.text().endswith("[warned in 1 of 3 tasks]")
+
+
+def test_advice_names_what_the_join_or_map_can_change() -> None:
+    throttled = causes("HTTP 429", retries=10, retried=10)
+    mapped = Facts(table="enrich", capacity=10, lookup=False)
+    (found,) = task_advice({"numCompleted": 100}, throttled, mapped, 1)
+    assert "rate_limit" in found.text() and "lookup.rate-limit" not in found.text()
+    limited = dataclasses.replace(mapped, rate=5.0, adaptive=False)
+    (found,) = task_advice({"numCompleted": 100}, throttled, limited, 1)
+    assert "lower rate_limit or set rate_limit=RateLimit(..., adaptive=True)" in found.text()
+    # a sync join (no capacity): one call at a time per task, 'capacity' does nothing
+    sync = dataclasses.replace(FACTS, capacity=None, timeout=None)
+    for cause in ("ConnectionRefusedError", "TimeoutError", "HTTP 429", "HTTP 500"):
+        (found,) = task_advice({"numLookups": 100}, causes(cause, retries=10, retried=10), sync, 1)
+        assert "capacity" not in found.text(), found.text()

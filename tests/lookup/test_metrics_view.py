@@ -188,3 +188,29 @@ def test_without_matplotlib_plot_names_the_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"pip install 'asyncio-lookup\[plot\]'"):
         plot_metrics(VALUES, {}, title="t")
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (999.7, "1 s"),  # was '1e+03 ms'
+        (0.9996, "1 ms"),  # was '1e+03 µs'
+        (1234567.0, "1,230 s"),  # was '1.23e+03 s'
+        (12.345, "12.3 ms"),
+        (0.5, "500 µs"),
+        (1.5, "1.5 ms"),
+    ],
+)
+def test_durations_never_read_in_exponent_form(ms: float, text: str) -> None:
+    from asyncio_lookup.lookup.metrics_view import duration
+
+    assert duration(ms) == text
+
+
+def test_numbers_never_read_in_exponent_form() -> None:
+    from asyncio_lookup.lookup.metrics_view import number
+
+    assert number(248731.512) == "248,700"  # was '2.487e+05'
+    assert number(0.12345) == "0.1235"
+    assert number(1_000_000) == "1,000,000"
+    assert number(12.5) == "12.5"

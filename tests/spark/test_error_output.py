@@ -275,6 +275,9 @@ def test_a_value_that_does_not_fit_its_type_is_a_failed_row(spark: SparkSession)
         errors = {r.n: r.lookup_error for r in out if r.lookup_error is not None}
         assert errors[3].error_class == "ResultTypeError" and "7.5" in errors[3].message
         assert errors[6].key == "[6]" and "INT" in errors[6].message
+    # each failed row under its cause (they were in none: an empty summary beside them)
+    assert scores.metrics()["numFailedRows"] == 4
+    assert scores.metrics().causes["ResultTypeError"]["failures"] == 4
 
 
 # ------------------------------------------------------------------ Spark task retries
@@ -374,6 +377,10 @@ def test_async_map_keeps_failed_rows(spark: SparkSession) -> None:
         assert (error.error_class, error.attempts) == (kind, attempts), (n, error)
     metrics = async_map_metrics("error-output-map")
     assert metrics["numFailedRows"] == len(bad) and isinstance(metrics["numFailedRows"], int)
+    # every failed row under its cause: outputs that are no dict or do not fit counted too
+    failures = {cause: entry.get("failures", 0) for cause, entry in metrics.causes.items()}
+    assert failures == {"ValueError": 4, "TimeoutError": 4, "ResultTypeError": 8}, failures
+    assert "ResultTypeError: 8 failures" in metrics.summary()
 
 
 def test_async_map_with_not_null_columns_reports_its_metrics(spark: SparkSession) -> None:
