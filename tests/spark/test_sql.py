@@ -129,6 +129,26 @@ def test_flip_234_lookup_join_verbatim(spark: SparkSession, sql: LookupSQL) -> N
     assert sum(rows(df).values()) > 200
 
 
+def test_jdbc_names_reach_postgresql_as_flink_sends_them(
+    spark: SparkSession, pg: Any, orders: DataFrame
+) -> None:
+    """Flink's jdbc dialect writes names unquoted, so PostgreSQL folds them: a DDL's
+    'table-name'='Customers' and column ID reach customers.id. They were quoted (refused)."""
+    table = pg.create(CUSTOMERS)  # sql_customers_<hex>: lower case, as PostgreSQL folds
+    upper = customers_ddl(table.upper()).replace("id INT", "ID INT").replace("zip", "Zip")
+    lookup = LookupSQL(spark)
+    lookup.sql(upper)
+    plain_customers(spark, CUSTOMERS)
+    df = lookup.sql(FLIP_234.replace("c.zip", "c.Zip"))
+    assert df.columns == ["order_id", "total", "country", "Zip"]
+    assert rows(df) == rows(spark.sql(PLAIN))
+    quoted = customers_ddl(f'"{table.upper()}"')  # double quotes: the name as written
+    lookup.sql("DROP TEMPORARY TABLE Customers")
+    lookup.sql(quoted)
+    with pytest.raises(Exception, match="no such relation"):
+        lookup.sql(FLIP_234).collect()
+
+
 def test_skew_of_the_session_applies_to_shuffled_joins_only(
     spark: SparkSession, pg: Any, orders: DataFrame
 ) -> None:

@@ -10,6 +10,7 @@ factory with a ``key_columns`` parameter is built per join key (as PostgreSQL), 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import date, datetime
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import HttpConnector, PostgresConnector, RedisConnector
+from asyncio_lookup.connectors.postgres_connection import quote_ident
 from asyncio_lookup.connectors.registry import connector_factory, connector_names
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import LookupOptions
@@ -197,6 +199,7 @@ def _postgres(
         if application is not None:  # asyncpg's server setting would override the URL's
             kwargs["application_name"] = application
         _required(connector, kwargs, "table", "table-name")
+        kwargs.update(_as_flink_names_them(str(kwargs.pop("table")), columns))
     if "://" in url:
         dsn = _with_credentials(url, user, password)
     else:  # libpq key=value: each value quoted, its \ and ' escaped
@@ -210,6 +213,33 @@ def _postgres(
     return ConnectorPlan(
         connector, PostgresConnector, kwargs, flexible=True, key_param="key_columns"
     )
+
+
+_UNQUOTED = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
+_DOTS = re.compile(r'\.(?=(?:[^"]*"[^"]*")*[^"]*\Z)')  # the dots outside double quotes
+
+
+def _postgres_reads(name: str) -> str:
+    """A name as PostgreSQL reads it in Flink's statements: Flink's jdbc dialect sends names
+    unquoted, so PostgreSQL folds them to lower case (``Customers`` is ``customers``); a name
+    written in double quotes keeps its case. A name no unquoted identifier can spell (Flink's
+    statement would fail) is taken exactly."""
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        return name[1:-1].replace('""', '"')
+    return name.lower() if _UNQUOTED.match(name) else name
+
+
+def _as_flink_names_them(table: str, columns: tuple[str, ...]) -> dict[str, Any]:
+    """The ``jdbc`` connector's relation as Flink reaches it (:func:`_postgres_reads`): its
+    ``table``, or, when a DDL column's name folds to another (``ID`` is the column ``id``),
+    a ``query`` that selects each column under its DDL name."""
+    parts = tuple(_postgres_reads(part) for part in _DOTS.split(table))
+    renamed = {column: _postgres_reads(column) for column in columns}
+    if all(name == column for column, name in renamed.items()):
+        return {"table": parts}
+    relation = ".".join(quote_ident(part) for part in parts)
+    selected = ", ".join(f"{quote_ident(n)} AS {quote_ident(c)}" for c, n in renamed.items())
+    return {"query": f"SELECT {selected} FROM {relation}"}
 
 
 # pgjdbc's URL parameters and their names for asyncpg (an unknown one would reach the server as
