@@ -333,6 +333,17 @@ def test_functions_sqlglot_would_rewrite_are_printed_back_as_written(
     assert ("002.50", "0008") in {(r.t, r.i) for r in df.collect()}
 
 
+def test_an_unqualified_struct_field_of_the_probe(spark: SparkSession, sql: LookupSQL) -> None:
+    """``s.cid`` (the field of the probe's column ``s``, as Spark reads it) in ON, SELECT and
+    WHERE: the probe's columns move into a struct in the rewrite, where ``s`` did not resolve."""
+    query = """SELECT s.cid, c.country FROM (SELECT order_id, proc_time,
+        named_struct('cid', customer_id, 'total', total) AS s FROM Orders) AS o
+        JOIN {dim} ON c.id = s.cid WHERE s.total > 5"""
+    df = sql.sql(query.format(dim="Customers FOR SYSTEM_TIME AS OF o.proc_time AS c"))
+    plain = spark.sql(query.format(dim="customers_plain AS c"))
+    assert rows(df) == rows(plain) and sum(rows(df).values()) > 100
+
+
 def test_lookup_join_inside_a_cte_and_a_view(spark: SparkSession, sql: LookupSQL) -> None:
     cte = """WITH enriched AS (
           SELECT o.order_id, o.total, c.country FROM Orders o

@@ -227,6 +227,27 @@ def needed_fields(
     return out
 
 
+def qualify_struct_paths(select: exp.Select, sources: Sequence[Source]) -> None:
+    """``s.a`` where ``s`` is no alias of ``select``'s ``FROM`` but a column of exactly one of
+    its ``sources`` (Spark reads it as the field ``a`` of that column) as ``T.s.a``: the
+    rewritten statement has the probe's columns inside the struct ``T``, where an unqualified
+    ``s`` no longer resolves. Nested queries keep their own names."""
+    aliases = {s.alias.lower() for s in sources}
+    for column in [n for n in scope_nodes(select) if isinstance(n, exp.Column)]:
+        parts = column.parts
+        if len(parts) < 2 or parts[0].name.lower() in aliases or lambda_bound(column, select):
+            continue
+        owners = [s for s in sources if s.field(parts[0].name) is not None]
+        if len(owners) != 1:
+            continue
+        nested: exp.Expr = exp.Column(
+            this=parts[0].copy(), table=exp.to_identifier(owners[0].alias, quoted=True)
+        )
+        for part in parts[1:]:
+            nested = exp.Dot(this=nested, expression=part.copy())
+        column.replace(nested)
+
+
 def nest_field_paths(select: exp.Select, aliases: Sequence[str]) -> None:
     """``o.addr.city`` (sqlglot: the column ``city`` of the table ``addr`` in the database
     ``o``) as the field ``city`` of the column ``o.addr``, when ``o`` is an alias of

@@ -41,6 +41,7 @@ from asyncio_lookup.spark.sql.scope import (
     nest_field_paths,
     pushable_where,
     qualified,
+    qualify_struct_paths,
     split_probe_conditions,
     visible_ctes,
     where_of,
@@ -268,7 +269,10 @@ class Translator:
                     reason="USING and NATURAL merge columns the rewritten statement would list "
                     "twice",
                 )
-        nest_field_paths(select, [item.alias_or_name for item in self._from_items(select)])
+        items = self._from_items(select)
+        nest_field_paths(select, [item.alias_or_name for item in items])
+        known = [self._from_source(select, item) for item in items]
+        qualify_struct_paths(select, [source for source in known if source is not None])
         while (index := self._lookup_index(select)) is not None:
             self._lookup_join(select, index, hints)
         spark_sources = {s.lower() for s in self._plain_aliases(select)}
@@ -281,6 +285,14 @@ class Translator:
             items = self._from_items(select)
             plain = [self._plain_source(select, item) for item in items]
             finish(select, items, self.views, [p for p in plain if p is not None])
+
+    def _from_source(self, select: exp.Select, item: exp.Expr) -> Source | None:
+        """The alias and columns of a ``FROM`` item before the rewrite: a lookup table's
+        visible columns, a Spark source's as Spark analyses it; None when unknown."""
+        if isinstance(item, exp.Table) and system_time(item):
+            definition = self.tables(item.name)
+            return Source(item.alias_or_name, definition.visible) if definition else None
+        return self._plain_source(select, item)
 
     def _plain_source(self, select: exp.Select, item: exp.Expr) -> Source | None:
         """The alias and columns of a Spark source of ``select``'s ``FROM`` (a table or a
