@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection
@@ -66,7 +67,10 @@ _ALLOWED = "an AsyncFunction instance or an `async def` function taking one elem
 
 
 def is_async_callable(obj: Any) -> bool:
-    """Whether calling ``obj`` returns a coroutine (``async def``, or an async ``__call__``)."""
+    """Whether calling ``obj`` returns a coroutine (``async def``, or an async ``__call__``;
+    through ``functools.partial`` too)."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
     if inspect.iscoroutinefunction(obj):
         return True
     call = getattr(type(obj), "__call__", None)  # noqa: B004 - async __call__ on an instance

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -148,7 +149,7 @@ class _AsyncCall:
         return True
 
 
-@pytest.mark.parametrize("hook", [async_hook, _AsyncCall()])
+@pytest.mark.parametrize("hook", [async_hook, _AsyncCall(), functools.partial(_AsyncCall(), 1)])
 def test_hooks_called_without_await_refuse_async_callables(hook: Any) -> None:
     """An `async def` key selector, predicate or error handler returned a coroutine, taken as
     the answer: every record its own key, every outcome retried, a failed stream at run time."""
