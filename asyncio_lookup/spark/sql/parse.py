@@ -87,10 +87,18 @@ class _Tokenizer(Spark.Tokenizer):
 class _Generator(Spark.Generator):  # type: ignore[misc,valid-type]
     # Spark SQL printed back as written where sqlglot's Spark generator rewrites it into
     # something else: to_char(x, fmt) into CAST(x AS STRING) (the format dropped),
-    # percentile_cont/_disc(p) WITHIN GROUP (ORDER BY v) into PERCENTILE_APPROX(v, p).
+    # percentile_cont/_disc(p) WITHIN GROUP (ORDER BY v) into PERCENTILE_APPROX(v, p),
+    # parse_json(s) into s (a STRING, not a VARIANT); levenshtein(a, b, threshold), printed
+    # right, was flagged as unsupported.
     TRANSFORMS = {
         **{k: v for k, v in Spark.Generator.TRANSFORMS.items() if k is not exp.WithinGroup},
         exp.ToChar: lambda self, e: self.function_fallback_sql(e),
+        exp.ParseJSON: lambda self, e: self.func(
+            "TRY_PARSE_JSON" if e.args.get("safe") else "PARSE_JSON", e.this
+        ),
+        exp.Levenshtein: lambda self, e: self.func(
+            "LEVENSHTEIN", e.this, e.expression, e.args.get("ins_cost")
+        ),
     }
 
 
