@@ -19,7 +19,7 @@ from asyncio_lookup.spark import LookupSQL, LookupTable
 from asyncio_lookup.spark.sql import SqlError
 from asyncio_lookup.spark.sql.keys import KeyFinder
 from asyncio_lookup.spark.sql.parse import mask_secrets, parse_statement
-from asyncio_lookup.spark.sql.scope import Resolver, Source
+from asyncio_lookup.spark.sql.scope import Resolver, Source, qualify_struct_paths
 from tests.spark.conftest import no_spark_job
 
 pytestmark = pytest.mark.spark
@@ -313,3 +313,28 @@ def test_using_and_natural_joins_beside_a_lookup_join_are_refused(
     with no_spark_job(spark), pytest.raises(SqlError, match="USING and NATURAL") as info:
         sql.sql(query)
     assert info.value.option == "JOIN"
+
+
+@pytest.mark.parametrize(
+    ("sql", "names", "out"),
+    [
+        ("SELECT s.a, s.a.b, S.a FROM t AS o", ["o", "t"], "SELECT `o`.s.a, `o`.s.a.b, `o`.S.a"),
+        # a FROM item whose columns are unknown (a view, a LATERAL subquery) keeps its name
+        ("SELECT s.a FROM t AS o JOIN v AS s", ["o", "t", "s", "v"], "SELECT s.a"),
+        ("SELECT db.t.id FROM db.t", ["t", "t"], "SELECT db.t.id"),  # database.table.column
+        (
+            "SELECT transform(o.xs, s -> s.a) AS r FROM t AS o",
+            ["o", "t"],
+            "SELECT TRANSFORM(o.xs, s -> s.a)",
+        ),
+        ("SELECT (SELECT max(s.a) FROM u) AS m FROM t AS o", ["o", "t"], "SELECT (SELECT MAX(s.a)"),
+    ],
+)
+def test_a_probe_column_s_field_is_qualified_only_where_spark_reads_it_so(
+    sql: str, names: list[str], out: str
+) -> None:
+    from asyncio_lookup.spark.sql.parse import parse_statement, to_spark_sql
+
+    tree = parse_statement(sql)
+    qualify_struct_paths(tree, [Source("o", ("id", "s", "xs"))], names)
+    assert to_spark_sql(tree).startswith(out)

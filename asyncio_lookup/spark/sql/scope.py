@@ -3,7 +3,7 @@ WHERE conditions a lookup join's probe side can take, the fields each source mus
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -227,15 +227,23 @@ def needed_fields(
     return out
 
 
-def qualify_struct_paths(select: exp.Select, sources: Sequence[Source]) -> None:
-    """``s.a`` where ``s`` is no alias of ``select``'s ``FROM`` but a column of exactly one of
-    its ``sources`` (Spark reads it as the field ``a`` of that column) as ``T.s.a``: the
-    rewritten statement has the probe's columns inside the struct ``T``, where an unqualified
-    ``s`` no longer resolves. Nested queries keep their own names."""
-    aliases = {s.alias.lower() for s in sources}
+def qualify_struct_paths(
+    select: exp.Select, sources: Sequence[Source], names: Iterable[str]
+) -> None:
+    """``s.a`` where ``s`` is no name of ``select``'s ``FROM`` items (``names``: their aliases
+    and table names, known columns or not) but a column of exactly one of its ``sources``
+    (Spark reads it as the field ``a`` of that column) as ``T.s.a``: the rewritten statement
+    has the probe's columns inside the struct ``T``, where an unqualified ``s`` no longer
+    resolves. ``db.t.c`` with ``t`` a name stays. Nested queries keep their own names."""
+    known = {name.lower() for name in names if name}
     for column in [n for n in scope_nodes(select) if isinstance(n, exp.Column)]:
         parts = column.parts
-        if len(parts) < 2 or parts[0].name.lower() in aliases or lambda_bound(column, select):
+        if (
+            len(parts) < 2
+            or parts[0].name.lower() in known
+            or (len(parts) > 2 and parts[1].name.lower() in known)
+            or lambda_bound(column, select)
+        ):
             continue
         owners = [s for s in sources if s.field(parts[0].name) is not None]
         if len(owners) != 1:

@@ -272,7 +272,8 @@ class Translator:
         items = self._from_items(select)
         nest_field_paths(select, [item.alias_or_name for item in items])
         known = [self._from_source(select, item) for item in items]
-        qualify_struct_paths(select, [source for source in known if source is not None])
+        names = [n for item in items for n in (item.alias_or_name, getattr(item, "name", ""))]
+        qualify_struct_paths(select, [source for source in known if source is not None], names)
         while (index := self._lookup_index(select)) is not None:
             self._lookup_join(select, index, hints)
         spark_sources = {s.lower() for s in self._plain_aliases(select)}
