@@ -138,9 +138,9 @@ class Advice:
         elif self.code == TIMEOUT:
             counts["timeouts"] = max(int(causes_.total(causes, TIMEOUTS)), counts["timeouts"])
         elif self.code == CACHE_CHURN:
-            counts["hits"] = int(totals.get(HIT_COUNT, counts["hits"]))
-            counts["misses"] = int(totals.get(MISS_COUNT, counts["misses"]))
-            counts["evictions"] = int(totals.get(EVICTION_COUNT, counts["evictions"]))
+            job = {name: int(totals.get(metric, 0)) for name, metric in _CACHE_FIGURES}
+            if job["hits"] + job["misses"] >= counts["hits"] + counts["misses"]:
+                counts.update(job)  # else figures of tasks the totals lack: the warned ones'
         return replace(self, counts=counts, job_tasks=max(tasks, self.tasks))
 
     def to_json(self) -> dict[str, Any]:
@@ -201,6 +201,9 @@ def task_advice(
         counts = {"hits": hits, "misses": misses, "evictions": evictions}
         found.append(Advice(CACHE_CHURN, "", counts, facts))
     return found
+
+
+_CACHE_FIGURES = (("hits", HIT_COUNT), ("misses", MISS_COUNT), ("evictions", EVICTION_COUNT))
 
 
 def missing_columns_advice(facts: Facts, columns: int, text: str) -> Advice:

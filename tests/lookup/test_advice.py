@@ -172,6 +172,9 @@ def test_a_warning_of_some_tasks_shows_the_job_s_figures() -> None:
     assert found.text().endswith("[warned in 1 of 2 tasks]")
     text = driver_summary({"Customers": merged}, {"Customers": job}, {"Customers": 2})
     assert "(499 hits, 501 misses)" in text
+    # totals that lack the warned task's figures (its trailer not merged): its own stay
+    (found,) = advice.job_warnings(merged, {"numLookups": 10}, 2)
+    assert "(0 hits, 500 misses)" in found.text()
     # retries: the cause's job-wide counts, the job's lookups
     storm = causes("HTTP 503", retries=40, retried=30)
     one = advice.section(storm, task_advice({"numLookups": 100}, storm, FACTS, 1))
