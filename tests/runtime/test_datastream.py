@@ -180,7 +180,7 @@ def test_error_propagates_through_for() -> None:
 
 class HangsOnOdd(AsyncFunction[int, str]):
     async def async_invoke(self, element: int) -> list[str]:
-        await asyncio.sleep(60 if element % 2 else 0.001)
+        await asyncio.sleep(60 if element % 2 else 0)
         return [f"{element} ok"]
 
     async def timeout(self, element: int) -> list[str]:
@@ -191,7 +191,8 @@ class HangsOnOdd(AsyncFunction[int, str]):
 @pytest.mark.parametrize("ordered", [True, False])
 def test_timeouts_on_real_loops(use_uvloop: bool, ordered: bool) -> None:
     wait = AsyncDataStream.ordered_wait if ordered else AsyncDataStream.unordered_wait
-    stream = wait(range(40), HangsOnOdd(), 0.05, capacity=8, use_uvloop=use_uvloop)
+    # a timeout far above a loaded machine's stalls: an even element must never time out
+    stream = wait(range(40), HangsOnOdd(), 0.3, capacity=8, use_uvloop=use_uvloop)
     out = list(stream)
     expected = [f"{x} timed out" if x % 2 else f"{x} ok" for x in range(40)]
     assert out == expected if ordered else sorted(out) == sorted(expected)

@@ -143,18 +143,31 @@ class Fleet:
             if name != "node" or NODE
         }
         self.tls_ports = {case: free_port() for case in Certificates.CASES}
-        tls_argv = [
-            str(part)
-            for case, (cert, key) in self.certificates.files.items()
-            for part in (cert, key, self.tls_ports[case])
-        ]
-        others = tuple(p for case, p in self.tls_ports.items() if case != "good")
+        others = [case for case in self.tls_ports if case != "good"]
+
+        def tls_argv(_: int) -> list[str]:
+            return [
+                PY,
+                "aiohttp_app.py",
+                *(
+                    str(part)
+                    for case, (cert, key) in self.certificates.files.items()
+                    for part in (cert, key, self.tls_ports[case])
+                ),
+            ]
+
+        def tls_moved(server: Server) -> None:
+            self.tls_ports.update(
+                {"good": server.port, **dict(zip(others, server.more_ports, strict=True))}
+            )
+
         self.tls = Server(
             "aiohttp-tls",
-            lambda _: [PY, "aiohttp_app.py", *tls_argv],
+            tls_argv,
             port=self.tls_ports["good"],
             tls=True,
-            more_ports=others,
+            more_ports=tuple(self.tls_ports[case] for case in others),
+            moved=tls_moved,
         )
         cert, key = (str(f) for f in self.certificates.files["good"])
         self.tls_servers = {"aiohttp-tls": self.tls}

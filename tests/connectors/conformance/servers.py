@@ -130,6 +130,10 @@ def servers_that(*can: str) -> list[str]:
     return [name for name, (_, caps) in SERVERS.items() if set(can) <= caps]
 
 
+class PortTaken(RuntimeError):
+    """A server exited because its port was taken before it could bind it."""
+
+
 class Server:
     """One server process (a process group: gunicorn's workers go with their master)."""
 
@@ -140,12 +144,14 @@ class Server:
         port: int | None = None,
         tls: bool = False,
         more_ports: tuple[int, ...] = (),
+        moved: Callable[[Server], None] | None = None,
     ):
         self.name = name
         self.argv = argv
         self.port = port or free_port()
         self.tls = tls
         self.more_ports = more_ports  # other ports the process listens on, waited for too
+        self.moved = moved  # told when the ports change (one was taken before the server bound it)
         self.process: subprocess.Popen[bytes] | None = None
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output, read by tests
 
@@ -168,15 +174,34 @@ class Server:
         )
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> Server:
-        """Until the port accepts; fails with the server's output if it exits first."""
+    def wait_ready(self, timeout: float = 30.0, attempts: int = 3) -> Server:
+        """Until the port accepts; fails with the server's output if it exits first. A port
+        another process took between ``free_port()`` and the server's bind (a client's
+        ephemeral port, another worker's server) is picked again, up to ``attempts`` times."""
+        for attempt in range(attempts):
+            try:
+                return self._wait_ready(timeout)
+            except PortTaken:
+                if attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+                self.more_ports = tuple(free_port() for _ in self.more_ports)
+                if self.moved is not None:
+                    self.moved(self)
+                self.start()
+        raise AssertionError("unreachable")
+
+    def _wait_ready(self, timeout: float) -> Server:
         assert self.process is not None
         deadline = time.monotonic() + timeout
         waiting = [self.port, *self.more_ports]
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                code = self.process.returncode
-                raise RuntimeError(f"{self.name} exited ({code}): {self.output()}")
+                code, output = self.process.returncode, self.output()
+                taken = any(m in output.lower() for m in ("address already in use", "eaddrinuse"))
+                raise (PortTaken if taken else RuntimeError)(
+                    f"{self.name} exited ({code}): {output}"
+                )
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.5),
