@@ -225,8 +225,15 @@ def _options(url: str, namespace: str, **extra: str) -> LookupOptions:
     )
 
 
-def _chain(table: Table, options: LookupOptions, *, batch: bool = False) -> LookupChain:
-    fn = BatchFn(table) if batch else AsyncFn(table)
+def _chain(
+    table: Table,
+    options: LookupOptions,
+    *,
+    batch: bool = False,
+    function: AsyncLookupFunction | None = None,
+) -> LookupChain:
+    """One process's chain over ``table`` (``function``: its lookups, else ``table``'s)."""
+    fn = function or (BatchFn(table) if batch else AsyncFn(table))
     return LookupChain.create(
         Source(table, async_=fn), options, prefer_async=True, name="T", key_columns=("id",)
     )
@@ -384,16 +391,7 @@ async def test_one_process_fetches_a_key_while_the_others_wait(
     gate = asyncio.Event()
     table = Table({("hot",): [{"id": "hot"}]})
     options = _options(redis_url, namespace)
-    chains = [
-        LookupChain.create(
-            Source(table, async_=AsyncFn(table, gate)),
-            options,
-            prefer_async=True,
-            name="T",
-            key_columns=("id",),
-        )
-        for _ in range(4)
-    ]
+    chains = [_chain(table, options, function=AsyncFn(table, gate)) for _ in range(4)]
     for chain in chains:
         await chain.open()
     try:
@@ -415,13 +413,7 @@ async def test_a_key_this_process_is_loading_shares_that_load(
 ) -> None:
     gate = asyncio.Event()
     table = Table({("k",): [{"id": "k"}]})
-    chain = LookupChain.create(
-        Source(table, async_=AsyncFn(table, gate)),
-        _options(redis_url, namespace),
-        prefer_async=True,
-        name="T",
-        key_columns=("id",),
-    )
+    chain = _chain(table, _options(redis_url, namespace), function=AsyncFn(table, gate))
     await chain.open()
     try:
         first = asyncio.ensure_future(chain.async_lookup(("k",)))
@@ -520,16 +512,7 @@ async def test_a_load_with_nothing_to_share_sends_its_waiters_to_the_service_tog
             return []
 
     options = _options(redis_url, namespace, **{"lookup.partial-cache.cache-missing-key": "false"})
-    chains = [
-        LookupChain.create(
-            Source(Table(), async_=Missing()),
-            options,
-            prefer_async=True,
-            name="T",
-            key_columns=("id",),
-        )
-        for _ in range(3)
-    ]
+    chains = [_chain(Table(), options, function=Missing()) for _ in range(3)]
     for chain in chains:
         await chain.open()
     try:
@@ -628,13 +611,7 @@ async def test_a_lease_is_dropped_only_by_its_holder(redis_url: str, namespace: 
     options = _options(
         redis_url, namespace, **{"lookup.shared-cache.lease": "200 ms", "lookup.max-retries": "0"}
     )
-    chain = LookupChain.create(
-        Source(table, async_=AsyncFn(table, gate)),
-        options,
-        prefer_async=True,
-        name="T",
-        key_columns=("id",),
-    )
+    chain = _chain(table, options, function=AsyncFn(table, gate))
     await chain.open()
     client = redis.Redis.from_url(redis_url)
     try:
