@@ -36,11 +36,11 @@ from asyncio_lookup.runtime.batch_function import (
 )
 from asyncio_lookup.runtime.batcher import Batch, batches
 from asyncio_lookup.runtime.elements import OutputMode, Watermark
-from asyncio_lookup.runtime.function import check_plain_callable
 from asyncio_lookup.runtime.handler import result_type_error
 from asyncio_lookup.runtime.metrics import OperatorMetrics
 from asyncio_lookup.runtime.operator import (
     AsyncWaitOperator,
+    _check_on_error,
     _check_output_mode,
     _check_retry,
     _check_timeout,
@@ -185,10 +185,7 @@ class AsyncBatchWaitOperator(Generic[IN, OUT]):
                 reason="key order is kept per record; a batch holds records of many keys",
             )
         retry = _check_retry(retry_strategy, _check_timeout(timeout), timeout)
-        if on_error is not None:
-            check_plain_callable(
-                "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"
-            )
+        _check_on_error(on_error)
         self.operator: AsyncWaitOperator[Batch[IN], Collection[OUT]] = AsyncWaitOperator(
             batch_call(self.fn),
             timeout=timeout,

@@ -60,6 +60,14 @@ def _check_output_mode(output_mode: Any) -> OutputMode:
         raise ConfigurationError("output_mode", output_mode, OUTPUT_MODES_ALLOWED) from None
 
 
+def _check_on_error(on_error: Any) -> Any:
+    if on_error is not None:
+        check_plain_callable(
+            "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"
+        )
+    return on_error
+
+
 def _check_key_selector(key_selector: Any, output_mode: OutputMode) -> KeySelector | None:
     if output_mode is OutputMode.KEY_ORDERED:
         if key_selector is None:
@@ -164,11 +172,7 @@ class AsyncWaitOperator(Generic[IN, OUT]):
         if not isinstance(manage_lifecycle, bool):
             raise ConfigurationError("manage_lifecycle", manage_lifecycle, "True or False")
         self.manage_lifecycle = manage_lifecycle
-        if on_error is not None:
-            check_plain_callable(
-                "on_error", on_error, "None or a callable (element, error, attempts) -> outputs"
-            )
-        self.on_error = on_error
+        self.on_error = _check_on_error(on_error)
         self._invoke = invoker(self.fn)
         self._invoke_now = now_invoker(self.fn)
         self._timeout_hook = has_timeout_hook(self.fn)
