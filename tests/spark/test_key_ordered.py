@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -205,16 +206,19 @@ def test_a_change_stream_upserted_in_key_order_ends_as_the_sequential_reference(
     assert _upserted(enriched, tmp_path) == reference
 
 
-# Spark waits a fixed 10 s (PythonWorkerFactory) for a streaming query's foreachBatch Python
-# worker to connect back; on a loaded 2-core machine the Connect server's worker has missed it
-# before running anything. Such a start is retried once, on a fresh checkpoint.
+# Spark waits a fixed 10 s (PythonWorkerFactory.createSimpleWorker) for a streaming query's
+# foreachBatch Python worker to connect back. That worker imports PySpark from pyspark.zip (no
+# bytecode cache: 1.3 s on an idle machine), and on a loaded 2-core machine the Connect server's
+# worker has missed it twice in a row (CI, stop 47) before running anything. Such a start is
+# retried, after a pause and on a fresh checkpoint, up to _STARTS times.
 _WORKER_NOT_STARTED = "Python worker failed to connect back"
+_STARTS = 4
 
 
 def _upserted(stream: Any, tmp_path: Path) -> Any:
     """Run ``stream`` to its end, upserting each micro-batch; the final state."""
     state_file = tmp_path / "state.json"
-    for attempt in range(2):
+    for attempt in range(_STARTS):
         try:
             query = (
                 stream.writeStream.foreachBatch(_upsert_into(str(state_file)))
@@ -224,8 +228,10 @@ def _upserted(stream: Any, tmp_path: Path) -> Any:
             )
             break
         except Exception as error:
-            if attempt or _WORKER_NOT_STARTED not in str(error) or state_file.exists():
+            last = attempt == _STARTS - 1
+            if last or _WORKER_NOT_STARTED not in str(error) or state_file.exists():
                 raise
+            time.sleep(5)
     try:
         query.awaitTermination(180)
         assert query.exception() is None
