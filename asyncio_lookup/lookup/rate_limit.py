@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, LookupFunction, Row
+from asyncio_lookup.lookup.metrics import NUM_THROTTLED, THROTTLED_TIME_MS
 from asyncio_lookup.lookup.rate import TaskRate, format_rate, is_throttle
 from asyncio_lookup.lookup.rate_limiter import RateLimiter
 from asyncio_lookup.runtime.batch_function import AsyncBatchFunction, as_async_batch_function
@@ -137,14 +138,24 @@ class Limited:
     limiter: RateLimiter
     #: Where each call is timed from its token on (the wait for it is no call time), if set.
     calls: LatencySketch | None = None
+    #: Seconds during which calls waited for a token (summed spans, as a lookup table's).
+    waited: float
 
     def _limit(self, inner: Any, limit: TaskRate) -> None:
         self.inner = inner
         self.limit = limit
+        self.waited = 0.0
         # A task's limiter starts without the token a bucket usually starts with: a slot runs
         # its tasks one after another, each with a new limiter, and each first token would be
         # one call over the job's budget.
-        self.limiter = RateLimiter(limit, start_empty=True)
+        self.limiter = RateLimiter(limit, start_empty=True, on_wait=self._add_wait)
+
+    def _add_wait(self, seconds: float) -> None:
+        self.waited += seconds
+
+    def counters(self) -> dict[str, int]:
+        """``throttledTimeMs`` and ``numThrottledCalls`` so far, as a lookup table counts them."""
+        return {THROTTLED_TIME_MS: int(self.waited * 1000.0), NUM_THROTTLED: self.limiter.throttled}
 
     async def open(self) -> None:
         await self.inner.open()

@@ -231,6 +231,16 @@ class AsyncMapTask:
             if isinstance(operator.fn, Limited):  # from its token on, by the limiter's wrapper
                 operator.fn.calls = metrics.calls
                 metrics.calls_timed_by_function = True
+        limited = operator.fn if isinstance(operator.fn, Limited) else None
+        limiter_reported: dict[str, int] = {}
+
+        def counters() -> dict[str, int]:
+            # the operator's, and with rate_limit its limiter's throttled time and calls
+            values = metrics.counters()
+            if limited is not None:
+                values.update(limited.counters())
+            return values
+
         task = uuid.uuid4().hex[:16]
         schema = self.schema if self.error_field is None else self.schema.append(self.error_field)
         total_causes: dict[str, Any] = {}  # the task's, for its warnings
@@ -243,23 +253,25 @@ class AsyncMapTask:
             seconds = time.monotonic() - started
             found = causes_.merge(total_causes, metrics.causes.to_json())
             capacity, timeout = self.capacity, operator.timeout
-            return map_advice(
-                self.name, metrics.counters(), found, capacity, timeout, seconds, self.rate
-            )
+            return map_advice(self.name, counters(), found, capacity, timeout, seconds, self.rate)
 
         def report(failed_rows: int, final: bool, **gauges: int) -> pa.RecordBatch | None:
             # the process loop is paused while this runs (bridge.drive): nothing counts meanwhile
             nonlocal total_causes, reported, reported_failed
             advice = warnings() if final else []
-            counters, record, calls = metrics.take_delta()
+            deltas, record, calls = metrics.take_delta()
+            if limited is not None:
+                for name, value in limited.counters().items():
+                    deltas[name] = value - limiter_reported.get(name, 0)
+                    limiter_reported[name] = value
             found = metrics.causes.take().to_json()
             total_causes = causes_.merge(total_causes, found)
-            values: dict[str, int | float] = dict(counters)
+            values: dict[str, int | float] = dict(deltas)
             values["numFailedRows"] = failed_rows  # the function's and conversion's
             values.update(gauges)
             latency = {"record": record, "call": calls}
             if self.otel:
-                reported = merge_metrics(reported, {**counters, **gauges}, GAUGES)
+                reported = merge_metrics(reported, {**deltas, **gauges}, GAUGES)
                 reported_failed += failed_rows
                 for kind, sketch in latency.items():
                     if sketch is not None:
@@ -269,14 +281,14 @@ class AsyncMapTask:
             return trailer(schema, text, self.not_null)
 
         def export_totals(failed_rows: int) -> None:
-            counters: dict[str, int | float]
+            totals: dict[str, int | float]
             if self.metrics_id is None:  # nothing drained: the operator's figures are the task's
-                counters = {**metrics.counters(), "numFailedRows": failed_rows}
+                totals = {**counters(), "numFailedRows": failed_rows}
                 latency = {"record": metrics.latency, "call": metrics.calls}
-                export_otel(self.name, "async_map", counters, latency)
+                export_otel(self.name, "async_map", totals, latency)
             else:  # what the trailers reported
-                counters = {**reported, "numFailedRows": reported_failed}
-                export_otel(self.name, "async_map", counters, total_latency)
+                totals = {**reported, "numFailedRows": reported_failed}
+                export_otel(self.name, "async_map", totals, total_latency)
 
         rebatcher: Rebatcher[list[dict[str, Any]], dict[str, Any], Mapping[str, Any]] = Rebatcher(
             operator, iter, flush_rows=self.flush_rows

@@ -21,9 +21,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from asyncio_lookup.connectors import HttpConnector
+from asyncio_lookup.errors import TransientError
 from asyncio_lookup.lookup.functions import AsyncLookupFunction
 from asyncio_lookup.runtime import AsyncFunction, RetryStrategies
-from asyncio_lookup.spark import LookupTable, async_map, lookup_join
+from asyncio_lookup.spark import LookupTable, RateLimit, async_map, async_map_metrics, lookup_join
 from asyncio_lookup.spark.advice import summary, warnings_of
 
 pytestmark = pytest.mark.spark
@@ -157,3 +158,41 @@ def test_async_map_retries_are_summarised_by_cause(
     text = summary(metrics_id)
     assert "200 of 200 records were retried (200 retries) after ConnectionResetError" in text
     assert "s3cret" not in text and "http://user:***@svc/" in text
+
+
+class _ThrottledOnce(AsyncFunction[dict[str, Any], dict[str, Any]]):
+    """Answers 429 to the first call of each row, then its row."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        if row["id"] not in self.seen:
+            self.seen.add(row["id"])
+            raise TransientError("quota", status=429)
+        return [{"id": row["id"]}]
+
+
+def test_async_map_held_back_by_its_rate_limit_is_told_so(spark: SparkSession) -> None:
+    """``async_map``'s limiter counts ``throttledTimeMs`` and ``numThrottledCalls`` as a lookup
+    table's does; its 'held back by the rate limit' warning names ``rate_limit``."""
+    metrics_id = f"paced-{uuid.uuid4().hex[:8]}"
+    retry = RetryStrategies.fixed_delay(2, 0.001, None, lambda e: isinstance(e, TransientError))
+    rows = spark.range(0, 30, 1, 1).selectExpr("CAST(id AS INT) AS id")
+    out = async_map(
+        rows,
+        _ThrottledOnce(),
+        "id INT",
+        60.0,
+        retry_strategy=retry,
+        rate_limit=RateLimit(30, parallelism=1),
+        metrics_id=metrics_id,
+    )
+    assert sorted(r.id for r in out.collect()) == list(range(30))
+    figures = async_map_metrics(metrics_id)
+    assert figures["numThrottledCalls"] == 30
+    # 60 calls at 30/s from an empty bucket: about 2 s of waiting for tokens
+    assert 1500 <= figures["throttledTimeMs"] <= 60_000
+    warnings = [w for w in warnings_of(metrics_id) if w.code == "rate-limited"]
+    assert len(warnings) == 1
+    assert "calls waited for rate_limit tokens" in summary(metrics_id)
