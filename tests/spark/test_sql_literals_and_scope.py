@@ -172,6 +172,33 @@ def test_names_only_one_source_has_resolve_as_in_spark(spark: SparkSession, sql:
     )
 
 
+CORRELATED = "SELECT o.k, c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id WHERE "
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # an outer probe column named plainly in a subquery (Spark: a correlated reference)
+        CORRELATED + "EXISTS (SELECT 1 FROM T2 WHERE T2.id = k)",
+        CORRELATED + "k IN (SELECT id FROM T2 WHERE y < big)",
+        # an outer dim column so
+        CORRELATED + "EXISTS (SELECT 1 FROM T2 WHERE T2.id * 10 = x)",
+        "SELECT o.k, (SELECT max(y) FROM T2 WHERE T2.id = k) AS m, c.v "
+        "FROM O AS o JOIN {Dim} AS c ON c.id = o.id",
+        # the subquery's own columns stay its own (T has id and x; o.id = 2 AND c.x = 5: none)
+        CORRELATED + "EXISTS (SELECT 1 FROM T WHERE id = 2 AND x = 5)",
+        CORRELATED + "EXISTS (SELECT 1 FROM T2 WHERE EXISTS (SELECT 1 FROM T WHERE x = y - 2))",
+        CORRELATED + "k IN (SELECT n FROM (SELECT id AS n FROM T2) AS s WHERE n = big)",
+    ],
+)
+def test_outer_names_in_subqueries_resolve_as_in_spark(
+    spark: SparkSession, sql: LookupSQL, query: str
+) -> None:
+    """They failed in Spark ('cannot be resolved') once the probe's columns moved into a
+    struct."""
+    assert same_as_spark(spark, sql, query)
+
+
 # ---------------------------------------------------------------- 4. and 5. ON shapes
 
 

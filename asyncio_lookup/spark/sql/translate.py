@@ -285,7 +285,7 @@ class Translator:
         if lookups:
             items = self._from_items(select)
             plain = [self._plain_source(select, item) for item in items]
-            finish(select, items, self.views, [p for p in plain if p is not None])
+            finish(select, items, self.views, [p for p in plain if p is not None], self._own_names)
 
     def _from_source(self, select: exp.Select, item: exp.Expr) -> Source | None:
         """The alias and columns of a ``FROM`` item before the rewrite: a lookup table's
@@ -318,6 +318,19 @@ class Translator:
                 self._plain_columns[key] = None
         columns = self._plain_columns[key]
         return Source(alias, columns) if columns is not None else None
+
+    def _own_names(self, select: exp.Select) -> set[str] | None:
+        """The names (lower case) a nested query's ``FROM`` items and outputs give it, as
+        Spark analyses each item alone; None when an item cannot be analysed alone."""
+        found = {e.alias_or_name.lower() for e in select.expressions if e.alias_or_name}
+        for item in self._from_items(select):
+            if isinstance(item, exp.Table) and (item.name in self.views or system_time(item)):
+                return None
+            source = self._plain_source(select, item)
+            if source is None:
+                return None
+            found.update(field.lower() for field in source.fields)
+        return found
 
     def _later_sources(self, select: exp.Select, index: int) -> list[Source]:
         """The sources joined after the join at ``index``: Spark sources and lookup tables."""

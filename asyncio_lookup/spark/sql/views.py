@@ -3,7 +3,7 @@ rewritten ``SELECT`` over the views (plain names qualified, ``*`` expanded over 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -45,12 +45,15 @@ def finish(
     items: list[exp.Expr],
     views: Mapping[str, list[Source]],
     plain: Sequence[Source] = (),
+    own_names: Callable[[exp.Select], set[str] | None] = lambda _: None,
 ) -> None:
     """Qualify plain column names and expand ``*`` over the views' struct columns.
 
     ``plain``: the other sources of the ``FROM`` (Spark tables and subqueries joined after the
     lookup joins): a plain name one of them has too is ambiguous (an error, as in Spark); one
-    only they have stays as it is."""
+    only they have stays as it is. ``own_names``: the names a nested query's own ``FROM``
+    items and outputs have (lower case), None when not all known; see
+    :func:`_qualify_outer_references`."""
     view_sources = [
         source
         for item in items
@@ -79,6 +82,7 @@ def finish(
         source = resolver.resolve(node)  # raises for a name two sources have
         if source is not None and any(source is v for v in view_sources):
             node.set("table", exp.to_identifier(source.alias))
+    _qualify_outer_references(select, resolver, view_sources, own_names)
     expanded: list[exp.Expr] = []
     for projection in select.expressions:
         if not isinstance(projection, exp.Star):
@@ -94,3 +98,44 @@ def finish(
                 for a in aliases
             ]
     select.set("expressions", expanded)
+
+
+def _qualify_outer_references(
+    select: exp.Select,
+    resolver: Resolver,
+    view_sources: Sequence[Source],
+    own_names: Callable[[exp.Select], set[str] | None],
+) -> None:
+    """A plain name in a nested query of ``select`` that no query between it and ``select``
+    has (``WHERE EXISTS (SELECT 1 FROM x WHERE x.k = len)``) is, for Spark, the outer query's
+    (a correlated reference): qualified with its view source as ``select``'s own names are.
+    Left alone when a query on the way has ``FROM`` items whose columns are not known (Spark
+    may find the name there) or in a CTE's body (no correlated reference reaches it)."""
+    in_scope = {id(node) for node in scope_nodes(select)}
+    names: dict[int, set[str] | None] = {}
+    for column in list(select.find_all(exp.Column)):
+        if id(column) in in_scope or column.table or isinstance(column.this, exp.Star):
+            continue
+        lowered = column.name.lower()
+        node = column.parent
+        outer = True
+        while node is not None and node is not select:
+            if isinstance(node, (exp.With, exp.CTE)) or (
+                isinstance(node, exp.Lambda)
+                and any(p.name.lower() == lowered for p in node.expressions)
+            ):
+                outer = False
+                break
+            if isinstance(node, exp.Select):
+                if id(node) not in names:
+                    names[id(node)] = own_names(node)
+                own = names[id(node)]
+                if own is None or lowered in own:
+                    outer = False
+                    break
+            node = node.parent
+        if not outer or node is not select:
+            continue
+        source = resolver.resolve(column)  # raises for a name two sources have, as Spark does
+        if source is not None and any(source is v for v in view_sources):
+            column.set("table", exp.to_identifier(source.alias))
