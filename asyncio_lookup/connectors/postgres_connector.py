@@ -109,6 +109,11 @@ WHERE bt.typtype <> 'd' ORDER BY chain.ord
 """
 
 
+#: Errors a key alone can cause (the column's type cannot take it): class 22, and a ``name``
+#: key of 64 bytes or more, which PostgreSQL's binary input refuses as "identifier too long".
+_ONE_KEY_ERRORS = (asyncpg.DataError, asyncpg.exceptions.NameTooLongError)
+
+
 class UndecodableRow(DataFormatError):
     """A row holds a value asyncpg cannot decode into Python's type."""
 
@@ -680,12 +685,12 @@ class _PostgresLookup(AsyncLookupFunction):
                 )
         if all(has_null(k) for k in keys):
             return [[] for _ in keys]
-        with contextlib.suppress(asyncpg.DataError, UndecodableRow):
+        with contextlib.suppress(*_ONE_KEY_ERRORS, UndecodableRow):
             return await self._batch(keys, width)
         # One key the server (or asyncpg) cannot read as the column's type (an unknown enum
-        # label, a malformed uuid), or one row asyncpg cannot decode, failed the whole
-        # statement: each key is looked up alone, so that its error is its own, as a point
-        # lookup's would be.
+        # label, a malformed uuid, a name over 63 bytes), or one row asyncpg cannot decode,
+        # failed the whole statement: each key is looked up alone, so that its error is its
+        # own, as a point lookup's would be.
         distinct = list(dict.fromkeys(keys))
         outcomes = await asyncio.gather(
             *(self.async_lookup(k) for k in distinct), return_exceptions=True

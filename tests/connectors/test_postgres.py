@@ -272,22 +272,28 @@ async def test_a_key_the_column_type_cannot_read_fails_alone_in_a_batch(
     _exec(
         postgres_dsn,
         f"CREATE TYPE \"{mood}\" AS ENUM ('happy', 'sad')",
-        f'CREATE TABLE "{pg_table}" (k "{mood}", u uuid, v text)',
-        f"INSERT INTO \"{pg_table}\" VALUES ('happy', '{UUID}', 'row')",
+        f'CREATE TABLE "{pg_table}" (k "{mood}", u uuid, n name, v text)',
+        f"INSERT INTO \"{pg_table}\" VALUES ('happy', '{UUID}', 'short', 'row')",
     )
+    # a name key of 64 bytes or more: "identifier too long" (42622, no DataError)
+    cases = [
+        ("k", "happy", "angry", asyncpg.DataError),
+        ("u", UUID, "not-a-uuid", asyncpg.DataError),
+        ("n", "short", "x" * 70, asyncpg.exceptions.NameTooLongError),
+    ]
     try:
-        for column, good, bad in [("k", "happy", "angry"), ("u", UUID, "not-a-uuid")]:
+        for column, good, bad, error in cases:
             fn = PostgresConnector(postgres_dsn, pg_table, column, ["v"]).async_lookup_function()
             await fn.open()
             try:
                 keys = [(good,), (bad,), (None,), (good,)]
                 out = await fn.async_lookup_batch(keys)
-                with pytest.raises(asyncpg.DataError):
+                with pytest.raises(error):
                     await fn.async_lookup((bad,))
             finally:
                 await fn.close()
             assert out[0] == out[3] == [{"v": "row"}] and out[2] == []
-            assert isinstance(out[1], asyncpg.DataError)
+            assert isinstance(out[1], error)
     finally:
         _exec(postgres_dsn, f'DROP TABLE IF EXISTS "{pg_table}"', f'DROP TYPE IF EXISTS "{mood}"')
 
