@@ -252,11 +252,22 @@ def test_os_errors_no_retry_fixes_fail_at_once() -> None:
 async def test_a_miss_retry_the_deadline_cancels_in_its_wait_is_not_counted() -> None:
     """numLookupMissRetries counted a retry when its wait began: one the operator's deadline
     cancelled during the wait was counted, never made."""
-    from tests.lookup.support import AsyncFn
 
-    table = Table({})
+    class Misses(AsyncLookupFunction):
+        """Every key a miss; a call is counted when it starts (a deadline may cancel it at
+        its first await, after the chain counted it as made)."""
+
+        def __init__(self) -> None:
+            self.calls: list[Key] = []
+
+        async def async_lookup(self, key: Key) -> Collection[Row]:
+            self.calls.append(key)
+            await asyncio.sleep(0)
+            return []
+
+    table = Misses()
     chain = LookupChain.create(
-        Source(table, async_=AsyncFn(table)),
+        Source(Table({}), async_=table),
         LookupOptions.from_dict({}),
         prefer_async=True,
         miss_retry=MissRetry(delay=0.03, max_attempts=20),
