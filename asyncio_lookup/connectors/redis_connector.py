@@ -316,6 +316,13 @@ class RedisConnector(AsyncFirstSource):
                     "equals",
                 )
 
+    def full_cache_key(self, values: Mapping[str, Any]) -> str:
+        """The key name a point lookup of ``values`` reads: a FULL cache indexes the scanned
+        rows by it and finds a lookup's rows by it, so it joins exactly what a point lookup
+        joins (``1.5`` and ``1.50``, ``7`` and ``7.0``, a time in two offsets: distinct names,
+        distinct rows, whatever ``key_types`` gives)."""
+        return self.template.format(values, key_text)
+
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:
         """The key columns of a scanned key name; ``None`` for a name that the template does
         not match, that ``key_types`` cannot convert (another table's key sharing the prefix),

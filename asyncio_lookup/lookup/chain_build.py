@@ -65,6 +65,8 @@ class SourcePlan:
     provider_cache: LookupCache | None = None
     scan: Callable[[], Any] | None = None
     trigger: CacheReloadTrigger | None = None
+    #: A FULL cache's index of key values, when the source has its own (``full_cache_key``).
+    index_key: Callable[[Any], Any] | None = None
 
 
 def plan_source(
@@ -126,7 +128,13 @@ def plan_source(
                 "a source whose scan() returns the table's rows",
                 reason=f"{source!r} cannot scan",
             )
-        return SourcePlan(is_async=prefer_async, scan=scan, trigger=trigger)
+        index_key = getattr(source, "full_cache_key", None)
+        return SourcePlan(
+            is_async=prefer_async,
+            scan=scan,
+            trigger=trigger,
+            index_key=index_key if callable(index_key) else None,
+        )
     make_sync = getattr(source, "lookup_function", None)
     make_async = getattr(source, "async_lookup_function", None)
     if not callable(make_sync) and not callable(make_async):
@@ -232,6 +240,7 @@ def build_parts(
             retry=FailureRetry(
                 options.max_retries, options.max_retry_backoff, table=name, target=target
             ),
+            index_key=plan.index_key,
         )
     else:
         cache = plan.provider_cache

@@ -13,7 +13,7 @@ import datetime
 import math
 import numbers
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -115,8 +115,12 @@ class FullCache:
         clock: Clock = WALL,
         name: str = "",
         retry: FailureRetry | None = None,
+        index_key: Callable[[Mapping[str, object]], Hashable] | None = None,
     ) -> None:
         self._scan = scan
+        #: The source's own key of a row's key values, when it has one (a Redis key name):
+        #: rows are indexed, and lookups found, by it, as a point lookup finds them.
+        self.index_key = index_key
         self.retry = retry  # of a scan that failed transiently: from its start
         self.key_columns = tuple(key_columns)
         self.trigger = trigger
@@ -159,6 +163,13 @@ class FullCache:
         if state.error is not None:
             raise self._load_error(state.error)
         self.metrics.inc(HIT_COUNT)
+        if self.index_key is not None:
+            if any(v is None for v in key):
+                return []
+            values = dict(zip(self.key_columns, key, strict=True))
+            found = state.snapshot.get((self.index_key(values),))
+            # the key columns of the lookup's key, as a point lookup of this source gives them
+            return [] if found is None else [{**row, **values} for row in found]
         rows = state.snapshot.get(key)
         if rows is None and state.numbers:
             exact = _in_the_snapshot_s_number_types(key, state.numbers)
@@ -283,9 +294,13 @@ class FullCache:
                 continue  # a NULL key never matches a lookup
             if any(v != v for v in key):  # a NaN: the one every lookup's key holds
                 key = tuple(same_nan(list(key)))
+            if self.index_key is not None:
+                key = (self.index_key(dict(zip(columns, key, strict=True))),)
             index.setdefault(key, []).append(row)
         snapshot = {k: tuple(v) for k, v in index.items()}
         nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
+        if self.index_key is not None:
+            return _State(snapshot, None), nbytes
         columns_values = list(zip(*snapshot, strict=True))
         kinds = tuple(frozenset(map(comparable_kind, values)) for values in columns_values)
         numbers = tuple(

@@ -8,6 +8,9 @@ import logging
 import pickle
 import time
 import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
 import pytest
 import redis
@@ -432,6 +435,57 @@ async def test_rows_take_their_key_columns_from_the_key(
             assert [list(await chain.async_lookup((k,))) for k in (1, 2, 7)] == expected
         finally:
             await chain.close()
+
+
+@pytest.mark.parametrize(
+    ("names", "convert", "keys"),
+    [
+        # names whose converted values are equal in Python: 7 == 7.0, 1.5 == 1.50, one instant
+        # (float for an INT key: the name 7 converts to 7.0, whose name is 7.0: not scanned,
+        # a miss where a point lookup of 7 reads it; never the row of 7.0)
+        (["7", "7.0"], float, [(7.0,), (8,)]),
+        (["1.5", "1.50", "1E+1"], Decimal, [(Decimal("1.50"),), (Decimal("10.00"),)]),
+        (
+            ["2024-01-01 00:00:00+00:00", "2024-01-01 01:00:00+01:00"],
+            datetime.fromisoformat,
+            [(datetime(2024, 1, 1, tzinfo=UTC),), (datetime(2024, 1, 1, 1, tzinfo=UTC),)],
+        ),
+        (["7", "007"], None, [(7,), ("7",), ("007",)]),  # no key_types: names as text
+    ],
+)
+async def test_a_full_cache_joins_what_point_lookups_join(
+    redis_url: str,
+    redis_prefix: str,
+    redis_client: redis.Redis,
+    names: list[str],
+    convert: Any,
+    keys: list[tuple[Any, ...]],
+) -> None:
+    """FULL indexed rows by their converted key values: a lookup of 7 found the row named
+    ``7.0`` (7 == 7.0), of 1.50 both ``1.5`` and ``1.50``; a point lookup reads one name."""
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    for name in names:
+        redis_client.set(f"{redis_prefix}k:{name}", json.dumps({"v": f"under {name}"}))
+    c = RedisConnector(
+        redis_url, redis_prefix + "k:{k}", key_types=None if convert is None else {"k": convert}
+    )
+    points = await _both(c, keys)
+    assert any(points)
+    if convert is float:
+        assert await _both(c, [(7,)]) == [[{"v": "under 7", "k": 7}]]
+    options = LookupOptions.from_dict(
+        {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+    )
+    chain = LookupChain.create(c, options, prefer_async=True, key_columns=["k"], name="T")
+    await chain.open()
+    try:
+        assert [list(await chain.async_lookup(k)) for k in keys] == points
+        if convert is float:
+            assert list(await chain.async_lookup((7,))) == []
+    finally:
+        await chain.close()
 
 
 async def test_scan_skips_other_tables_keys_sharing_the_prefix(
