@@ -50,14 +50,16 @@ def path_fields(template: KeyTemplate) -> frozenset[str]:
 
 
 def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
-    """Placeholders whose separator a server splits on before it decodes: ``/`` after a path
-    placeholder, ``&`` or ``=`` after a query one (any other separator, ``.`` or ``:`` say,
-    is read in the decoded text, so a value must not hold it even percent-encoded)."""
+    """Placeholders whose separator every server splits on before it decodes: ``&`` or ``=``
+    after a query placeholder (WSGI and ASGI hand the query over raw). Any other separator is
+    read in the decoded text, so a value must not hold it even percent-encoded: ``.`` or
+    ``:``, and ``/`` after a path placeholder, since WSGI's ``PATH_INFO`` and ASGI's ``path``
+    are decoded before routing (Flask, Django and FastAPI read ``a%2Fb`` as ``a/b``)."""
     in_path = path_fields(template)
     return frozenset(
         field
         for field, separator in template.separators
-        if separator in ("/" if field in in_path else "&=")
+        if field not in in_path and separator in "&="
     )
 
 

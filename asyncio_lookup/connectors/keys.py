@@ -213,9 +213,13 @@ class KeyTemplate:
 
 def key_text(value: Any) -> str:
     """A key value as key text: ``str``, with ``-0.0`` written ``0.0`` (the two are one key in
-    Python's equality, the lookup batcher and caches, and Spark SQL joins)."""
+    Python's equality, the lookup batcher and caches, and Spark SQL joins) and a ``Decimal`` in
+    plain digits at its scale, as Spark's ``CAST(d AS STRING)`` and PostgreSQL write it
+    (``str()`` gives ``0E-18`` for a DECIMAL(38, 18) zero)."""
     if isinstance(value, float) and value == 0.0:
         return "0.0"
+    if type(value) is Decimal and value.is_finite():
+        return format(value.copy_abs() if value.is_zero() else value, "f")  # -0.00 as 0.00
     if isinstance(value, (bytes, bytearray, memoryview)):
         raise DataFormatError(  # str() would write b'ab': a key no one stored
             f"key value {bytes(value)[:40]!r} is binary, which a key template cannot write; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -57,15 +58,20 @@ def test_http_values_a_decoding_server_would_read_alike_are_refused() -> None:
         url("http://svc/c/{a}.{b}", a="1.5", b=2)
     with pytest.raises(DataFormatError, match="':'"):
         url("http://svc/q?id={a}:{b}", a="x:y", b="z")
-    # split before decoding ('/' between path segments, '&' between query pairs): encoded is safe
-    assert url("http://svc/c/{a}/{b}", a="x/y", b="z") == "http://svc/c/x%2Fy/z"
+    # '/' between path segments: WSGI and ASGI servers decode the path before they route it,
+    # so ('x/y', 'z') and ('x', 'y/z') both arrived as /c/x/y/z
+    with pytest.raises(DataFormatError, match="'/'"):
+        url("http://svc/c/{a}/{b}", a="x/y", b="z")
+    assert url("http://svc/c/{a}/{b}", a="x", b="y/z") == "http://svc/c/x/y%2Fz"
+    # split before decoding ('&' between query pairs, read raw everywhere): encoded is safe
     assert url("http://svc/c?a={a}&b={b}", a="x&b=y", b="z") == "http://svc/c?a=x%26b%3Dy&b=z"
 
 
 def _as_decoded(url: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """What a server reads: path segments and query pairs split on the raw text, then decoded."""
+    """What a server reads: the path decoded, then split into segments (WSGI's PATH_INFO,
+    ASGI's path); query pairs split on the raw text, then decoded."""
     parts = urlsplit(url)
-    segments = tuple(unquote(segment) for segment in parts.path.split("/"))
+    segments = tuple(unquote(parts.path).split("/"))
     pairs = tuple(
         (unquote(name), unquote(value))
         for name, _, value in (pair.partition("=") for pair in parts.query.split("&"))
@@ -233,3 +239,19 @@ def test_http_encoded_keys_never_collide(data: st.DataObject) -> None:
         return
     decoded = [{f: unquote(v) for f, v in split.items()} for split in splits(url, s)]
     assert [v for v in decoded if formatted(url, v, encode_value) == s] == [values]
+
+
+def test_a_decimal_is_written_in_plain_digits_at_its_scale() -> None:
+    """str() wrote a DECIMAL(38, 18) zero as 0E-18 and 1e-7 as 1.00000000000E-7: names no one
+    writes (Spark's CAST(d AS STRING) and PostgreSQL give plain digits), so every such key
+    missed."""
+    values = ["0E-18", "1.00000000000E-7", "1.500000000000000000", "1E+1", "-0.00", "-2.5"]
+    assert [key_text(Decimal(v)) for v in values] == [
+        "0.000000000000000000",
+        "0.000000100000000000",
+        "1.500000000000000000",
+        "10",
+        "0.00",
+        "-2.5",
+    ]
+    assert key_text(Decimal("NaN")) == "NaN"
