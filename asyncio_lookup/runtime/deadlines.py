@@ -7,6 +7,14 @@ settles before its deadline only clears ``armed``; settled entries leave the deq
 its head when the timer fires or the owner calls ``trim()`` (the operator once per batch, the
 HTTP connector per request), all at once when one entry stuck at the head keeps too many
 behind it.
+
+A Spark Python worker runs its loop only while the task asks it to: between two output
+batches the loop stands still while Spark takes the batch. An answer that arrived meanwhile is
+read in the same loop iteration in which the timer of a deadline that fell due meanwhile runs,
+and the timer ran first (the answer wakes its task one iteration later, its result handler one
+more). So the timer, when it fires, waits :data:`GRACE_HOPS` loop iterations before it expires
+anything: an answer already received wins, as Flink's completed result does; one that has not
+arrived does not.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from asyncio_lookup.runtime.loop import TIMER_STEP
+
+#: Loop iterations a due deadline waits for an answer already received (socket read, task
+#: wake-up, done callbacks of the layers around the call).
+GRACE_HOPS = 4
 
 
 class Expiring(Protocol):
@@ -83,8 +95,14 @@ class DeadlineQueue(Generic[E]):
 
     def _fire(self) -> None:
         self._timer = None
+        self._expire_due(GRACE_HOPS)
+
+    def _expire_due(self, hops: int) -> None:
         loop = self._loop
         if loop is None:
+            return
+        if hops:
+            loop.call_soon(self._expire_due, hops - 1)
             return
         now = self._clock() if self._clock is not None else loop.time()
         queue = self._queue

@@ -572,3 +572,28 @@ def test_a_base_exception_from_user_code_ends_the_stream_with_it(
     operator = make()
     _, error = run_virtual(failing_at(operator, _aborting_source() if source is None else source))
     assert type(error) is Abort and str(error) == where
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_answer_received_while_the_loop_stood_still_beats_its_deadline(mode: OutputMode) -> None:
+    """A Spark worker's loop stands still while Spark takes a batch: an answer that arrived
+    then, before its deadline, came out a timeout (the deadline's timer ran first when the loop
+    went on). Flink's result, completed first, wins."""
+    import time
+
+    async def fn(x: int) -> list[int]:
+        await asyncio.sleep(0.02 if x == 0 else 0.1)
+        return [x]
+
+    op = AsyncWaitOperator(fn, timeout=0.3, capacity=10, output_mode=mode)
+
+    async def consume() -> list[int]:
+        out: list[int] = []
+        async for element, outputs in op.process(range(10)):
+            out += outputs
+            if element == 0:
+                time.sleep(0.6)  # the consumer holds the loop past every answer and deadline
+        return out
+
+    assert sorted(asyncio.run(consume())) == list(range(10))
+    assert op.metrics.timeouts == 0 and op.metrics.completed == 10

@@ -14,10 +14,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from asyncio_lookup.runtime.deadlines import GRACE_HOPS as DEADLINE_GRACE_HOPS
+
 T = TypeVar("T")
 
-#: Loop iterations a due deadline waits for an answer already received.
-GRACE_HOPS = 3
+#: Loop iterations a due deadline waits for an answer already received (the runtime's).
+GRACE_HOPS = DEADLINE_GRACE_HOPS
 
 
 async def bounded(awaitable: Awaitable[T], timeout: float) -> T:
