@@ -36,7 +36,12 @@ from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatc
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import map_advice
-from asyncio_lookup.spark.convert import LossyValueError, rows_to_arrays, with_time_zone
+from asyncio_lookup.spark.convert import (
+    LossyValueError,
+    batch_rows,
+    rows_to_arrays,
+    with_time_zone,
+)
 from asyncio_lookup.spark.failed_rows import (
     DEFAULT_ERROR_COLUMN,
     ERROR_TYPE,
@@ -294,9 +299,7 @@ class AsyncMapTask:
             operator, iter, flush_rows=self.flush_rows
         )
         with young_generation_threshold(self.gc_threshold):
-            outputs = bridge.drive(
-                rebatcher.run(bridge.read_ahead(batches, pa.RecordBatch.to_pylist))
-            )
+            outputs = bridge.drive(rebatcher.run(bridge.read_ahead(batches, batch_rows)))
             number = failed_rows = 0
             columns = MissingColumns(self.schema.names)  # a misspelt key: NULL in every row
             try:

@@ -50,6 +50,28 @@ _INT64 = range(-(2**63), 2**63)
 _Converter = Callable[[pa.Array, pa.DataType, str], pa.Array]
 
 
+def _holds_a_map(t: pa.DataType) -> bool:
+    if pt.is_map(t):
+        return True
+    if pt.is_struct(t):
+        return any(_holds_a_map(field.type) for field in t)
+    if pt.is_list(t) or pt.is_large_list(t) or pt.is_fixed_size_list(t):
+        return _holds_a_map(t.value_type)
+    return False
+
+
+def batch_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """A batch's rows as dicts, a MAP value as a dict (Arrow's default gives a list of
+    ``(key, value)`` pairs, which no MAP output column takes back); only a batch holding a
+    map pays for it (Arrow's map-as-dict path is several times slower)."""
+    rows: list[dict[str, Any]]
+    if any(_holds_a_map(field.type) for field in batch.schema):
+        rows = batch.to_pylist(maps_as_pydicts="strict")
+    else:
+        rows = batch.to_pylist()
+    return rows
+
+
 def with_time_zone(field: pa.Field, time_zone: str) -> pa.Field:
     """``field``, its naive datetimes and dates read in ``time_zone`` (:data:`TIME_ZONE`)."""
     return field.with_metadata({TIME_ZONE: time_zone.encode()})

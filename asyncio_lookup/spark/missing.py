@@ -108,6 +108,6 @@ def describe(table: str, target: str, missing: Sequence[str], sample: Sequence[s
 def _named(missing: Sequence[str], sample: Sequence[str]) -> str:
     parts = []
     for name in missing:
-        close = difflib.get_close_matches(name, sample, n=1)
+        close = difflib.get_close_matches(name, [str(key) for key in sample], n=1)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ", ".join(parts)

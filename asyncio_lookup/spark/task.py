@@ -35,6 +35,7 @@ from asyncio_lookup.spark import bridge
 from asyncio_lookup.spark.advice import join_advice
 from asyncio_lookup.spark.convert import (
     LossyValueError,
+    batch_rows,
     cast_exactly,
     rows_to_arrays,
     with_time_zone,
@@ -224,7 +225,7 @@ class LookupJoinTask:
         columns = {
             name: _key_values(batch.column(name), cast.get(name)) for name in spec.left_key_columns
         }
-        left_rows = batch.to_pylist() if spec.needs_left_rows else None
+        left_rows = batch_rows(batch) if spec.needs_left_rows else None
         return ProbeBatch(batch, spec.build_keys(columns, batch.num_rows, left_rows), left_rows)
 
     def output(self, joined: JoinedBatch[pa.RecordBatch]) -> pa.RecordBatch:

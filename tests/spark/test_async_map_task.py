@@ -48,3 +48,53 @@ def test_a_null_in_a_not_null_column_names_the_column_and_the_row(
 
     out = pa.Table.from_batches(list(task(fine)(iter([batch]))))
     assert out.column("price").to_pylist() == [1.5] * 4
+
+
+def test_a_map_column_reaches_the_function_as_a_dict_and_passes_through() -> None:
+    """Arrow gave a MAP value as a list of (key, value) pairs: ``row['m']['a']`` failed, and a
+    MAP passed through unchanged failed the task ('list value ... does not fit')."""
+    kinds = pa.map_(pa.string(), pa.int32())
+    schema = pa.schema(
+        [pa.field("id", pa.int64()), pa.field("m", kinds), pa.field("a", pa.int32())]
+    )
+    maps = [[("a", 1), ("b", 2)], [], None]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([0, 1, 2], pa.int64()), pa.array(maps, kinds)], names=["id", "m"]
+    )
+
+    async def fn(row: dict[str, Any]) -> list[dict[str, Any]]:
+        m = row["m"]
+        return [{"id": row["id"], "m": m, "a": None if m is None else m.get("a")}]
+
+    mapped = AsyncMapTask(
+        fn=fn,
+        schema=schema,
+        timeout=10.0,
+        capacity=10,
+        output_mode="ordered",
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=None,
+    )
+    out = pa.Table.from_batches(list(mapped(iter([batch]))))
+    assert out.column("m").to_pylist() == maps
+    assert out.column("a").to_pylist() == [1, None, None]
+
+
+def test_an_output_dict_with_a_key_that_is_no_text_is_named() -> None:
+    """difflib failed the task with 'object of type int has no len()'."""
+
+    async def fn(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{0: row["id"]}]
+
+    batch = pa.RecordBatch.from_pylist([{"id": i} for i in range(2)])
+    mapped = AsyncMapTask(
+        fn=fn,
+        schema=pa.schema([pa.field("id", pa.int64())]),
+        timeout=10.0,
+        capacity=10,
+        output_mode="ordered",
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=None,
+    )
+    out = pa.Table.from_batches(list(mapped(iter([batch]))))
+    assert out.column("id").to_pylist() == [None, None]
