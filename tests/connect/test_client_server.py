@@ -135,7 +135,6 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", f"spark.pyspark.python={sys.executable}",
         "--driver-memory", "512m",
     ]  # fmt: skip
     try:
