@@ -23,6 +23,7 @@ redis-py automatically when installed.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import hashlib
 import json
@@ -36,6 +37,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
@@ -114,6 +116,30 @@ def _callable_name(convert: Callable[..., Any]) -> str:
 
 
 _TEXT_TYPES = ("string", "varchar", "char")
+
+
+def _key_sample(name: str) -> Any:
+    """A key value of the declared type (Spark's simple string) as a task hands it to a
+    lookup, or None for a type without one here."""
+    base = name.split("(", 1)[0]
+    if base in ("tinyint", "smallint", "int", "integer", "bigint", "long"):
+        return 7
+    if base in ("float", "double"):
+        return 1.5
+    if base == "decimal":
+        scale = int(name.split(",")[1].rstrip(")")) if "," in name else 0
+        return Decimal(7).quantize(Decimal(1).scaleb(-scale))
+    if base == "date":
+        return datetime.date(2024, 1, 5)
+    if base == "timestamp":
+        return datetime.datetime(2024, 1, 5, 1, 2, 3, tzinfo=datetime.UTC)
+    if base == "timestamp_ntz":
+        return datetime.datetime(2024, 1, 5, 1, 2, 3)
+    if base == "boolean":
+        return True
+    if base in _TEXT_TYPES:
+        return "k7"
+    return None
 
 
 def _type_name(kind: Any) -> str:
@@ -303,7 +329,10 @@ class RedisConnector(AsyncFirstSource):
         declared = dict(fields)
         for column in self.key_columns:
             kind: Any = declared.get(column)
-            if kind is None or column in self.key_types:
+            if kind is None:
+                continue
+            if column in self.key_types:
+                self._check_key_type(column, _type_name(kind))
                 continue
             name = _type_name(kind)
             if name.split("(", 1)[0] not in _TEXT_TYPES:
@@ -315,6 +344,31 @@ class RedisConnector(AsyncFirstSource):
                     f"a FULL cache reads {column!r} from key names as text, which no {name} key "
                     "equals",
                 )
+
+    def _check_key_type(self, column: str, name: str) -> None:
+        """Refuse a converter that does not read the name a lookup of a ``name`` key writes
+        back as that key (``float`` for an INT key reads ``7`` as 7.0, whose name is
+        ``7.0``): the FULL cache would miss every row a point lookup finds."""
+        sample = _key_sample(name)
+        if sample is None:
+            return
+        convert = self.key_types[column]
+        written = key_text(sample)
+        try:
+            read = convert(written)
+            same = read == sample and key_text(read) == written
+        except (ValueError, TypeError, ArithmeticError) as error:
+            read, same = f"{type(error).__name__}: {error}", False
+        if not same:
+            raise ConfigurationError(
+                "key_types",
+                {column: _callable_name(convert)},
+                f"a converter that reads the name a lookup of a {name} key writes back as that "
+                f"key ({{{column!r}: int}} for an INT key)",
+                f"a lookup of the {name} key {sample!r} reads the name {written!r}, which the "
+                f"converter reads as {read!r}: a FULL cache would miss every row a point "
+                "lookup finds",
+            )
 
     def full_cache_key(self, values: Mapping[str, Any]) -> str:
         """The key name a point lookup of ``values`` reads: a FULL cache indexes the scanned

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import pickle
+import re
 import time
 import uuid
 from datetime import UTC, datetime
@@ -486,6 +487,33 @@ async def test_a_full_cache_joins_what_point_lookups_join(
             assert list(await chain.async_lookup((7,))) == []
     finally:
         await chain.close()
+
+
+@pytest.mark.parametrize(
+    ("declared", "convert", "refused"),
+    [
+        ("int", int, False),
+        ("int", float, True),  # '7' read as 7.0, whose name is '7.0'
+        ("decimal(10,2)", Decimal, False),
+        ("decimal(10,2)", lambda t: Decimal(t).normalize(), True),  # '7.00' read as 7
+        ("timestamp", datetime.fromisoformat, False),
+        ("date", datetime.fromisoformat, True),  # a datetime, not a date
+        ("double", float, False),
+        ("bigint", lambda t: 1 / 0, True),
+        ("string", str, False),
+    ],
+)
+def test_a_converter_that_does_not_read_back_a_lookups_name_is_refused_for_full(
+    declared: str, convert: Any, refused: bool
+) -> None:
+    c = RedisConnector("redis://127.0.0.1:6379/0", "p:{k}", key_types={"k": convert})
+    if not refused:
+        c.check_full_cache([("k", declared), ("v", "string")])
+        return
+    with pytest.raises(
+        ConfigurationError, match=rf"'key_types'.*{re.escape(declared)}.*FULL cache"
+    ):
+        c.check_full_cache([("k", declared), ("v", "string")])
 
 
 async def test_scan_skips_other_tables_keys_sharing_the_prefix(
