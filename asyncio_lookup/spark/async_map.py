@@ -63,7 +63,7 @@ from asyncio_lookup.spark.metrics import (
     trailer,
     with_metrics_column,
 )
-from asyncio_lookup.spark.missing import MissingColumns
+from asyncio_lookup.spark.missing import MissingColumns, struct_fields
 from asyncio_lookup.spark.otel_switch import export_otel, otel_from_conf
 from asyncio_lookup.spark.rate_share import task_rate
 from asyncio_lookup.spark.schema import (
@@ -301,7 +301,9 @@ class AsyncMapTask:
         with young_generation_threshold(self.gc_threshold):
             outputs = bridge.drive(rebatcher.run(bridge.read_ahead(batches, batch_rows)))
             number = failed_rows = 0
-            columns = MissingColumns(self.schema.names)  # a misspelt key: NULL in every row
+            columns = MissingColumns(  # a misspelt key: NULL in every row
+                self.schema.names, struct_fields((f.name, f.type) for f in self.schema)
+            )
             try:
                 try:
                     for out in outputs:

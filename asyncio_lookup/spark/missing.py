@@ -16,9 +16,11 @@ from __future__ import annotations
 import difflib
 import logging
 import operator
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
+
+import pyarrow as pa
 
 from asyncio_lookup.errors import DataFormatError
 from asyncio_lookup.lookup.option_names import FAIL_ON_MISSING_COLUMN
@@ -27,19 +29,29 @@ log = logging.getLogger(__name__)
 
 
 class MissingColumns:
-    """The columns of ``columns`` that no row passed to :meth:`observe` contained."""
+    """The columns of ``columns`` that no row passed to :meth:`observe` contained, and the
+    fields of ``fields`` (a STRUCT column's field names, by column) that no value of their
+    column contained, once some row had a value (a dict) there: ``'s.name'``."""
 
-    __slots__ = ("_unseen", "returned", "sample")
+    __slots__ = ("_parents", "_unseen", "_unseen_fields", "returned", "sample")
 
-    def __init__(self, columns: Iterable[str]) -> None:
+    def __init__(
+        self, columns: Iterable[str], fields: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self._unseen = list(dict.fromkeys(columns))
+        self._unseen_fields = [
+            (column, name)
+            for column, names in (fields or {}).items()
+            for name in dict.fromkeys(names)
+        ]
+        self._parents: set[str] = set()  # STRUCT columns some returned row had a dict in
         self.returned = False  # some lookup returned a row
         self.sample: tuple[str, ...] = ()  # the columns of the first returned row
 
     def observe(self, rows: Sequence[Any], failed: Collection[int] = ()) -> None:
         """Note the columns of ``rows`` (``None``: a NULL-padded row, not a returned one; at
         the positions ``failed``: a failed row's failure, on_error='keep')."""
-        if not self._unseen:
+        if not self._unseen and not self._unseen_fields:
             return
         if failed:
             skip = set(failed)
@@ -53,16 +65,39 @@ class MissingColumns:
         self._unseen = [
             name for name in self._unseen if not any(map(operator.contains, returned, repeat(name)))
         ]
+        if self._unseen_fields:
+            self._observe_fields(returned)
+
+    def _observe_fields(self, returned: list[Any]) -> None:
+        structs: dict[str, list[Mapping[str, Any]]] = {}
+        for column, _ in self._unseen_fields:
+            if column not in structs:
+                structs[column] = [
+                    value
+                    for row in returned
+                    if isinstance(row, Mapping) and isinstance(value := row.get(column), Mapping)
+                ]
+                if structs[column]:
+                    self._parents.add(column)
+        self._unseen_fields = [
+            (column, name)
+            for column, name in self._unseen_fields
+            if not any(name in value for value in structs[column])
+        ]
 
     @property
     def unseen(self) -> bool:
         """Whether some column has not been seen yet (:meth:`observe` has work to do)."""
-        return bool(self._unseen)
+        return bool(self._unseen or self._unseen_fields)
 
     @property
     def missing(self) -> list[str]:
-        """The columns no returned row had ([] when no lookup returned a row)."""
-        return list(self._unseen) if self.returned else []
+        """The columns no returned row had, and the STRUCT fields no value of their column
+        had (``'s.name'``); [] when no lookup returned a row."""
+        if not self.returned:
+            return []
+        fields = [f"{c}.{n}" for c, n in self._unseen_fields if c in self._parents]
+        return list(self._unseen) + fields
 
     def report(self, table: str, target: str, *, fail: bool) -> int:
         """Log one warning (or raise, with ``fail``) naming the missing columns; their number."""
@@ -111,3 +146,8 @@ def _named(missing: Sequence[str], sample: Sequence[str]) -> str:
         close = difflib.get_close_matches(name, [str(key) for key in sample], n=1)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ", ".join(parts)
+
+
+def struct_fields(fields: Iterable[tuple[str, pa.DataType]]) -> dict[str, list[str]]:
+    """The field names of each STRUCT column of ``fields`` (name, Arrow type)."""
+    return {name: [f.name for f in kind] for name, kind in fields if pa.types.is_struct(kind)}

@@ -44,7 +44,7 @@ from asyncio_lookup.spark.failed_rows import convert_keeping_failures, error_arr
 from asyncio_lookup.spark.failures import is_readable, readable
 from asyncio_lookup.spark.job_metrics import GAUGES, NUM_MISSING_COLUMNS, encode
 from asyncio_lookup.spark.metrics import reports_before, trailer, with_metrics_column
-from asyncio_lookup.spark.missing import MissingColumns
+from asyncio_lookup.spark.missing import MissingColumns, struct_fields
 from asyncio_lookup.spark.otel_switch import export_otel
 from asyncio_lookup.spark.worker_gc import DEFAULT_GC_YOUNG_THRESHOLD, young_generation_threshold
 from asyncio_lookup.spark.worker_log import configure_from_env
@@ -369,7 +369,10 @@ class LookupJoinTask:
         if chain.shared is not None:
             chain.shared.new_task()  # a failing shared store warns once per task
         keys = self.spec.key_columns
-        columns = MissingColumns(c.name for c in self.dim_columns if c.name not in keys)
+        checked = [c for c in self.dim_columns if c.name not in keys]
+        columns = MissingColumns(
+            (c.name for c in checked), struct_fields((c.name, c.type) for c in checked)
+        )
         task = uuid.uuid4().hex[:16]
         runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
         started = time.monotonic()

@@ -191,6 +191,34 @@ def test_missing_columns_tracker() -> None:
     assert seen.missing == []
 
 
+def test_a_struct_field_no_value_had_is_missing_once_a_value_came() -> None:
+    """A misspelt STRUCT field was NULL in every row, silently (only top-level columns were
+    checked)."""
+    seen = MissingColumns(["s", "t"], {"s": ["name", "zip"], "t": ["x"]})
+    seen.observe([{"s": None, "t": None}])
+    assert seen.missing == []  # no struct value yet: nothing can be said of their fields
+    seen.observe([{"s": {"nmae": "Ada", "zip": None}, "t": None}])
+    assert seen.missing == ["s.name"] and seen.unseen
+    seen.observe([{"s": {"name": "Grace"}, "t": {"x": 1}}])
+    assert seen.missing == [] and not seen.unseen
+
+
+def test_an_async_map_struct_field_no_row_had_is_counted(spark: SparkSession) -> None:
+    from asyncio_lookup.spark import async_map, async_map_metrics
+
+    async def nested(row: dict[str, object]) -> list[dict[str, object]]:
+        return [{"id": row["id"], "s": {"nmae": "Ada", "age": 3}}]
+
+    metrics_id = f"missing-{uuid.uuid4().hex[:8]}"
+    rows = spark.createDataFrame([(n,) for n in range(4)], "id INT").repartition(2)
+    schema = "id INT, s STRUCT<name: STRING, age: INT>"
+    out = async_map(rows, nested, schema, 30.0, metrics_id=metrics_id)
+    assert sorted((r.id, r.s.name, r.s.age) for r in out.collect()) == [
+        (n, None, 3) for n in range(4)
+    ]
+    assert async_map_metrics(metrics_id)["numMissingColumns"] == 1
+
+
 def test_an_async_map_output_column_no_row_had_is_counted(spark: SparkSession) -> None:
     from asyncio_lookup.spark import async_map, async_map_metrics
 
