@@ -88,6 +88,10 @@ class DataFormatError(AsyncLookupError, ValueError):
 class HttpStatusError(AsyncLookupError):
     """The service answered with a status that is neither success, miss nor transient."""
 
+    #: Set on a batch request's error that one of its keys may have caused (a 400): the
+    #: batcher sends the keys again in halves (lookup/batch.py).
+    split_batch = False
+
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status

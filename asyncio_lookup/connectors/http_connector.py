@@ -87,6 +87,9 @@ BATCH_MODES = ("post_json", "query")
 # statuses a server answers a request line or URL too long for it with (nginx, Apache: 414;
 # aiohttp, Node: 400; h11/uvicorn: 431), and the URL length from which a batch names it
 _URL_REFUSED = frozenset((400, 414, 431))
+#: Client-error statuses one bad key of a batch request may cause (a value the service
+#: refuses, a URL or body too large), not the request as such (authentication, method, rate).
+_ONE_KEY_MAY_CAUSE = frozenset(range(400, 500)) - {401, 403, 405, 407, 408, 429}
 _LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
 _ACCEPT = {"Accept": "application/json"}
@@ -627,7 +630,12 @@ class _HttpBatchLookup(_HttpLookup):
         chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
         client = await self._client()
         found: dict[Key, Collection[Row]] = {}
-        results = await asyncio.gather(*(self._chunk(client, chunk, items) for chunk in chunks))
+        try:
+            results = await asyncio.gather(*(self._chunk(client, chunk, items) for chunk in chunks))
+        except HttpStatusError as error:
+            if len(wanted) > 1 and error.status in _ONE_KEY_MAY_CAUSE:
+                error.split_batch = True  # the batcher sends the keys again in halves
+            raise
         for chunk, (rows, exact) in zip(chunks, results, strict=True):
             for key, key_rows in zip(chunk, c.group(chunk, rows, exact), strict=True):
                 found[key] = key_rows

@@ -3,7 +3,10 @@
 Concurrent lookups of the same key share one in-flight call (coalescing). With batching on and a
 function with a real ``async_lookup_batch``, the keys asked for in the same event-loop iteration
 (or within ``max_wait``) go out together, at most ``max_size`` per call. A per-key error reaches
-exactly the callers of that key; an error raised by the whole call reaches every key in it.
+exactly the callers of that key; an error raised by the whole call reaches every key in it,
+unless it says one key may have caused it (``split_batch``, an HTTP 400 to a batch request):
+the keys are then sent again in two halves, each a call of its own (counted, rate-limited),
+until the keys at fault are alone.
 
 Without batching, the first caller of a key makes the call in its own task (no task per call);
 later callers of the key wait for it. If that first caller is cancelled (its timeout), its call
@@ -216,6 +219,11 @@ class KeyBatcher:
                 self._settle(key, None, asyncio.CancelledError())
             raise
         except Exception as error:
+            if len(keys) > 1 and getattr(error, "split_batch", False):
+                half = len(keys) // 2
+                self._start(keys[:half])
+                self._start(keys[half:])
+                return
             for key in keys:
                 self._settle(key, None, error)
             return

@@ -76,7 +76,8 @@ class SkewOptions:
 
     Before the join, the driver samples ``sample_fraction`` of the input (one Spark job over the
     input, counting at most ``max_hot_keys`` + 1 groups back) and treats a key holding at least
-    ``threshold`` of the sampled rows (default ``1 / (2 n)`` for ``n`` partitions) as hot.
+    ``threshold`` of the sampled rows with a key (a NULL key makes no lookup; default
+    ``1 / (2 n)`` for ``n`` partitions) as hot.
     A hot key with share ``s`` is spread over ``ceil(2 s n)`` consecutive partitions (at most
     ``n``); each of them looks it up once, so it costs a few external calls instead of one but
     no task gets much more than its share of the rows. Streaming inputs are not sampled, nor

@@ -756,3 +756,27 @@ async def test_a_query_batch_refused_for_its_url_length_says_to_lower_batch_size
     assert re.search(r"URL is 10,\d{3} bytes for 50 keys", message)
     assert re.search(r"\.\.\. \(10,\d{3} characters\)", message)  # the URL, cut short
     assert len(message) < 1000
+
+
+@pytest.mark.parametrize(
+    ("status", "keys", "split"),
+    [(400, 2, True), (422, 3, True), (400, 1, False), (401, 2, False), (500, 2, False)],
+)
+async def test_a_client_error_to_a_batch_of_keys_asks_for_halves(
+    http_service: Service, status: int, keys: int, split: bool
+) -> None:
+    """A 400 may be one key's doing: the batcher sends the keys again in halves
+    (lookup/batch.py). Authentication and server errors are the request's."""
+    c = HttpConnector(
+        f"{http_service.base}/customers/{{id}}",
+        batch_url=f"{http_service.base}/raw/{status}/refused",
+        batch_mode="query",
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(HttpStatusError) as raised:
+            await fn.async_lookup_batch([(k,) for k in range(1, keys + 1)])
+    finally:
+        await fn.close()
+    assert raised.value.status == status and raised.value.split_batch is split

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 
 import pytest
 
-from asyncio_lookup.errors import LookupFailedError, ResultTypeError, TransientError
+from asyncio_lookup.errors import (
+    HttpStatusError,
+    LookupFailedError,
+    ResultTypeError,
+    TransientError,
+)
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.functions import Key
 from asyncio_lookup.lookup.options import LookupOptions
@@ -422,3 +428,44 @@ async def test_a_call_cancelled_before_its_first_step_leaves_no_key_in_flight() 
     await batcher.cancel_calls()
     assert not batcher._in_flight
     assert await asyncio.wait_for(batcher.lookup((1,)), 1.0) == [{"id": 1}]
+
+
+class RefusesBadKey(BatchFn):
+    """A service that answers 400 to any request holding the key (3,): a batch as a whole."""
+
+    async def async_lookup(self, key: Key) -> list[dict[str, object]]:
+        self.table.calls.append(key)
+        if key == (3,):
+            raise HttpStatusError("HTTP GET /c/3 answered 400", 400)
+        return [row(key)]
+
+    async def async_lookup_batch(self, keys: Sequence[Key]) -> list[object]:
+        self.table.batches.append(list(keys))
+        if (3,) in keys:
+            error = HttpStatusError("HTTP POST /batch answered 400", 400)
+            error.split_batch = True
+            raise error
+        return [[row(k)] for k in keys]
+
+
+async def test_a_batch_one_key_made_fail_is_split_until_that_key_is_alone() -> None:
+    """A 400 to a batch request failed every key of the batch (on_error='keep': valid rows
+    output as failures naming a key that was fine)."""
+    table = table_of(8)
+    chain = await open_chain(RefusesBadKey(table), **{"batch.max-size": "8"})
+    results = await asyncio.gather(
+        *(chain.async_lookup((k,)) for k in range(8)), return_exceptions=True
+    )
+    assert [r for k, r in enumerate(results) if k != 3] == [[row((k,))] for k in range(8) if k != 3]
+    assert isinstance(results[3], HttpStatusError) and "/c/3 answered 400" in str(results[3])
+    # 8 keys, then halves holding (3,) until it is alone: each half a call of its own
+    assert table.batches == [
+        [(k,) for k in range(8)],
+        [(0,), (1,), (2,), (3,)],
+        [(4,), (5,), (6,), (7,)],
+        [(0,), (1,)],
+        [(2,), (3,)],
+    ]
+    assert table.calls == [(2,), (3,)]
+    assert chain.metrics.snapshot()["numExternalCalls"] == 7
+    await chain.close()
