@@ -230,6 +230,25 @@ def check_retry_timeout(resolved: ResolvedLookup, *, is_async: bool, full_cache:
         )
 
 
+def check_batch_wait(
+    resolved: ResolvedLookup, max_size: int, max_wait: float, *, is_async: bool, full_cache: bool
+) -> None:
+    """For a join that batches its async lookups: a ``lookup.batch.max-wait`` no lookup can
+    wait out before the async timeout is an error (a batch not full by then times out every
+    row in it, with a message that names only the timeout)."""
+    timeout = resolved.timeout
+    if not is_async or full_cache or max_size <= 1 or timeout is None or timeout >= NEVER:
+        return
+    if max_wait >= timeout:
+        raise ConfigurationError(
+            "lookup.batch.max-wait",
+            format_duration(max_wait),
+            f"a wait shorter than the async timeout ({format_duration(timeout)})",
+            reason="a batch that is not full is sent only after the wait: each of its lookups "
+            "would time out first",
+        )
+
+
 def _keyed(mode: OutputModeName, defaults: AsyncDefaults) -> OutputModeName:
     """Flink's rule (FLIP-519): with key order enabled, an unordered join keeps key order."""
     return "key_ordered" if mode == "unordered" and defaults.key_ordered else mode

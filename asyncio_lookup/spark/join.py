@@ -23,6 +23,7 @@ from asyncio_lookup.lookup.hint_resolve import (
     CONF_TIMEOUT,
     AsyncDefaults,
     ResolvedLookup,
+    check_batch_wait,
     check_retry_timeout,
     resolve_lookup,
 )
@@ -183,6 +184,13 @@ def plan_lookup_join(
         key_columns=spec.key_columns,
     )
     check_retry_timeout(hint, is_async=plan.is_async, full_cache=plan.scan is not None)
+    check_batch_wait(
+        hint,
+        options.batch_max_size,
+        options.batch_max_wait,
+        is_async=plan.is_async,
+        full_cache=plan.scan is not None,
+    )
     table.check_target()
     check_full_cache = getattr(table.connector, "check_full_cache", None)
     if options.cache is CacheType.FULL and check_full_cache is not None:

@@ -411,3 +411,24 @@ def test_a_retry_delay_past_the_timeout_is_refused_only_where_the_join_retries_a
             {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"},
         )
         lookup_join(df, full, on, hints=hint)  # a FULL cache never retries
+
+
+def test_a_batch_wait_past_the_timeout_is_refused_before_any_task(
+    spark: SparkSession, df: DataFrame
+) -> None:
+    """It failed every row on the executors with a timeout naming only 'timeout'."""
+    batching = {"lookup.batch.max-size": "8", "lookup.batch.max-wait": "5 s"}
+    hint = "LOOKUP('table'='Customers', 'timeout'='1 s')"
+    on = [("customer_id", "id")]
+    with no_spark_job(spark):
+        table = LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"]), batching)
+        with pytest.raises(ConfigurationError, match=r"'lookup.batch.max-wait'.*shorter than"):
+            lookup_join(df, table, on, hints=hint)
+        lookup_join(df, table, on, hints="LOOKUP('table'='Customers', 'timeout'='10 s')")
+        unbatched = {**batching, "lookup.batch.max-size": "1"}
+        lookup_join(
+            df,
+            LookupTable("Customers", SCHEMA, InMemoryConnector(ROWS, ["id"]), unbatched),
+            on,
+            hints=hint,
+        )
