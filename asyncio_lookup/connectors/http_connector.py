@@ -36,7 +36,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, unquote_plus, urljoin, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import http_client
@@ -158,6 +158,7 @@ class HttpConnector(AsyncFirstSource):
         max_connections: int = 100,
         client: str | None = None,
         max_body_size: int = 64 * 1024 * 1024,
+        check_answer_keys: bool = True,
     ) -> None:
         self.template, url_auth = url_template(url, "url")
         self.key_columns = self.template.key_columns(key_columns)
@@ -214,6 +215,9 @@ class HttpConnector(AsyncFirstSource):
         self.scan_rows_field = rows_field if scan_rows_field is None else scan_rows_field
         self.miss_statuses = status_set("miss_statuses", miss_statuses)
         self.transient_statuses = status_set("transient_statuses", transient_statuses)
+        if not isinstance(check_answer_keys, bool):
+            raise ConfigurationError("check_answer_keys", check_answer_keys, "True or False")
+        self.check_answer_keys = check_answer_keys
         if 200 in self.miss_statuses:
             raise ConfigurationError(
                 "miss_statuses",
@@ -457,6 +461,37 @@ class HttpConnector(AsyncFirstSource):
             + f" are {type(value).__name__}, expected an object or a list of objects"
         )
 
+    def foreign_row(self, key: Key, rows: Sequence[Row]) -> Row | None:
+        """A row of a point answer to ``key`` that holds every key column, none null, with
+        values that are not ``key``'s (matched as a batch answer's rows are, and alike in
+        any case): the answer to another request. None when every row is ``key``'s or cannot
+        tell (a key column left out; a DECIMAL key or an integer beyond 2**53, which a JSON
+        float cannot tell apart)."""
+        columns = self.key_columns
+        for row in rows:
+            if len(columns) == 1:
+                value = row.get(columns[0])
+                if value is None or value == key[0]:
+                    continue
+                values: list[Any] = [value]
+            else:
+                values = [row.get(c) for c in columns]
+                if None in values or values == list(key):
+                    continue
+            if any(_inexact_as_float(v) for v in key):
+                continue
+            texts = tuple(map(key_text, values))
+            if texts == tuple(map(key_text, key)):
+                continue
+            if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
+                continue
+            if any(type(v) in _NUMBERS for v in key) and tuple(map(_answer_number, values)) == (
+                tuple(map(number_text, key))
+            ):
+                continue
+            return row
+        return None
+
     def group(
         self, keys: Sequence[Key], rows: Sequence[Row], exact: Sequence[Row] | None = None
     ) -> list[Collection[Row]]:
@@ -597,11 +632,33 @@ class _HttpLookup(AsyncLookupFunction):
         status, headers, payload = await client.get_json(url)
         # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
         # object as the body
+        rows: list[Row]
         if status == 200 and type(payload) is dict and not c.rows_field:
-            return [payload]
-        if not c.answered("GET", url, status, headers, payload):
+            rows = [payload]
+        elif not c.answered("GET", url, status, headers, payload):
             return []
-        return c.rows_of("GET", url, payload, c.rows_field)
+        else:
+            rows = c.rows_of("GET", url, payload, c.rows_field)
+        if c.check_answer_keys and (foreign := c.foreign_row(key, rows)) is not None:
+            await self._another_request_s_answer(client, url, key, foreign)
+        return rows
+
+    async def _another_request_s_answer(
+        self, client: HttpClient, url: str, key: Key, row: Row
+    ) -> NoReturn:
+        """The answer carries another key: an answer meant for another request (a server or
+        proxy that answered one twice; an HTTP/1.1 connection then reads each answer one
+        request late). Its connections are dropped and the lookup is retried on new ones."""
+        if self.client is client:
+            self.client = None
+            await client.close()
+        values = {column: row.get(column) for column in self.connector.key_columns}
+        raise self.connector.transient(
+            f"HTTP GET {shown_url(url)} answered a row of another key ({values}) to the key "
+            f"{key!r}: an answer to another request (a server or proxy that answered one twice?);"
+            " the client's connections were dropped. If the service writes keys otherwise "
+            "(trimmed, reformatted), set HttpConnector(check_answer_keys=False)"
+        )
 
     async def close(self) -> None:
         if self.client is not None:
