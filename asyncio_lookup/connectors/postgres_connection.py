@@ -21,6 +21,18 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # TimeoutError included
 )
 _PERMANENT_SQLSTATES = ("28000", "28P01", "3D000")  # bad user / password / database
+#: A statement the server ended for a reason of its own that a new try may not meet: a hot
+#: standby's conflict with recovery (40001, "canceling statement due to conflict with
+#: recovery"), a deadlock (40P01).
+_RETRYABLE_STATEMENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+)
+
+
+def is_retryable_statement_error(error: BaseException) -> bool:
+    """True for a statement the server ended that a retry may run (the connection is fine)."""
+    return isinstance(error, _RETRYABLE_STATEMENT_ERRORS)
 
 
 def is_connection_error(error: BaseException) -> bool:

@@ -38,6 +38,7 @@ from asyncio_lookup.connectors.keys import has_null
 from asyncio_lookup.connectors.postgres_connection import (
     asyncpg_dsn,
     is_connection_error,
+    is_retryable_statement_error,
     quote_ident,
 )
 from asyncio_lookup.connectors.postgres_schema import check_columns
@@ -643,6 +644,8 @@ class _PostgresLookup(AsyncLookupFunction):
             ) from error
         except BaseException as error:
             connection_failed = isinstance(error, Exception) and is_connection_error(error)
+            if is_retryable_statement_error(error):
+                raise c.transient(error, action) from error
             if connection_failed or isinstance(error, asyncio.CancelledError):
                 # Abandoned, not cancelled or reset: on a blackholed connection either would
                 # wait for the server. The pool opens a replacement when next needed. (A

@@ -60,8 +60,10 @@ T = TypeVar("T")
 
 VALUE_FORMATS = ("json", "json_list", "hash")
 _TRANSIENT = (
-    redis.exceptions.ConnectionError,
+    redis.exceptions.ConnectionError,  # LOADING (BusyLoadingError) included
     redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,  # CLUSTERDOWN, MASTERDOWN: a failover under way
+    redis.exceptions.TryAgainError,  # TRYAGAIN: a slot migrating
     TimeoutError,
     OSError,
 )
@@ -69,11 +71,17 @@ _TRANSIENT = (
 _PERMANENT = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
 # uvloop raises RuntimeError ("unable to perform operation on <TCPTransport closed=True>") when a
 # pooled connection was reset by the peer; redis-py drops that connection, a retry gets another.
-_CAUGHT = (*_TRANSIENT, RuntimeError)
+_CAUGHT = (*_TRANSIENT, RuntimeError, redis.exceptions.ResponseError)
 
 
 def _reraise_unless_transient(error: BaseException) -> None:
     if isinstance(error, RuntimeError) and "closed" not in str(error):
+        raise error
+    if (
+        isinstance(error, redis.exceptions.ResponseError)
+        and not isinstance(error, _TRANSIENT)
+        and not str(error).startswith("BUSY ")  # a script runs too long: Redis answers later
+    ):
         raise error
 
 

@@ -634,3 +634,57 @@ async def test_a_server_that_refuses_the_interval_codec_still_serves(
 
     with pytest.raises(asyncpg.ConnectionDoesNotExistError):
         await _exact_intervals(Lost())  # type: ignore[arg-type]
+
+
+async def test_a_statement_a_standby_cancels_is_retried(postgres_dsn: str, pg_table: str) -> None:
+    """A hot standby's "canceling statement due to conflict with recovery" (40001) and a
+    deadlock (40P01) failed the row at once (attempts=1): they are the server's, not the
+    statement's, and a retry runs."""
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    control = f"{pg_table}_control"
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id int, v text)',
+        f"INSERT INTO \"{pg_table}\" VALUES (7, 'seven')",
+        f'CREATE TABLE "{control}" (code text)',
+        f"""CREATE FUNCTION "{pg_table}_gate"() RETURNS boolean AS $$
+        DECLARE failing text := (SELECT code FROM "{control}" LIMIT 1);
+        BEGIN
+          IF failing IS NOT NULL THEN
+            RAISE EXCEPTION 'canceling statement due to conflict with recovery'
+              USING ERRCODE = failing;
+          END IF;
+          RETURN true;
+        END $$ LANGUAGE plpgsql STABLE""",
+    )
+
+    async def retry_wait(seconds: float) -> None:  # the standby caught up meanwhile
+        _exec(postgres_dsn, f'TRUNCATE "{control}"')
+
+    try:
+        for code in ("40001", "40P01"):
+            _exec(postgres_dsn, f"INSERT INTO \"{control}\" VALUES ('{code}')")
+            c = PostgresConnector(
+                postgres_dsn,
+                query=f'SELECT id, v FROM "{pg_table}" WHERE "{pg_table}_gate"()',
+                key_columns=("id",),
+            )
+            options = LookupOptions.from_dict({})
+            chain = LookupChain.create(
+                c, options, prefer_async=True, key_columns=("id",), async_sleep=retry_wait
+            )
+            await chain.open()
+            try:
+                assert list(await chain.async_lookup((7,))) == [{"id": 7, "v": "seven"}]
+            finally:
+                await chain.close()
+            assert chain.metrics.snapshot()["numFailureRetries"] == 1
+    finally:
+        _exec(
+            postgres_dsn,
+            f'DROP FUNCTION IF EXISTS "{pg_table}_gate"()',
+            f'DROP TABLE IF EXISTS "{pg_table}"',
+            f'DROP TABLE IF EXISTS "{control}"',
+        )

@@ -648,3 +648,54 @@ def test_cache_identity(redis_url: str) -> None:
         identity("redis://127.0.0.1/1?password=s3cr3t-pw"),
     ):
         assert "s3cr3t" not in text and "sha256:" in text
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN.",
+        b"-TRYAGAIN Multiple keys request during rehashing of slot",
+        b"-CLUSTERDOWN The cluster is down",
+    ],
+)
+async def test_a_failover_s_refusal_is_retried(refusal: bytes) -> None:
+    """A replica resyncing, a long script, a slot migrating, a cluster electing: Redis asks
+    the client to try again. They failed the row at once (attempts=1)."""
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    replies = [refusal + b"\r\n"]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():  # RESP: *<n>, then $<len> and the argument
+            parts = []
+            for _ in range(int(line[1:])):
+                size = int((await reader.readline())[1:])
+                parts.append((await reader.readexactly(size + 2))[:-2])
+            if parts[0].upper() == b"GET":
+                body = json.dumps({"v": "row"}).encode()
+                writer.write(replies.pop(0) if replies else b"$%d\r\n%s\r\n" % (len(body), body))
+            elif parts[0].upper() == b"HELLO":
+                writer.write(b"-ERR unknown command 'HELLO'\r\n")
+            else:
+                writer.write(b"+OK\r\n")
+            await writer.drain()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = RedisConnector(f"redis://127.0.0.1:{port}/0", "k:{id}")
+    chain = LookupChain.create(
+        c, LookupOptions.from_dict({}), prefer_async=True, key_columns=("id",), async_sleep=_no_wait
+    )
+    await chain.open()
+    try:
+        assert list(await chain.async_lookup((7,))) == [{"v": "row", "id": 7}]
+    finally:
+        await chain.close()
+        server.close()
+    assert chain.metrics.snapshot()["numFailureRetries"] == 1 and not replies
+
+
+async def _no_wait(seconds: float) -> None:
+    pass
