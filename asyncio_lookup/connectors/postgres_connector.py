@@ -405,8 +405,11 @@ class PostgresConnector(AsyncFirstSource):
         return url_secrets(self.dsn) + url_secrets(self.url)
 
     def transient(self, error: BaseException, action: str) -> TransientError:
+        said = str(error)
+        if not said and isinstance(error, TimeoutError) and self.command_timeout is not None:
+            said = f"no answer within command_timeout={self.command_timeout:g} s"  # asyncpg: ''
         message = redact(
-            f"PostgreSQL {action} failed on {mask_url(self.dsn)}: {type(error).__name__}: {error}",
+            f"PostgreSQL {action} failed on {mask_url(self.dsn)}: {type(error).__name__}: {said}",
             self.secrets(),
         )
         log.debug("%s", message)  # per attempt; the error that ends the retries says it once

@@ -688,3 +688,20 @@ async def test_a_statement_a_standby_cancels_is_retried(postgres_dsn: str, pg_ta
             f'DROP TABLE IF EXISTS "{pg_table}"',
             f'DROP TABLE IF EXISTS "{control}"',
         )
+
+
+async def test_a_statement_past_command_timeout_says_so(postgres_dsn: str) -> None:
+    """asyncpg's TimeoutError has no text: the message ended in 'TimeoutError: '."""
+    c = PostgresConnector(
+        postgres_dsn,
+        query="SELECT k AS id, pg_sleep(2) IS NULL AS slept FROM (SELECT 1 AS k) AS s",
+        key_columns=("id",),
+        command_timeout=0.2,
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(TransientError, match=r"TimeoutError: no answer within command_timeout"):
+            await fn.async_lookup((1,))
+    finally:
+        await fn.close()
