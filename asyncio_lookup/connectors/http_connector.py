@@ -92,6 +92,7 @@ _URL_REFUSED = frozenset((400, 414, 431))
 _ONE_KEY_MAY_CAUSE = frozenset(range(400, 500)) - {401, 403, 405, 407, 408, 429}
 _LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
+_CHECKED_KEY_TYPES = (str, int, float)  # keys a point answer's key columns are checked against
 _ACCEPT = {"Accept": "application/json"}
 
 
@@ -465,8 +466,13 @@ class HttpConnector(AsyncFirstSource):
         """A row of a point answer to ``key`` that holds every key column, none null, with
         values that are not ``key``'s (matched as a batch answer's rows are, and alike in
         any case): the answer to another request. None when every row is ``key``'s or cannot
-        tell (a key column left out; a DECIMAL key or an integer beyond 2**53, which a JSON
-        float cannot tell apart)."""
+        tell: a key column left out; a key of text and numbers only is checked (a date or a
+        time may come back in another format; a DECIMAL or an integer beyond 2**53 as a JSON
+        float that cannot tell it apart)."""
+        if not all(type(v) in _CHECKED_KEY_TYPES for v in key) or any(
+            _inexact_as_float(v) for v in key
+        ):
+            return None
         columns = self.key_columns
         for row in rows:
             if len(columns) == 1:
@@ -478,8 +484,6 @@ class HttpConnector(AsyncFirstSource):
                 values = [row.get(c) for c in columns]
                 if None in values or values == list(key):
                     continue
-            if any(_inexact_as_float(v) for v in key):
-                continue
             texts = tuple(map(key_text, values))
             if texts == tuple(map(key_text, key)):
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import datetime
 import json
 import logging
 import pickle
@@ -853,3 +854,7 @@ async def test_an_answer_of_another_key_is_never_that_key_s_row(
     assert c.foreign_row((2,), [{"id": 2.0}, {"name": "no key"}]) is None
     assert c.foreign_row(("AbC",), [{"id": "abc"}]) is None  # alike in any case
     assert c.foreign_row(("007",), [{"id": 7}]) == {"id": 7}
+    # a date or time may come back in another format; a decimal as an inexact float: unchecked
+    day = datetime.date(2024, 1, 5)
+    assert c.foreign_row((day,), [{"id": "2024-01-05T00:00:00"}]) is None
+    assert c.foreign_row((Decimal("0.10"),), [{"id": 0.1}]) is None
