@@ -87,9 +87,9 @@ BATCH_MODES = ("post_json", "query")
 # statuses a server answers a request line or URL too long for it with (nginx, Apache: 414;
 # aiohttp, Node: 400; h11/uvicorn: 431), and the URL length from which a batch names it
 _URL_REFUSED = frozenset((400, 414, 431))
-#: Client-error statuses one bad key of a batch request may cause (a value the service
-#: refuses, a URL or body too large), not the request as such (authentication, method, rate).
-_ONE_KEY_MAY_CAUSE = frozenset(range(400, 500)) - {401, 403, 405, 407, 408, 429}
+#: Client-error statuses one bad key (or too many keys) of a batch request may cause: a value
+#: the service refuses, a URL, header or body too large; not the request as such.
+_ONE_KEY_MAY_CAUSE = frozenset((400, 413, 414, 422, 431))
 _LONG_URL = 2048
 _NUMBERS = (int, float, Decimal)
 _CHECKED_KEY_TYPES = (str, int, float)  # keys a point answer's key columns are checked against

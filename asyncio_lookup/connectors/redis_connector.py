@@ -126,28 +126,33 @@ def _callable_name(convert: Callable[..., Any]) -> str:
 _TEXT_TYPES = ("string", "varchar", "char")
 
 
-def _key_sample(name: str) -> Any:
-    """A key value of the declared type (Spark's simple string) as a task hands it to a
-    lookup, or None for a type without one here."""
+def _key_samples(name: str) -> list[Any]:
+    """Key values of the declared type (Spark's simple string) as a task hands them to a
+    lookup, or [] for a type without them here: two or three each, a converter that reads
+    one of them back wrong (``bool`` reads ``'False'`` as True) is found."""
     base = name.split("(", 1)[0]
     if base in ("tinyint", "smallint", "int", "integer", "bigint", "long"):
-        return 7
+        return [7, -7, 0]
     if base in ("float", "double"):
-        return 1.5
+        return [1.5, -0.25, 0.0]
     if base == "decimal":
         scale = int(name.split(",")[1].rstrip(")")) if "," in name else 0
-        return Decimal(7).quantize(Decimal(1).scaleb(-scale))
+        digits = "0" * scale
+        return [
+            Decimal(f"7.{digits}" if scale else "7"),
+            Decimal(f"-7.{digits}" if scale else "-7"),
+        ]
     if base == "date":
-        return datetime.date(2024, 1, 5)
+        return [datetime.date(2024, 1, 5), datetime.date(1999, 12, 31)]
     if base == "timestamp":
-        return datetime.datetime(2024, 1, 5, 1, 2, 3, tzinfo=datetime.UTC)
+        return [datetime.datetime(2024, 1, 5, 1, 2, 3, 456789, tzinfo=datetime.UTC)]
     if base == "timestamp_ntz":
-        return datetime.datetime(2024, 1, 5, 1, 2, 3)
+        return [datetime.datetime(2024, 1, 5, 1, 2, 3), datetime.datetime(1999, 12, 31, 23)]
     if base == "boolean":
-        return True
+        return [True, False]
     if base in _TEXT_TYPES:
-        return "k7"
-    return None
+        return ["k7", "K 7"]
+    return []
 
 
 def _type_name(kind: Any) -> str:
@@ -357,10 +362,13 @@ class RedisConnector(AsyncFirstSource):
         """Refuse a converter that does not read the name a lookup of a ``name`` key writes
         back as that key (``float`` for an INT key reads ``7`` as 7.0, whose name is
         ``7.0``): the FULL cache would miss every row a point lookup finds."""
-        sample = _key_sample(name)
-        if sample is None:
-            return
         convert = self.key_types[column]
+        for sample in _key_samples(name):
+            self._check_key_sample(column, name, convert, sample)
+
+    def _check_key_sample(
+        self, column: str, name: str, convert: Callable[[str], Any], sample: Any
+    ) -> None:
         written = key_text(sample)
         try:
             read = convert(written)
@@ -383,6 +391,14 @@ class RedisConnector(AsyncFirstSource):
         rows by it and finds a lookup's rows by it, so it joins exactly what a point lookup
         joins (``1.5`` and ``1.50``, ``7`` and ``7.0``, a time in two offsets: distinct names,
         distinct rows, whatever ``key_types`` gives)."""
+        missing = [c for c in self.key_columns if c not in values]
+        if missing:
+            raise ConfigurationError(
+                "key_columns",
+                list(values),
+                f"every column of the key template {list(self.key_columns)}",
+                reason=f"a key name needs {missing} too",
+            )
         return self.template.format(values, key_text)
 
     def parse_key(self, redis_key: str) -> dict[str, Any] | None:

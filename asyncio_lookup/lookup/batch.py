@@ -20,6 +20,7 @@ with a batch-capable function), where calls run in tasks of their own and outliv
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Collection, Sequence
 from threading import get_ident
 from time import perf_counter
@@ -35,6 +36,8 @@ from asyncio_lookup.lookup.metrics import (
 from asyncio_lookup.lookup.results import as_rows
 from asyncio_lookup.runtime.batch_function import check_unchanged
 from asyncio_lookup.runtime.sketch import LatencySketch
+
+log = logging.getLogger(__name__)
 
 
 def _is_sequence(value: object) -> bool:
@@ -65,6 +68,7 @@ class KeyBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._inline: set[asyncio.Task[object]] = set()  # callers making a call in their task
         self._closing = False
+        self._split_warned = False  # a batch refused as a whole was split: warned once
         self._unwound: dict[asyncio.Task[object], asyncio.Future[None]] = {}  # aclose waits
         self._loop: asyncio.AbstractEventLoop | None = None
         # The counters and call latencies of the thread running the loop (metrics.thread_tables),
@@ -220,6 +224,16 @@ class KeyBatcher:
             raise
         except Exception as error:
             if len(keys) > 1 and getattr(error, "split_batch", False):
+                if not self._split_warned:
+                    self._split_warned = True
+                    log.warning(
+                        "a batch of %d keys was refused as a whole (%s): its keys are sent "
+                        "again in halves until the keys at fault are alone (a key alone is a "
+                        "point lookup); if every batch is refused, the batch request is wrong "
+                        "(batch_url, batch_mode) or too large (lower batch_size)",
+                        len(keys),
+                        error,
+                    )
                 half = len(keys) // 2
                 self._start(keys[:half])
                 self._start(keys[half:])

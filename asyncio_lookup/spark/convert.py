@@ -62,11 +62,15 @@ def _holds_a_map(t: pa.DataType) -> bool:
 
 def batch_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A batch's rows as dicts, a MAP value as a dict (Arrow's default gives a list of
-    ``(key, value)`` pairs, which no MAP output column takes back); only a batch holding a
-    map pays for it (Arrow's map-as-dict path is several times slower)."""
+    ``(key, value)`` pairs, which no MAP output column takes back), unless a MAP of the batch
+    is keyed by arrays or structs (unhashable: the pairs stay); only a batch holding a map
+    pays for it (Arrow's map-as-dict path is several times slower)."""
     rows: list[dict[str, Any]]
     if any(_holds_a_map(field.type) for field in batch.schema):
-        rows = batch.to_pylist(maps_as_pydicts="strict")
+        try:
+            rows = batch.to_pylist(maps_as_pydicts="strict")
+        except TypeError:  # a MAP keyed by arrays or structs: no dict can hold it, pairs stay
+            rows = batch.to_pylist()
     else:
         rows = batch.to_pylist()
     return rows

@@ -77,8 +77,11 @@ class MissingColumns:
                     for row in returned
                     if isinstance(row, Mapping) and isinstance(value := row.get(column), Mapping)
                 ]
-                if structs[column]:
+                if structs[column] and column not in self._parents:
                     self._parents.add(column)
+                    # the struct's fields beside the columns: what a misspelt field is near
+                    first = structs[column][0]
+                    self.sample += tuple(f"{column}.{name}" for name in first)
         self._unseen_fields = [
             (column, name)
             for column, name in self._unseen_fields

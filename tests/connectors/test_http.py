@@ -766,7 +766,15 @@ async def test_a_query_batch_refused_for_its_url_length_says_to_lower_batch_size
 
 @pytest.mark.parametrize(
     ("status", "keys", "split"),
-    [(400, 2, True), (422, 3, True), (400, 1, False), (401, 2, False), (500, 2, False)],
+    [
+        (400, 2, True),
+        (422, 3, True),
+        (414, 2, True),
+        (400, 1, False),
+        (401, 2, False),
+        (406, 2, False),
+        (500, 2, False),
+    ],
 )
 async def test_a_client_error_to_a_batch_of_keys_asks_for_halves(
     http_service: Service, status: int, keys: int, split: bool

@@ -501,6 +501,9 @@ async def test_a_full_cache_joins_what_point_lookups_join(
         ("double", float, False),
         ("bigint", lambda t: 1 / 0, True),
         ("string", str, False),
+        ("boolean", bool, True),  # 'False' read as True
+        ("decimal(38,30)", Decimal, False),  # beyond the decimal context's 28 digits
+        ("int", lambda t: abs(int(t)), True),  # fine for 7, not for -7
     ],
 )
 def test_a_converter_that_does_not_read_back_a_lookups_name_is_refused_for_full(
@@ -699,3 +702,11 @@ async def test_a_failover_s_refusal_is_retried(refusal: bytes) -> None:
 
 async def _no_wait(seconds: float) -> None:
     pass
+
+
+def test_a_full_cache_key_needs_every_column_of_the_template() -> None:
+    """A FULL cache over part of a composite key failed its load with a bare KeyError."""
+    c = RedisConnector("redis://127.0.0.1:6379/0", "p:{a}:{b}")
+    assert c.full_cache_key({"b": 1, "a": "x"}) == "p:x:1"
+    with pytest.raises(ConfigurationError, match=r"'key_columns'.*needs \['b'\].*\['a', 'b'\]"):
+        c.full_cache_key({"a": "x"})

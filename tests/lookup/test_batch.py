@@ -448,7 +448,9 @@ class RefusesBadKey(BatchFn):
         return [[row(k)] for k in keys]
 
 
-async def test_a_batch_one_key_made_fail_is_split_until_that_key_is_alone() -> None:
+async def test_a_batch_one_key_made_fail_is_split_until_that_key_is_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A 400 to a batch request failed every key of the batch (on_error='keep': valid rows
     output as failures naming a key that was fine)."""
     table = table_of(8)
@@ -468,4 +470,6 @@ async def test_a_batch_one_key_made_fail_is_split_until_that_key_is_alone() -> N
     ]
     assert table.calls == [(2,), (3,)]
     assert chain.metrics.snapshot()["numExternalCalls"] == 7
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "a batch of 8 keys was refused as a whole (HTTP POST /batch answered 400)" in warning
     await chain.close()

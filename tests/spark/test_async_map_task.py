@@ -80,6 +80,29 @@ def test_a_map_column_reaches_the_function_as_a_dict_and_passes_through() -> Non
     assert out.column("a").to_pylist() == [1, None, None]
 
 
+def test_a_map_keyed_by_arrays_stays_pairs() -> None:
+    """No dict can hold a list key: the task failed (unhashable type: 'list')."""
+    kinds = pa.map_(pa.list_(pa.int32()), pa.int32())
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1], pa.int64()), pa.array([[([1, 2], 3)]], kinds)], names=["id", "m"]
+    )
+
+    async def fn(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": row["id"] + 1}]
+
+    mapped = AsyncMapTask(
+        fn=fn,
+        schema=pa.schema([pa.field("id", pa.int64())]),
+        timeout=10.0,
+        capacity=10,
+        output_mode="ordered",
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=None,
+    )
+    out = pa.Table.from_batches(list(mapped(iter([batch]))))
+    assert out.column("id").to_pylist() == [2]
+
+
 def test_an_output_dict_with_a_key_that_is_no_text_is_named() -> None:
     """difflib failed the task with 'object of type int has no len()'."""
 

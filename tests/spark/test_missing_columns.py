@@ -22,7 +22,7 @@ from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.spark import LookupSQL, LookupTable, lookup_join
 from asyncio_lookup.spark.advice import summary
 from asyncio_lookup.spark.job_metrics import fold
-from asyncio_lookup.spark.missing import MissingColumns
+from asyncio_lookup.spark.missing import MissingColumns, describe
 from asyncio_lookup.spark.task import DimColumn, LookupJoinTask
 from tests.spark.helpers import DimService
 from tests.spark.test_partition import split
@@ -199,6 +199,7 @@ def test_a_struct_field_no_value_had_is_missing_once_a_value_came() -> None:
     assert seen.missing == []  # no struct value yet: nothing can be said of their fields
     seen.observe([{"s": {"nmae": "Ada", "zip": None}, "t": None}])
     assert seen.missing == ["s.name"] and seen.unseen
+    assert "'s.name' (did you mean 's.nmae'?)" in describe("T", "x", seen.missing, seen.sample)
     seen.observe([{"s": {"name": "Grace"}, "t": {"x": 1}}])
     assert seen.missing == [] and not seen.unseen
 

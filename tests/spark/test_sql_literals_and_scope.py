@@ -189,6 +189,14 @@ CORRELATED = "SELECT o.k, c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id WHERE "
         CORRELATED + "EXISTS (SELECT 1 FROM T WHERE id = 2 AND x = 5)",
         CORRELATED + "EXISTS (SELECT 1 FROM T2 WHERE EXISTS (SELECT 1 FROM T WHERE x = y - 2))",
         CORRELATED + "k IN (SELECT n FROM (SELECT id AS n FROM T2) AS s WHERE n = big)",
+        # names a subquery makes of its own beyond its sources' columns stay its own
+        CORRELATED + "EXISTS (SELECT 1 FROM T2 LATERAL VIEW explode(array(y, 2)) e AS k "
+        "WHERE k = 2)",
+        CORRELATED + "EXISTS (SELECT 1 FROM T PIVOT (sum(x) FOR id IN (1 AS a, 2 AS b)) "
+        "WHERE b = 5)",
+        # a UNION's ORDER BY names its own outputs
+        "SELECT o.k, (SELECT x FROM T UNION ALL SELECT y FROM T2 ORDER BY x DESC LIMIT 1) AS m, "
+        "c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id",
     ],
 )
 def test_outer_names_in_subqueries_resolve_as_in_spark(

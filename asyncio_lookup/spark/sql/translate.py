@@ -321,9 +321,14 @@ class Translator:
 
     def _own_names(self, select: exp.Select) -> set[str] | None:
         """The names (lower case) a nested query's ``FROM`` items and outputs give it, as
-        Spark analyses each item alone; None when an item cannot be analysed alone."""
+        Spark analyses each item alone; None when an item cannot be analysed alone or the
+        query makes names of its own beyond them (``LATERAL VIEW``, ``PIVOT``, ``UNPIVOT``)."""
+        if select.args.get("laterals"):
+            return None
         found = {e.alias_or_name.lower() for e in select.expressions if e.alias_or_name}
         for item in self._from_items(select):
+            if item.args.get("pivots") or isinstance(item, exp.Pivot):
+                return None
             if isinstance(item, exp.Table) and (item.name in self.views or system_time(item)):
                 return None
             source = self._plain_source(select, item)

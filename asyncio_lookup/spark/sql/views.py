@@ -126,6 +126,9 @@ def _qualify_outer_references(
             ):
                 outer = False
                 break
+            if isinstance(node, exp.SetOperation):
+                outer = False  # a UNION's ORDER BY names its outputs (its branches: unknown)
+                break
             if isinstance(node, exp.Select):
                 if id(node) not in names:
                     names[id(node)] = own_names(node)
