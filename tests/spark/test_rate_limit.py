@@ -275,7 +275,11 @@ def test_job_wide_limit_over_four_tasks(jobs: dict[str, Any]) -> None:
     assert seen.total == ROWS
     # the limiter's bound, and what the service's stalls bunched into one window (rate_servers.py)
     assert seen.max_per_second <= 1.1 * R + R * seen.stall, (seen.stall, seen.counts)
-    assert seen.average >= 0.8 * R, (seen.average, seen.counts)
+    # not far below the limit either: each task paces its share (R / 4), so on a loaded machine
+    # a task that starts or ends late stretches the job (CI saw 152/s for R = 200: four tasks
+    # started 0.3 s apart, one ended 0.5 s after the others); half the limit is a bound such
+    # stragglers stay above, a limiter twice too slow does not
+    assert seen.average >= 0.5 * R, (seen.average, seen.counts)
     print(
         f"limited: max 1 s window {seen.max_per_second}, average {seen.average:.1f}/s, "
         f"longest service stall {seen.stall * 1000:.0f} ms"
