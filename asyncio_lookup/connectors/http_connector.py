@@ -31,12 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Mapping,
+    Sequence,
+)
 from decimal import Decimal
-from typing import Any, NoReturn
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote_plus, urljoin, urlsplit, urlunsplit
 
 from asyncio_lookup.connectors import http_client
@@ -91,6 +99,7 @@ _URL_REFUSED = frozenset((400, 414, 431))
 #: the service refuses, a URL, header or body too large; not the request as such.
 _ONE_KEY_MAY_CAUSE = frozenset((400, 413, 414, 422, 431))
 _LONG_URL = 2048
+T = TypeVar("T")
 _NUMBERS = (int, float, Decimal)
 _CHECKED_KEY_TYPES = (str, int, float)  # keys a point answer's key columns are checked against
 _ACCEPT = {"Accept": "application/json"}
@@ -462,39 +471,50 @@ class HttpConnector(AsyncFirstSource):
             + f" are {type(value).__name__}, expected an object or a list of objects"
         )
 
-    def foreign_row(self, key: Key, rows: Sequence[Row]) -> Row | None:
-        """A row of a point answer to ``key`` that holds every key column, none null, with
-        values that are not ``key``'s (matched as a batch answer's rows are, and alike in
-        any case): the answer to another request. None when every row is ``key``'s or cannot
-        tell: a key column left out; a key of text and numbers only is checked (a date or a
-        time may come back in another format; a DECIMAL or an integer beyond 2**53 as a JSON
-        float that cannot tell it apart)."""
+    def foreign_answer(self, key: Key, rows: Sequence[Row]) -> Row | None:
+        """A row of a point answer to ``key`` holding every key column, none null, with
+        another key's values, when no row of the answer is ``key``'s (matched as a batch
+        answer's rows are, and alike in any case): maybe the answer to another request. None
+        when a row is ``key``'s, or nothing tells: a key column left out; a key of text and
+        numbers only is checked (a date or a time may come back in another format; a DECIMAL
+        or an integer beyond 2**53 as a JSON float that cannot tell it apart)."""
         if not all(type(v) in _CHECKED_KEY_TYPES for v in key) or any(
             _inexact_as_float(v) for v in key
         ):
             return None
-        columns = self.key_columns
+        foreign = None
         for row in rows:
-            if len(columns) == 1:
-                value = row.get(columns[0])
-                if value is None or value == key[0]:
-                    continue
-                values: list[Any] = [value]
-            else:
-                values = [row.get(c) for c in columns]
-                if None in values or values == list(key):
-                    continue
-            texts = tuple(map(key_text, values))
-            if texts == tuple(map(key_text, key)):
-                continue
-            if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
-                continue
-            if any(type(v) in _NUMBERS for v in key) and tuple(map(_answer_number, values)) == (
-                tuple(map(number_text, key))
-            ):
-                continue
-            return row
-        return None
+            verdict = self._row_is_key_s(key, row)
+            if verdict:
+                return None
+            if verdict is False and foreign is None:
+                foreign = row
+        return foreign
+
+    def _row_is_key_s(self, key: Key, row: Row) -> bool | None:
+        """Whether ``row``'s key columns are ``key``'s; None when it lacks one (or one is null)."""
+        columns = self.key_columns
+        if len(columns) == 1:
+            value = row.get(columns[0])
+            if value is None:
+                return None
+            if value == key[0]:
+                return True
+            values: list[Any] = [value]
+        else:
+            values = [row.get(c) for c in columns]
+            if None in values:
+                return None
+            if values == list(key):
+                return True
+        texts = tuple(map(key_text, values))
+        if texts == tuple(map(key_text, key)):
+            return True
+        if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
+            return True
+        return any(type(v) in _NUMBERS for v in key) and tuple(map(_answer_number, values)) == (
+            tuple(map(number_text, key))
+        )
 
     def group(
         self, keys: Sequence[Key], rows: Sequence[Row], exact: Sequence[Row] | None = None
@@ -616,6 +636,9 @@ class _HttpLookup(AsyncLookupFunction):
     def __init__(self, connector: HttpConnector) -> None:
         self.connector = connector
         self.client: HttpClient | None = None
+        self.check_keys = connector.check_answer_keys  # off once the service's shape is known
+        self._retired: set[HttpClient] = set()  # clients whose connections read foreign answers
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         if self.client is None:
@@ -643,28 +666,70 @@ class _HttpLookup(AsyncLookupFunction):
             return []
         else:
             rows = c.rows_of("GET", url, payload, c.rows_field)
-        if c.check_answer_keys and (foreign := c.foreign_row(key, rows)) is not None:
-            await self._another_request_s_answer(client, url, key, foreign)
+        if self.check_keys and c.foreign_answer(key, rows) is not None:
+            fresh = await self._asked_again(lambda client: self._point_rows(client, url))
+            if c.foreign_answer(key, fresh) is None:
+                self.retire_client()  # a pooled connection read another request's answer
+                return fresh
+            self._service_s_shape(f"HTTP GET {shown_url(url)}", key)
+            return fresh
         return rows
 
-    async def _another_request_s_answer(
-        self, client: HttpClient, url: str, key: Key, row: Row
-    ) -> NoReturn:
-        """The answer carries another key: an answer meant for another request (a server or
-        proxy that answered one twice; an HTTP/1.1 connection then reads each answer one
-        request late). Its connections are dropped and the lookup is retried on new ones."""
-        if self.client is client:
-            self.client = None
-            await client.close()
-        values = {column: row.get(column) for column in self.connector.key_columns}
-        raise self.connector.transient(
-            f"HTTP GET {shown_url(url)} answered a row of another key ({values}) to the key "
-            f"{key!r}: an answer to another request (a server or proxy that answered one twice?);"
-            " the client's connections were dropped. If the service writes keys otherwise "
-            "(trimmed, reformatted), set HttpConnector(check_answer_keys=False)"
+    async def _point_rows(self, client: HttpClient, url: str) -> list[Row]:
+        c = self.connector
+        status, headers, payload = await client.get_json(url)
+        if not c.answered("GET", url, status, headers, payload):
+            return []
+        return c.rows_of("GET", url, payload, c.rows_field)
+
+    async def _asked_again(self, ask: Callable[[HttpClient], Awaitable[T]]) -> T:
+        """An answer that may be another request's (a server or proxy that answered one twice:
+        an HTTP/1.1 connection then reads each answer one request late), asked again on a new
+        connection, which no earlier answer can reach. If that one is the key's, the pooled
+        connections are retired: new lookups get a new client; the old one is closed once its
+        requests in flight had their time (they keep their deadlines)."""
+        fresh = open_client(self.connector)
+        try:
+            answer = await ask(fresh)
+        finally:
+            await fresh.close()
+        return answer
+
+    def retire_client(self) -> None:
+        """New lookups get a new client; the old one closes after the connector's timeout."""
+        old, self.client = self.client, None
+        if old is None:
+            return
+        self._retired.add(old)
+
+        def close_old() -> None:
+            if old in self._retired:
+                self._retired.discard(old)
+                task = asyncio.ensure_future(old.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+        asyncio.get_running_loop().call_later(self.connector.timeout + 1.0, close_old)
+
+    def _service_s_shape(self, request: str, key: Key) -> None:
+        """A new connection answered another key too: the service's own way (rows of related
+        keys, keys written otherwise). Checked no more by this function, warned once."""
+        self.check_keys = False
+        log.warning(
+            "%s answered the key %r with rows of other keys on a new connection too: taken as "
+            "the service's own answers (rows of related keys, keys written otherwise), and "
+            "answers are no longer checked in this task's worker; set "
+            "HttpConnector(check_answer_keys=False) to skip the check and its second request",
+            request,
+            key,
         )
 
     async def close(self) -> None:
+        retired, self._retired = list(self._retired), set()
+        for client in retired:
+            await client.close()
+        for task in list(self._closing):
+            await task
         if self.client is not None:
             client, self.client = self.client, None
             await client.close()
@@ -698,7 +763,18 @@ class _HttpBatchLookup(_HttpLookup):
                 error.split_batch = True  # the batcher sends the keys again in halves
             raise
         for chunk, (rows, exact) in zip(chunks, results, strict=True):
-            for key, key_rows in zip(chunk, c.group(chunk, rows, exact), strict=True):
+            grouped = c.group(chunk, rows, exact)
+            if self.check_keys and rows and not any(grouped):
+                # rows with every key column, none of a key asked for: maybe another request's
+                fresh_rows, fresh_exact = await self._asked_again(
+                    functools.partial(self._chunk, chunk=chunk, items=items)
+                )
+                grouped = c.group(chunk, fresh_rows, fresh_exact)
+                if any(grouped):
+                    self.retire_client()
+                elif fresh_rows:
+                    self._service_s_shape(f"the batch request for {len(chunk)} keys", chunk[0])
+            for key, key_rows in zip(chunk, grouped, strict=True):
                 found[key] = key_rows
         return [refused.get(k) or [dict(r) for r in found.get(k, ())] for k in keys]
 
