@@ -443,8 +443,8 @@ class PostgresConnector(AsyncFirstSource):
                     async for record in cursor:
                         yield dict(record)
                 except Exception as error:
-                    if not is_connection_error(error):
-                        raise
+                    if not (is_connection_error(error) or is_retryable_statement_error(error)):
+                        raise  # a standby's conflict with recovery meets long scans the most
                     raise self.transient(error, "scan") from error
         finally:
             conn.terminate()  # never wait on a connection that may have stopped answering

@@ -74,14 +74,15 @@ _PERMANENT = (redis.exceptions.AuthenticationError, redis.exceptions.Authorizati
 _CAUGHT = (*_TRANSIENT, RuntimeError, redis.exceptions.ResponseError)
 
 
+def _asks_to_try_again(error: redis.exceptions.ResponseError) -> bool:
+    """A failover's answer (MASTERDOWN, CLUSTERDOWN, TRYAGAIN) or BUSY: a script runs too long."""
+    return isinstance(error, _TRANSIENT) or str(error).startswith("BUSY ")
+
+
 def _reraise_unless_transient(error: BaseException) -> None:
     if isinstance(error, RuntimeError) and "closed" not in str(error):
         raise error
-    if (
-        isinstance(error, redis.exceptions.ResponseError)
-        and not isinstance(error, _TRANSIENT)
-        and not str(error).startswith("BUSY ")  # a script runs too long: Redis answers later
-    ):
+    if isinstance(error, redis.exceptions.ResponseError) and not _asks_to_try_again(error):
         raise error
 
 
@@ -496,7 +497,11 @@ class RedisConnector(AsyncFirstSource):
         pipe = client.pipeline(transaction=False)
         for k in keys:
             cast(Any, pipe).execute_command("HGETALL", k, **options)
-        return list(await pipe.execute(raise_on_error=False))
+        values = list(await pipe.execute(raise_on_error=False))
+        for value in values:  # a failover's or a busy server's answer: the whole call is retried
+            if isinstance(value, redis.exceptions.ResponseError) and _asks_to_try_again(value):
+                raise value
+        return values
 
     @staticmethod
     def _decoded(redis_key: str, raw: Any) -> Any:

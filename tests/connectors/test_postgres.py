@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import logging
 import pickle
+import threading
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -681,6 +682,25 @@ async def test_a_statement_a_standby_cancels_is_retried(postgres_dsn: str, pg_ta
             finally:
                 await chain.close()
             assert chain.metrics.snapshot()["numFailureRetries"] == 1
+        # a FULL cache's scan, which such a conflict meets the most (its retries sleep apart)
+        _exec(postgres_dsn, f"INSERT INTO \"{control}\" VALUES ('40001')")
+        c = PostgresConnector(
+            postgres_dsn,
+            query=f'SELECT id, v FROM "{pg_table}" WHERE "{pg_table}_gate"()',
+            key_columns=("id",),
+        )
+        full = LookupOptions.from_dict(
+            {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+        )
+        chain = LookupChain.create(c, full, prefer_async=True, key_columns=("id",))
+        timer = threading.Timer(0.3, _exec, (postgres_dsn, f'TRUNCATE "{control}"'))
+        timer.start()
+        await chain.open()
+        try:
+            assert list(await chain.async_lookup((7,))) == [{"id": 7, "v": "seven"}]
+        finally:
+            await chain.close()
+            timer.join()
     finally:
         _exec(
             postgres_dsn,

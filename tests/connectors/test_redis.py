@@ -662,7 +662,8 @@ def test_cache_identity(redis_url: str) -> None:
         b"-CLUSTERDOWN The cluster is down",
     ],
 )
-async def test_a_failover_s_refusal_is_retried(refusal: bytes) -> None:
+@pytest.mark.parametrize("value_format", ["json", "hash"])
+async def test_a_failover_s_refusal_is_retried(refusal: bytes, value_format: str) -> None:
     """A replica resyncing, a long script, a slot migrating, a cluster electing: Redis asks
     the client to try again. They failed the row at once (attempts=1)."""
     from asyncio_lookup.lookup.chain import LookupChain
@@ -679,6 +680,13 @@ async def test_a_failover_s_refusal_is_retried(refusal: bytes) -> None:
             if parts[0].upper() == b"GET":
                 body = json.dumps({"v": "row"}).encode()
                 writer.write(replies.pop(0) if replies else b"$%d\r\n%s\r\n" % (len(body), body))
+            elif parts[0].upper() == b"MGET":  # a json batch
+                body = json.dumps({"v": "row"}).encode()
+                values = b"".join(b"$%d\r\n%s\r\n" % (len(body), body) for _ in parts[1:])
+                writer.write(replies.pop(0) if replies else b"*%d\r\n" % (len(parts) - 1) + values)
+            elif parts[0].upper() == b"HGETALL":  # a hash batch: a pipeline's answers
+                hashed = b"*2\r\n$1\r\nv\r\n$3\r\nrow\r\n"
+                writer.write(replies.pop(0) if replies else hashed)
             elif parts[0].upper() == b"HELLO":
                 writer.write(b"-ERR unknown command 'HELLO'\r\n")
             else:
@@ -687,17 +695,19 @@ async def test_a_failover_s_refusal_is_retried(refusal: bytes) -> None:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    c = RedisConnector(f"redis://127.0.0.1:{port}/0", "k:{id}")
+    c = RedisConnector(f"redis://127.0.0.1:{port}/0", "k:{id}", value_format=value_format)
+    options = LookupOptions.from_dict({"lookup.batch.max-size": "4"})  # hash: a pipeline
     chain = LookupChain.create(
-        c, LookupOptions.from_dict({}), prefer_async=True, key_columns=("id",), async_sleep=_no_wait
+        c, options, prefer_async=True, key_columns=("id",), async_sleep=_no_wait
     )
     await chain.open()
     try:
-        assert list(await chain.async_lookup((7,))) == [{"v": "row", "id": 7}]
+        found = await asyncio.gather(*(chain.async_lookup((k,)) for k in (7, 8)))
+        assert [list(rows) for rows in found] == [[{"v": "row", "id": k}] for k in (7, 8)]
     finally:
         await chain.close()
         server.close()
-    assert chain.metrics.snapshot()["numFailureRetries"] == 1 and not replies
+    assert chain.metrics.snapshot()["numFailureRetries"] >= 1 and not replies
 
 
 async def _no_wait(seconds: float) -> None:
