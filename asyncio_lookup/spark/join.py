@@ -184,9 +184,10 @@ def plan_lookup_join(
         key_columns=spec.key_columns,
     )
     check_retry_timeout(hint, is_async=plan.is_async, full_cache=plan.scan is not None)
+    batches = plan.async_function is not None and plan.async_function.supports_batch
     check_batch_wait(
         hint,
-        options.batch_max_size,
+        options.batch_max_size if batches else 1,  # a function without batches never waits
         options.batch_max_wait,
         is_async=plan.is_async,
         full_cache=plan.scan is not None,

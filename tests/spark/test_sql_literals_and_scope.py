@@ -194,6 +194,11 @@ CORRELATED = "SELECT o.k, c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id WHERE "
         "WHERE k = 2)",
         CORRELATED + "EXISTS (SELECT 1 FROM T PIVOT (sum(x) FOR id IN (1 AS a, 2 AS b)) "
         "WHERE b = 5)",
+        # outer names in a UNION's branches, beside a LATERAL VIEW's own
+        CORRELATED
+        + "EXISTS (SELECT 1 FROM T WHERE id = k UNION ALL SELECT 1 FROM T2 WHERE id = k)",
+        CORRELATED + "EXISTS (SELECT 1 FROM T2 LATERAL VIEW explode(array(y, 2)) e AS z "
+        "WHERE z = k)",
         # a UNION's ORDER BY names its own outputs
         "SELECT o.k, (SELECT x FROM T UNION ALL SELECT y FROM T2 ORDER BY x DESC LIMIT 1) AS m, "
         "c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id",

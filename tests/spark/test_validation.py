@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from asyncio_lookup.connectors import InMemoryConnector, PostgresConnector
+from asyncio_lookup.connectors import HttpConnector, InMemoryConnector, PostgresConnector
 from asyncio_lookup.errors import ConfigurationError, HintError
 from asyncio_lookup.spark import LookupTable, async_map, lookup_join
 from asyncio_lookup.spark.join import LookupJoinArgs
@@ -432,3 +432,6 @@ def test_a_batch_wait_past_the_timeout_is_refused_before_any_task(
             on,
             hints=hint,
         )
+        # a connector without batch calls never waits for a batch
+        point_only = HttpConnector("http://127.0.0.1:9/c/{id}")
+        lookup_join(df, LookupTable("Customers", SCHEMA, point_only, batching), on, hints=hint)

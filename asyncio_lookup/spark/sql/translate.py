@@ -321,11 +321,15 @@ class Translator:
 
     def _own_names(self, select: exp.Select) -> set[str] | None:
         """The names (lower case) a nested query's ``FROM`` items and outputs give it, as
-        Spark analyses each item alone; None when an item cannot be analysed alone or the
-        query makes names of its own beyond them (``LATERAL VIEW``, ``PIVOT``, ``UNPIVOT``)."""
-        if select.args.get("laterals"):
-            return None
+        Spark analyses each item alone, and its ``LATERAL VIEW`` columns; None when an item
+        cannot be analysed alone (a ``PIVOT`` or ``UNPIVOT`` on one included)."""
         found = {e.alias_or_name.lower() for e in select.expressions if e.alias_or_name}
+        for lateral in select.args.get("laterals") or []:  # LATERAL VIEW explode(a) t AS k
+            alias = lateral.args.get("alias")
+            columns = alias.columns if alias is not None else []
+            if not columns:
+                return None  # Spark's default names (col, pos, key, value)
+            found.update(column.name.lower() for column in columns)
         for item in self._from_items(select):
             if item.args.get("pivots") or isinstance(item, exp.Pivot):
                 return None

@@ -117,7 +117,8 @@ def _qualify_outer_references(
         if id(column) in in_scope or column.table or isinstance(column.this, exp.Star):
             continue
         lowered = column.name.lower()
-        node = column.parent
+        node: exp.Expr | None = column.parent
+        child: exp.Expr = column
         outer = True
         while node is not None and node is not select:
             if isinstance(node, (exp.With, exp.CTE)) or (
@@ -126,8 +127,12 @@ def _qualify_outer_references(
             ):
                 outer = False
                 break
-            if isinstance(node, exp.SetOperation):
-                outer = False  # a UNION's ORDER BY names its outputs (its branches: unknown)
+            if (
+                isinstance(node, exp.SetOperation)
+                and child is not node.this
+                and child is not node.expression
+            ):
+                outer = False  # a UNION's ORDER BY names the UNION's outputs, not a branch
                 break
             if isinstance(node, exp.Select):
                 if id(node) not in names:
@@ -136,7 +141,7 @@ def _qualify_outer_references(
                 if own is None or lowered in own:
                     outer = False
                     break
-            node = node.parent
+            child, node = node, node.parent
         if not outer or node is not select:
             continue
         source = resolver.resolve(column)  # raises for a name two sources have, as Spark does
