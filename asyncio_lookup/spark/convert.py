@@ -62,18 +62,27 @@ def _holds_a_map(t: pa.DataType) -> bool:
 
 def batch_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A batch's rows as dicts, a MAP value as a dict (Arrow's default gives a list of
-    ``(key, value)`` pairs, which no MAP output column takes back), unless a MAP of the batch
-    is keyed by arrays or structs (unhashable: the pairs stay); only a batch holding a map
+    ``(key, value)`` pairs, which no MAP output column takes back), but for a column holding a
+    MAP keyed by arrays or structs (unhashable: its pairs stay); only a batch holding a map
     pays for it (Arrow's map-as-dict path is several times slower)."""
     rows: list[dict[str, Any]]
-    if any(_holds_a_map(field.type) for field in batch.schema):
-        try:
-            rows = batch.to_pylist(maps_as_pydicts="strict")
-        except TypeError:  # a MAP keyed by arrays or structs: no dict can hold it, pairs stay
-            rows = batch.to_pylist()
-    else:
+    if not any(_holds_a_map(field.type) for field in batch.schema):
         rows = batch.to_pylist()
-    return rows
+        return rows
+    try:
+        rows = batch.to_pylist(maps_as_pydicts="strict")
+        return rows
+    except TypeError:  # a MAP keyed by arrays or structs: that column's pairs stay
+        pass
+    columns = []
+    for column in batch.columns:
+        try:
+            values = column.to_pylist(maps_as_pydicts="strict")
+        except TypeError:
+            values = column.to_pylist()
+        columns.append(values)
+    names = batch.schema.names
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def with_time_zone(field: pa.Field, time_zone: str) -> pa.Field:

@@ -83,11 +83,18 @@ def test_a_map_column_reaches_the_function_as_a_dict_and_passes_through() -> Non
 def test_a_map_keyed_by_arrays_stays_pairs() -> None:
     """No dict can hold a list key: the task failed (unhashable type: 'list')."""
     kinds = pa.map_(pa.list_(pa.int32()), pa.int32())
+    plain = pa.map_(pa.string(), pa.int32())
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([1], pa.int64()), pa.array([[([1, 2], 3)]], kinds)], names=["id", "m"]
+        [
+            pa.array([1], pa.int64()),
+            pa.array([[([1, 2], 3)]], kinds),
+            pa.array([[("a", 5)]], plain),
+        ],
+        names=["id", "m", "p"],
     )
 
     async def fn(row: dict[str, Any]) -> list[dict[str, Any]]:
+        assert row["m"] == [([1, 2], 3)] and row["p"] == {"a": 5}  # the other map a dict still
         return [{"id": row["id"] + 1}]
 
     mapped = AsyncMapTask(
