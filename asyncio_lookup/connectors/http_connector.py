@@ -669,7 +669,7 @@ class _HttpLookup(AsyncLookupFunction):
         if self.check_keys and c.foreign_answer(key, rows) is not None:
             fresh = await self._asked_again(lambda client: self._point_rows(client, url))
             if c.foreign_answer(key, fresh) is None:
-                self.retire_client()  # a pooled connection read another request's answer
+                self.retire_client(client)  # a pooled connection read another request's answer
                 return fresh
             self._service_s_shape(f"HTTP GET {shown_url(url)}", key)
             return fresh
@@ -695,11 +695,12 @@ class _HttpLookup(AsyncLookupFunction):
             await fresh.close()
         return answer
 
-    def retire_client(self) -> None:
-        """New lookups get a new client; the old one closes after the connector's timeout."""
-        old, self.client = self.client, None
-        if old is None:
+    def retire_client(self, old: HttpClient) -> None:
+        """New lookups get a new client (unless ``old`` was retired already); ``old`` closes
+        after the connector's timeout, when its requests in flight had their time."""
+        if self.client is not old:
             return
+        self.client = None
         self._retired.add(old)
 
         def close_old() -> None:
@@ -714,6 +715,8 @@ class _HttpLookup(AsyncLookupFunction):
     def _service_s_shape(self, request: str, key: Key) -> None:
         """A new connection answered another key too: the service's own way (rows of related
         keys, keys written otherwise). Checked no more by this function, warned once."""
+        if not self.check_keys:
+            return  # another lookup in flight found it first
         self.check_keys = False
         log.warning(
             "%s answered the key %r with rows of other keys on a new connection too: taken as "
@@ -771,7 +774,7 @@ class _HttpBatchLookup(_HttpLookup):
                 )
                 grouped = c.group(chunk, fresh_rows, fresh_exact)
                 if any(grouped):
-                    self.retire_client()
+                    self.retire_client(client)
                 elif fresh_rows:
                     self._service_s_shape(f"the batch request for {len(chunk)} keys", chunk[0])
             for key, key_rows in zip(chunk, grouped, strict=True):
