@@ -478,6 +478,11 @@ class HttpConnector(AsyncFirstSource):
         when a row is ``key``'s, or nothing tells: a key column left out; a key of text and
         numbers only is checked (a date or a time may come back in another format; a DECIMAL
         or an integer beyond 2**53 as a JSON float that cannot tell it apart)."""
+        columns = self.key_columns
+        if len(columns) == 1 and len(rows) == 1:  # the usual answer: one row, of the key
+            value = rows[0].get(columns[0])
+            if value is None or value == key[0]:
+                return None
         if not all(type(v) in _CHECKED_KEY_TYPES for v in key) or any(
             _inexact_as_float(v) for v in key
         ):
