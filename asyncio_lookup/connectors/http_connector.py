@@ -795,6 +795,9 @@ class _HttpBatchLookup(_HttpLookup):
         c = self.connector
         method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
+        if len(chunk) > 1 and status in c.miss_statuses and status in _ONE_KEY_MAY_CAUSE:
+            # a miss status one key may cause ("a malformed id is a miss"): not every key's
+            raise c.status_error(method, url, status, headers, data)
         if (
             body is None
             and status in _URL_REFUSED - c.miss_statuses - c.transient_statuses

@@ -925,3 +925,24 @@ async def test_a_service_that_answers_with_related_keys_is_taken_at_its_word(
         assert [r["item"] for r in await fn.async_lookup((1,))] == ["a", "b"]
     finally:
         await fn.close()
+
+
+async def test_a_miss_status_one_key_may_cause_splits_a_batch(http_service: Service) -> None:
+    """With 400 read as a miss ("a malformed id is a miss"), one bad key made its whole batch
+    miss: a batch answered 400 asks for halves; a key alone misses."""
+    c = HttpConnector(
+        f"{http_service.base}/raw/400/?body={{id}}",
+        batch_url=f"{http_service.base}/raw/400/refused",
+        batch_mode="query",
+        miss_statuses=(404, 400),
+    )
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        with pytest.raises(HttpStatusError) as raised:
+            await fn.async_lookup_batch([(1,), (2,)])
+        assert raised.value.split_batch and raised.value.status == 400
+        assert [list(r) for r in await fn.async_lookup_batch([(1,)])] == [[]]
+        assert list(await fn.async_lookup((1,))) == []
+    finally:
+        await fn.close()
