@@ -32,6 +32,7 @@ from asyncio_lookup.runtime import (
 from asyncio_lookup.runtime import causes as causes_
 from asyncio_lookup.runtime.causes import FAILURES, Causes
 from asyncio_lookup.runtime.elements import OUTPUT_MODES_ALLOWED
+from asyncio_lookup.runtime.function import TIMEOUT_MESSAGE
 from asyncio_lookup.runtime.rebatch import DEFAULT_FLUSH_ROWS, Rebatched, Rebatcher
 from asyncio_lookup.runtime.sketch import LatencySketch
 from asyncio_lookup.spark import bridge
@@ -334,6 +335,15 @@ class AsyncMapTask:
                 if self.otel:
                     export_totals(failed_rows)
                 raise
+            except TimeoutError as error:
+                if str(error) != TIMEOUT_MESSAGE:
+                    raise
+                raise TimeoutError(  # Flink's words alone name neither the function nor the limit
+                    f"async_map {self.name!r}: a row did not finish within "
+                    f"{operator.timeout:g} s (retries included): {error} Raise 'timeout', or "
+                    f"lower 'capacity' ({self.capacity}) if the service is saturated; "
+                    "on_error='keep' or an AsyncFunction.timeout() hook keeps the job going"
+                ) from error
         missing = columns.report_function(f"async_map {self.name!r}")
         if self.metrics_id is None:
             warnings()

@@ -128,3 +128,30 @@ def test_an_output_dict_with_a_key_that_is_no_text_is_named() -> None:
     )
     out = pa.Table.from_batches(list(mapped(iter([batch]))))
     assert out.column("id").to_pylist() == [None, None]
+
+
+def test_a_timeout_that_fails_the_task_names_the_function_and_the_limit() -> None:
+    """Spark showed Flink's "Async function call has timed out." alone."""
+    import asyncio
+
+    async def slow(row: dict[str, Any]) -> list[dict[str, Any]]:
+        await asyncio.sleep(5)
+        return [row]
+
+    mapped = AsyncMapTask(
+        fn=slow,
+        schema=pa.schema([pa.field("id", pa.int64())]),
+        timeout=0.05,
+        capacity=10,
+        output_mode="ordered",
+        retry_strategy=RetryStrategies.NO_RETRY,
+        metrics_id=None,
+        name="scoring",
+    )
+    batch = pa.RecordBatch.from_pylist([{"id": 1}])
+    with pytest.raises(
+        TimeoutError,
+        match=r"async_map 'scoring': a row did not finish within "
+        r"0.05 s \(retries included\): Async function call has timed out",
+    ):
+        list(mapped(iter([batch])))
