@@ -73,16 +73,19 @@ def batch_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
         rows = batch.to_pylist(maps_as_pydicts="strict")
         return rows
     except TypeError:  # a MAP keyed by arrays or structs: that column's pairs stay
-        pass
-    columns = []
-    for column in batch.columns:
-        try:
-            values = column.to_pylist(maps_as_pydicts="strict")
-        except TypeError:
-            values = column.to_pylist()
-        columns.append(values)
+        columns = [_column_values(column) for column in batch.columns]
     names = batch.schema.names
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _column_values(column: pa.Array) -> list[Any]:
+    """A column's values, a MAP as a dict unless its keys are unhashable (then pairs)."""
+    values: list[Any]
+    try:
+        values = column.to_pylist(maps_as_pydicts="strict")
+    except TypeError:
+        values = column.to_pylist()
+    return values
 
 
 def with_time_zone(field: pa.Field, time_zone: str) -> pa.Field:
