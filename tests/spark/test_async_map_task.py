@@ -14,17 +14,18 @@ from asyncio_lookup.spark.async_map import AsyncMapTask
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("price", pa.float64())])
 
 
-def task(fn: Any) -> AsyncMapTask:
-    return AsyncMapTask(
-        fn=fn,
-        schema=SCHEMA,
-        timeout=10.0,
-        capacity=10,
-        output_mode="ordered",
-        retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=None,
-        not_null=(1,),  # price DOUBLE NOT NULL
-    )
+def task(fn: Any, schema: pa.Schema = SCHEMA, **settings: Any) -> AsyncMapTask:
+    """``async_map``'s task of ``fn`` (ordered, capacity 10, 10 s, no retry, no metrics)."""
+    defaults: dict[str, Any] = {
+        "timeout": 10.0,
+        "capacity": 10,
+        "output_mode": "ordered",
+        "retry_strategy": RetryStrategies.NO_RETRY,
+        "metrics_id": None,
+    }
+    if schema is SCHEMA:
+        defaults["not_null"] = (1,)  # price DOUBLE NOT NULL
+    return AsyncMapTask(fn=fn, schema=schema, **{**defaults, **settings})
 
 
 @pytest.mark.parametrize(
@@ -66,15 +67,7 @@ def test_a_map_column_reaches_the_function_as_a_dict_and_passes_through() -> Non
         m = row["m"]
         return [{"id": row["id"], "m": m, "a": None if m is None else m.get("a")}]
 
-    mapped = AsyncMapTask(
-        fn=fn,
-        schema=schema,
-        timeout=10.0,
-        capacity=10,
-        output_mode="ordered",
-        retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=None,
-    )
+    mapped = task(fn, schema)
     out = pa.Table.from_batches(list(mapped(iter([batch]))))
     assert out.column("m").to_pylist() == maps
     assert out.column("a").to_pylist() == [1, None, None]
@@ -97,15 +90,7 @@ def test_a_map_keyed_by_arrays_stays_pairs() -> None:
         assert row["m"] == [([1, 2], 3)] and row["p"] == {"a": 5}  # the other map a dict still
         return [{"id": row["id"] + 1}]
 
-    mapped = AsyncMapTask(
-        fn=fn,
-        schema=pa.schema([pa.field("id", pa.int64())]),
-        timeout=10.0,
-        capacity=10,
-        output_mode="ordered",
-        retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=None,
-    )
+    mapped = task(fn, pa.schema([pa.field("id", pa.int64())]))
     out = pa.Table.from_batches(list(mapped(iter([batch]))))
     assert out.column("id").to_pylist() == [2]
 
@@ -117,15 +102,7 @@ def test_an_output_dict_with_a_key_that_is_no_text_is_named() -> None:
         return [{0: row["id"]}]
 
     batch = pa.RecordBatch.from_pylist([{"id": i} for i in range(2)])
-    mapped = AsyncMapTask(
-        fn=fn,
-        schema=pa.schema([pa.field("id", pa.int64())]),
-        timeout=10.0,
-        capacity=10,
-        output_mode="ordered",
-        retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=None,
-    )
+    mapped = task(fn, pa.schema([pa.field("id", pa.int64())]))
     out = pa.Table.from_batches(list(mapped(iter([batch]))))
     assert out.column("id").to_pylist() == [None, None]
 
@@ -138,16 +115,7 @@ def test_a_timeout_that_fails_the_task_names_the_function_and_the_limit() -> Non
         await asyncio.sleep(5)
         return [row]
 
-    mapped = AsyncMapTask(
-        fn=slow,
-        schema=pa.schema([pa.field("id", pa.int64())]),
-        timeout=0.05,
-        capacity=10,
-        output_mode="ordered",
-        retry_strategy=RetryStrategies.NO_RETRY,
-        metrics_id=None,
-        name="scoring",
-    )
+    mapped = task(slow, pa.schema([pa.field("id", pa.int64())]), timeout=0.05, name="scoring")
     batch = pa.RecordBatch.from_pylist([{"id": 1}])
     with pytest.raises(
         TimeoutError,
