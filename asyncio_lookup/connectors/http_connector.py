@@ -662,15 +662,7 @@ class _HttpLookup(AsyncLookupFunction):
         if url is None:
             return []
         status, headers, payload = await client.get_json(url)
-        # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
-        # object as the body
-        rows: list[Row]
-        if status == 200 and type(payload) is dict and not c.rows_field:
-            rows = [payload]
-        elif not c.answered("GET", url, status, headers, payload):
-            return []
-        else:
-            rows = c.rows_of("GET", url, payload, c.rows_field)
+        rows = self._answer_rows(url, status, headers, payload)
         if self.check_keys and c.foreign_answer(key, rows) is not None:
             fresh = await self._asked_again(lambda client: self._point_rows(client, url))
             if c.foreign_answer(key, fresh) is None:
@@ -681,8 +673,18 @@ class _HttpLookup(AsyncLookupFunction):
         return rows
 
     async def _point_rows(self, client: HttpClient, url: str) -> list[Row]:
-        c = self.connector
         status, headers, payload = await client.get_json(url)
+        return self._answer_rows(url, status, headers, payload)
+
+    def _answer_rows(
+        self, url: str, status: int, headers: Mapping[str, str], payload: Any
+    ) -> list[Row]:
+        """The rows of a point answer ([] for a miss)."""
+        c = self.connector
+        # answered() and rows_of() of the usual answer: a 200 (never a miss status) with one
+        # object as the body
+        if status == 200 and type(payload) is dict and not c.rows_field:
+            return [payload]
         if not c.answered("GET", url, status, headers, payload):
             return []
         return c.rows_of("GET", url, payload, c.rows_field)
