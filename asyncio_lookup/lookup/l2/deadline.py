@@ -14,12 +14,10 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from asyncio_lookup.runtime.deadlines import GRACE_HOPS as DEADLINE_GRACE_HOPS
+# Loop iterations a due deadline waits for an answer already received: the runtime's.
+from asyncio_lookup.runtime.deadlines import GRACE_HOPS
 
 T = TypeVar("T")
-
-#: Loop iterations a due deadline waits for an answer already received (the runtime's).
-GRACE_HOPS = DEADLINE_GRACE_HOPS
 
 
 async def bounded(awaitable: Awaitable[T], timeout: float) -> T:
