@@ -14,10 +14,12 @@ key may reach, so the dim-side filter loads a salted key's rows wherever it can 
 
 from __future__ import annotations
 
+import datetime
 import math
 import struct
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import xxhash
@@ -34,10 +36,36 @@ from asyncio_lookup.lookup.functions import (
 from asyncio_lookup.lookup.providers import FullCachingLookupProvider, ScanRows
 from asyncio_lookup.validation import parse_int
 
-HashKind: TypeAlias = Literal["long", "double", "string", "binary", "native"]
+HashKind: TypeAlias = Literal[
+    "long",
+    "double",
+    "string",
+    "binary",
+    "boolean",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "decimal",
+    "native",
+]
 #: The kinds the dim side can hash exactly as Spark does ("native": Spark only, no dim filter).
-HASH_KINDS: tuple[str, ...] = ("long", "double", "string", "binary")
+HASH_KINDS: tuple[str, ...] = (
+    "long",
+    "double",
+    "string",
+    "binary",
+    "boolean",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "decimal",
+)
 SPARK_SEED = 42  # the seed of Spark's xxhash64()
+
+_EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
 
 _MASK = (1 << 64) - 1
 _SIGN = 1 << 63
@@ -47,11 +75,41 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value & _SIGN else value
 
 
+def decimal_text(value: Decimal) -> str:
+    """A DECIMAL's digits without trailing fraction zeros, whatever its scale (``1.50`` and
+    ``1.5`` are one key); the probe side strips Spark's ``CAST(d AS STRING)`` alike."""
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
 def _value_bytes(value: Any, kind: str) -> bytes:
     if kind == "long":
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"a long key part must be an int, got {type(value).__name__}")
         return struct.pack("<q", value)
+    if kind == "boolean":  # the probe side hashes CAST(b AS BIGINT)
+        if not isinstance(value, bool):
+            raise TypeError(f"a boolean key part must be a bool, got {type(value).__name__}")
+        return struct.pack("<q", int(value))
+    if kind == "date":  # unix_date(d)
+        if isinstance(value, datetime.datetime) or not isinstance(value, datetime.date):
+            raise TypeError(f"a date key part must be a date, got {type(value).__name__}")
+        return struct.pack("<q", value.toordinal() - _EPOCH_DAY)
+    if kind in ("timestamp", "timestamp_ntz"):  # microseconds since the epoch
+        aware = kind == "timestamp"
+        if not isinstance(value, datetime.datetime) or (value.tzinfo is not None) != aware:
+            raise TypeError(
+                f"a {kind} key part must be an {'aware' if aware else 'naive'} datetime, "
+                f"got {value!r}"
+            )
+        micros = (value - (_EPOCH if aware else _EPOCH_NAIVE)) // _MICROSECOND
+        return struct.pack("<q", micros)
+    if kind == "decimal":
+        if not isinstance(value, Decimal):
+            raise TypeError(f"a decimal key part must be a Decimal, got {type(value).__name__}")
+        return decimal_text(value).encode("ascii")
     if kind == "double":
         number = float(value)
         if number == 0.0:
@@ -72,7 +130,11 @@ def key_hash(values: Sequence[Any], kinds: Sequence[str]) -> int:
     """Spark's ``xxhash64(c1, c2, ...)`` (signed) of values cast to ``kinds``.
 
     ``long`` = BIGINT, ``double`` = DOUBLE (with -0.0 as 0.0), ``string`` = STRING (UTF-8),
-    ``binary`` = BINARY. As in Spark, each value's hash seeds the next and a NULL is skipped.
+    ``binary`` = BINARY; the other kinds as the probe side canonicalises them first
+    (``asyncio_lookup.spark.shuffle``): ``boolean`` as BIGINT 0/1, ``date`` as days and
+    ``timestamp`` / ``timestamp_ntz`` as microseconds since the epoch (BIGINT), ``decimal`` as
+    :func:`decimal_text` (STRING). As in Spark, each value's hash seeds the next and a NULL is
+    skipped.
     """
     seed = SPARK_SEED
     for value, kind in zip(values, kinds, strict=True):

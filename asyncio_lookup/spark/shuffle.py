@@ -66,8 +66,14 @@ _KINDS: dict[str, HashKind] = {
     "double": "double",
     "string": "string",
     "binary": "binary",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamp_ntz": "timestamp_ntz",
+    "decimal": "decimal",
 }
 _CASTS = {"long": "bigint", "double": "double", "string": "string", "binary": "binary"}
+_MICROS_A_DAY = 86_400_000_000
 
 
 @dataclass(frozen=True)
@@ -145,11 +151,27 @@ def _kind(left: DataType, dim: DataType) -> HashKind:
 
 
 def _canonical(column: Column, kind: str) -> Column:
+    """``column`` (a key as it is looked up) as the dim side hashes its values
+    (:func:`asyncio_lookup.lookup.partitioning.key_hash`): one value per key, whatever the
+    column's exact type; in the session's time zone nowhere."""
     if kind == "double":
         value = column.cast("double")
         return F.when(value == 0.0, F.lit(0.0)).otherwise(value)  # -0.0 hashes as 0.0
     if kind in _CASTS:
         return column.cast(_CASTS[kind])
+    if kind == "boolean":
+        return column.cast("bigint")
+    if kind == "date":
+        return F.unix_date(column).cast("bigint")
+    if kind == "timestamp":
+        return F.unix_micros(column)
+    if kind == "timestamp_ntz":  # fields, not unix_micros: a cast to TIMESTAMP reads the zone
+        fields = (F.hour(column) * 3600 + F.minute(column) * 60).cast("bigint") * 1_000_000
+        seconds = (F.date_part(F.lit("SECOND"), column) * 1_000_000).cast("bigint")
+        return F.unix_date(column.cast("date")).cast("bigint") * _MICROS_A_DAY + fields + seconds
+    if kind == "decimal":  # digits without trailing fraction zeros (decimal_text)
+        text = column.cast("string")
+        return F.when(text.contains("."), F.regexp_replace(text, r"\.?0+$", "")).otherwise(text)
     return column
 
 
@@ -342,11 +364,11 @@ def plan_shuffle(
         kind = _kind(left, dim)
         positions.append(position)
         kinds.append(kind)
-        column = F.col(_quoted(binding.left_column))
-        key_columns.append(_as_looked_up(column, left, dim))
+        looked_up = _as_looked_up(F.col(_quoted(binding.left_column)), left, dim)
+        key_columns.append(looked_up)
         if isinstance(left, TimestampType):
             instants.add(position)
-        hashed.append(_canonical(column, kind))
+        hashed.append(_canonical(looked_up, kind))
     hasher = HashPartitioner(tuple(positions), tuple(kinds))
     key_hash = F.xxhash64(*hashed)
     custom = partitioner_of(source, spec.key_columns)

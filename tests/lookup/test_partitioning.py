@@ -8,6 +8,8 @@ import math
 import struct
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from asyncio_lookup.lookup.partitioning import (
     HashPartitioner,
     PartitionFilteredSource,
     PartitionRouting,
+    decimal_text,
     key_hash,
     partitioned_source,
     partitioner_of,
@@ -49,6 +52,36 @@ def test_key_hash_normalises_negative_zero_and_rejects_unhashable_kinds() -> Non
         key_hash(["5"], ["long"])
     with pytest.raises(TypeError):
         key_hash([1], ["native"])
+
+
+def test_canonical_kinds_hash_one_form_per_value_and_refuse_other_types() -> None:
+    """The probe side casts these kinds to one form per value (test_hash_lookup_join checks it
+    against Spark); the dim side must give equal keys one hash and refuse what it cannot read
+    (the row is then kept in every partition, never lost)."""
+    assert [decimal_text(Decimal(t)) for t in ("1.50", "-0.00", "0E-18", "1E+2", "-2.5")] == [
+        "1.5",
+        "0",
+        "0",
+        "100",
+        "-2.5",
+    ]
+    assert key_hash([Decimal("1.50")], ["decimal"]) == key_hash([Decimal("1.5")], ["decimal"])
+    assert key_hash([True], ["boolean"]) == key_hash([1], ["long"])
+    assert key_hash([date(1969, 12, 31)], ["date"]) == key_hash([-1], ["long"])
+    other_zone = datetime(1970, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    assert key_hash([other_zone], ["timestamp"]) == key_hash([0], ["long"])  # one instant
+    assert key_hash([datetime(1970, 1, 1, 0, 0, 1)], ["timestamp_ntz"]) == key_hash(
+        [1_000_000], ["long"]
+    )
+    for value, kind in [
+        (1, "boolean"),
+        (datetime(1970, 1, 1), "date"),
+        (datetime(1970, 1, 1), "timestamp"),  # naive
+        (other_zone, "timestamp_ntz"),  # aware
+        (1.5, "decimal"),
+    ]:
+        with pytest.raises(TypeError):
+            key_hash([value], [kind])
 
 
 def test_hash_partitions_are_spark_pmod_and_spread() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -78,6 +78,62 @@ def test_spark_xxhash64_and_key_hash_agree(spark: SparkSession) -> None:
     # Spark hashes an INT as 4 bytes: why the probe side casts integral keys to BIGINT first.
     as_int, as_long = spark.sql("SELECT xxhash64(7), xxhash64(CAST(7 AS BIGINT))").first()
     assert as_int != as_long == key_hash([7], ["long"])
+
+
+def test_spark_and_key_hash_agree_on_canonicalised_keys(spark: SparkSession) -> None:
+    """The kinds the probe side canonicalises before xxhash64 (shuffle._canonical): the dim
+    side's key_hash must give the same hash, whatever the session's time zone."""
+    from asyncio_lookup.spark.shuffle import _canonical
+
+    columns = {
+        "b": ("BOOLEAN", "boolean", [True, False]),
+        "d": (
+            "DATE",
+            "date",
+            [date(1, 1, 1), date(1969, 12, 31), date(1970, 1, 1), date(9999, 12, 31)],
+        ),
+        "t": (
+            "TIMESTAMP",
+            "timestamp",
+            [
+                datetime(1, 1, 1, tzinfo=UTC),
+                datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+                datetime(2024, 3, 10, 7, 30, 0, 5, tzinfo=UTC),
+                datetime(9999, 12, 31, tzinfo=UTC),
+            ],
+        ),
+        "n": (
+            "TIMESTAMP_NTZ",
+            "timestamp_ntz",
+            [
+                datetime(1, 1, 1),
+                datetime(1969, 12, 31, 23, 59, 59, 999999),
+                datetime(2024, 3, 10, 2, 30, 0, 123456),
+                datetime(2024, 11, 3, 1, 30),
+            ],
+        ),
+        "m": (
+            "DECIMAL(38,18)",
+            "decimal",
+            [
+                Decimal(0),
+                Decimal("-0.5"),
+                Decimal(100),
+                Decimal("1e-7"),
+                Decimal("12345678901234567890.123"),
+            ],
+        ),
+        "z": ("DECIMAL(5,0)", "decimal", [Decimal(100), Decimal(0), Decimal(-10), Decimal(99999)]),
+    }
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")  # DST gap on 2024-03-10
+    try:
+        for name, (sql_type, kind, values) in columns.items():
+            df = spark.createDataFrame(list(enumerate(values)), f"i INT, {name} {sql_type}")
+            hashed = df.select("i", F.xxhash64(_canonical(F.col(name), kind)).alias("h"))
+            for i, h in hashed.collect():
+                assert h == key_hash([values[i]], [kind]), (sql_type, values[i])
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
 
 
 def test_every_key_is_looked_up_in_one_partition_and_results_match(spark: SparkSession) -> None:
@@ -457,32 +513,78 @@ def test_invalid_shuffle_settings(spark: SparkSession, kwargs: dict[str, Any], o
     assert error.value.option == option
 
 
-def test_a_key_type_only_spark_can_hash_shuffles_but_loads_the_whole_table(
-    spark: SparkSession,
-) -> None:
-    from decimal import Decimal
+_DAY0 = date(2024, 1, 1)
 
-    dim = [{"code": Decimal(i) / 4, "name": f"d{i}"} for i in range(40)]
-    df = spark.createDataFrame(
-        [(n, Decimal(n % 50) / 4) for n in range(200)], "order_id INT, code DECIMAL(10, 2)"
-    )
-    table = LookupTable(
-        "Codes", "code DECIMAL(10, 2), name STRING", InMemoryConnector(dim, ["code"]), FULL
-    )
-    out = lookup_join(
-        df,
-        table,
-        on="code",
-        columns=["name"],
-        hints="SHUFFLE_HASH('Codes')",
-        shuffle_partitions=2,
-        skew=False,
-    )
-    assert "Exchange" in physical_plan(out)
-    assert Counter((r["order_id"], r["name"]) for r in out.collect()) == Counter(
-        (n, f"d{n % 50}") for n in range(200) if n % 50 < 40
-    )
-    assert table.metrics()["numCachedRecords"] == 40  # not partitioned: the dim side can't hash
+
+@pytest.mark.parametrize(
+    ("left_type", "dim_type", "left", "dim"),
+    [
+        # looked up at the table's scale: 0.250 as 0.25; 0.255 misses (Spark's rounding cast
+        # makes it 0.26, in the dim table: the probe side routes it by that)
+        (
+            "DECIMAL(12,3)",
+            "DECIMAL(10,2)",
+            lambda i: Decimal(i) / 4 + (Decimal("0.005") if i % 5 == 1 else 0),
+            None,
+        ),
+        ("DECIMAL(10,2)", "DECIMAL(10,2)", lambda i: Decimal(i) / 4, lambda i: Decimal(i) / 4),
+        ("DATE", "DATE", lambda i: _DAY0 + timedelta(days=i - 20), None),
+        (
+            "TIMESTAMP",
+            "TIMESTAMP",
+            lambda i: datetime(1969, 12, 31, 23, tzinfo=UTC) + timedelta(minutes=i, microseconds=i),
+            lambda i: datetime(1969, 12, 31, 23, tzinfo=UTC) + timedelta(minutes=i, microseconds=i),
+        ),
+        (
+            "TIMESTAMP_NTZ",
+            "TIMESTAMP_NTZ",
+            lambda i: datetime(2024, 3, 10, 1) + timedelta(minutes=9 * i, microseconds=i),
+            None,
+        ),
+        ("BOOLEAN", "BOOLEAN", lambda i: i % 2 == 0, None),
+    ],
+    ids=["decimal-rescaled", "decimal", "date", "timestamp", "timestamp-ntz", "boolean"],
+)
+def test_every_key_type_gets_a_partitioned_full_cache(
+    spark: SparkSession, left_type: str, dim_type: str, left: Any, dim: Any
+) -> None:
+    """DATE, TIMESTAMP, DECIMAL and BOOLEAN keys were hashed by Spark alone: every task loaded
+    the whole table. The dim side now hashes them as the probe side canonicalises them (in a
+    session time zone with a DST gap, which must not count)."""
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        probe_keys = [left(0 if n % 3 == 0 else n % 50) for n in range(200)]  # 0 is hot
+        if dim is None:  # the dim table holds the keys as they are looked up
+            df = spark.createDataFrame([(k,) for k in probe_keys], f"k {left_type}")
+            looked_up = df.select(F.col("k").cast(dim_type).alias("k")).distinct().collect()
+            keys = sorted((r.k for r in looked_up), key=repr)[:40]
+        else:
+            keys = [dim(i) for i in range(40)]
+        rows = [{"code": k, "name": f"d{i}"} for i, k in enumerate(keys)]
+        df = spark.createDataFrame(list(enumerate(probe_keys)), f"order_id INT, code {left_type}")
+        schema = f"code {dim_type}, name STRING"
+        table = LookupTable("Codes", schema, InMemoryConnector(rows, ["code"]), FULL)
+        out = lookup_join(
+            df,
+            table,
+            on="code",
+            columns=["name"],
+            how="left",
+            hints="SHUFFLE_HASH('Codes')",
+            shuffle_partitions=4,
+            skew={"sample_fraction": 1.0, "min_sampled_rows": 1},
+        )
+        got = Counter((r["order_id"], r["name"]) for r in out.collect())
+        whole = LookupTable("Codes", schema, InMemoryConnector(rows, ["code"]), FULL)
+        plain = lookup_join(df, whole, on="code", columns=["name"], how="left")
+        expected = Counter((r["order_id"], r["name"]) for r in plain.collect())
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+    assert got == expected
+    assert sum(1 for (_, name) in got.elements() if name is not None) >= 2  # keys do match
+    assert whole.metrics()["numCachedRecords"] == len(rows)
+    if len(rows) >= 8:  # a share of the table, not all of it
+        assert table.metrics()["numCachedRecords"] < len(rows)
 
 
 def test_rows_whose_key_holds_a_null_are_spread_over_the_tasks(spark: SparkSession) -> None:
