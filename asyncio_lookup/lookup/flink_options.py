@@ -5,8 +5,8 @@ A Flink DDL written for ``'connector' = 'jdbc'`` often carries options this libr
 names for, or no use for:
 
 - the JDBC connector's deprecated cache options (``lookup.cache.max-rows``, ``lookup.cache.ttl``,
-  ``lookup.cache.caching-missing-key``), which flink-connector-jdbc still honours: with
-  ``max-rows > 0`` and ``ttl > 0`` (``ttl`` defaults to 10 s) they make a partial cache of at most
+  ``lookup.cache.caching-missing-key``), which flink-connector-jdbc still honours without
+  ``'lookup.cache'``: with ``max-rows > 0`` and ``ttl > 0`` they make a partial cache of at most
   ``max-rows`` keys, written entries expiring after ``ttl`` (``JdbcDynamicTableFactory.
   getLookupCache``). :func:`upgrade` rewrites them to the current names;
 - options that only a scan, a sink or a format reads (``scan.*``, ``sink.*``, ...), present when
@@ -40,8 +40,6 @@ DEPRECATED: dict[str, str] = {
     LEGACY_TTL: EXPIRE_AFTER_WRITE,
     LEGACY_CACHE_MISSING_KEY: CACHE_MISSING_KEY,
 }
-LEGACY_TTL_DEFAULT = "10 s"
-"""``lookup.cache.ttl``'s default in flink-connector-jdbc."""
 
 #: option-name prefixes that only other Flink operators read (scans, sinks, formats)
 OTHER_OPERATOR_PREFIXES = ("scan.", "sink.", "source.", "format.", "key.", "value.")
@@ -60,16 +58,17 @@ class Upgraded:
 
 
 def upgrade(options: Mapping[str, str]) -> Upgraded:
-    """Rewrite the deprecated JDBC cache options to the current ones, as the JDBC connector
-    reads them.
+    """Rewrite the deprecated JDBC cache options to the current ones, as flink-connector-jdbc
+    reads them (``JdbcDynamicTableFactory``).
 
-    - Without ``'lookup.cache'`` (or with ``'NONE'``, which flink-connector-jdbc's legacy cache
-      does not read), ``lookup.cache.max-rows > 0`` turns the partial cache on with
-      ``expire-after-write`` = ``lookup.cache.ttl`` (10 s when not given), as Flink's legacy
-      cache; ``max-rows <= 0`` (the JDBC default ``-1``) means no legacy cache, and ``ttl`` or
-      ``caching-missing-key`` without ``max-rows`` change nothing.
-    - With ``'lookup.cache' = 'PARTIAL'`` each deprecated option stands for its current name;
-      with another cache kind (FULL) a deprecated option is an error naming it.
+    - ``lookup.cache.max-rows`` and ``lookup.cache.ttl`` come together or not at all (its
+      ``checkAllOrNone``); one without the other is an error naming it.
+    - They are read only without ``'lookup.cache'`` or with ``'NONE'`` (the legacy cache is
+      built whatever NONE says): ``max-rows > 0`` and ``ttl > 0`` turn the partial cache on with
+      ``ttl`` as its expire-after-write; otherwise no cache. ``caching-missing-key`` alone
+      changes nothing.
+    - With ``'lookup.cache'`` = ``'PARTIAL'`` or ``'FULL'`` the connector reads only the current
+      names, so a deprecated option is an error naming the name to write instead.
     - A deprecated option and its current name both given with different values is an error.
     """
     out = {k: v for k, v in options.items() if k.lower() not in DEPRECATED}
@@ -79,38 +78,45 @@ def upgrade(options: Mapping[str, str]) -> Upgraded:
     result = Upgraded(out)
     cache = next((v for k, v in options.items() if k.lower() == CACHE), None)
     kind = None if cache is None else cache.strip().upper()
-    if kind == "NONE":  # flink-connector-jdbc builds its legacy cache whatever NONE says
-        cache = None
-    elif kind not in (None, "PARTIAL"):
+    if kind not in (None, "NONE"):
         written, value = next(iter(legacy.values()))
+        current = DEPRECATED[written.lower()]
         raise ConfigurationError(
             written,
             value,
-            f"'lookup.cache' = 'PARTIAL', or no {written!r}",
-            reason=f"a partial cache option, with {CACHE!r} = {cache!r}",
+            f"{current!r} instead, or no {CACHE!r} (the legacy cache)",
+            reason=f"with {CACHE!r} = {cache!r} Flink's JDBC connector reads only the current "
+            "option names",
         )
-    max_rows = legacy.get(LEGACY_MAX_ROWS)
-    if cache is None and max_rows is not None:
-        rows = parse_int(LEGACY_MAX_ROWS, max_rows[1], minimum=-(2**63))
-        ttl = legacy.get(LEGACY_TTL, (LEGACY_TTL, LEGACY_TTL_DEFAULT))[1]
-        if rows <= 0 or parse_duration(LEGACY_TTL, ttl) <= 0:
-            result.notes.append(
-                f"{LEGACY_MAX_ROWS!r} = {max_rows[1]!r} (with {LEGACY_TTL!r} = {ttl!r}) turns no "
-                "cache on, as in Flink's JDBC connector"
-            )
-            return result
-        out[CACHE] = "PARTIAL"
-        legacy.setdefault(LEGACY_TTL, (LEGACY_TTL, LEGACY_TTL_DEFAULT))
-        result.notes.append(
-            f"{LEGACY_MAX_ROWS!r} turns the partial cache on ({CACHE!r} = 'PARTIAL', entries "
-            f"expiring {legacy[LEGACY_TTL][1]} after they are written)"
+    max_rows, ttl = legacy.get(LEGACY_MAX_ROWS), legacy.get(LEGACY_TTL)
+    if (max_rows is None) != (ttl is None):
+        written, value = max_rows if max_rows is not None else ttl  # type: ignore[misc]
+        missing = LEGACY_TTL if max_rows is not None else LEGACY_MAX_ROWS
+        raise ConfigurationError(
+            written,
+            value,
+            f"{missing!r} given too, or neither",
+            reason=f"Flink's JDBC connector takes both {LEGACY_MAX_ROWS!r} and {LEGACY_TTL!r} "
+            "or none of them",
         )
-    elif cache is None:
+    if max_rows is None or ttl is None:
         result.notes.append(
-            f"{', '.join(repr(k) for k, _ in legacy.values())} without {LEGACY_MAX_ROWS!r} or "
-            f"{CACHE!r} turn no cache on, as in Flink's JDBC connector"
+            f"{', '.join(repr(k) for k, _ in legacy.values())} without {LEGACY_MAX_ROWS!r} and "
+            f"{LEGACY_TTL!r} turn no cache on, as in Flink's JDBC connector"
         )
         return result
+    rows = parse_int(LEGACY_MAX_ROWS, max_rows[1], minimum=-(2**63))
+    if rows <= 0 or parse_duration(LEGACY_TTL, ttl[1]) <= 0:
+        result.notes.append(
+            f"{LEGACY_MAX_ROWS!r} = {max_rows[1]!r} with {LEGACY_TTL!r} = {ttl[1]!r} turns no "
+            "cache on, as in Flink's JDBC connector (both must be positive)"
+        )
+        return result
+    out[CACHE] = "PARTIAL"
+    result.notes.append(
+        f"{LEGACY_MAX_ROWS!r} and {LEGACY_TTL!r} turn the partial cache on ({CACHE!r} = "
+        f"'PARTIAL', entries expiring {ttl[1]} after they are written)"
+    )
     for name, (given, value) in legacy.items():
         current = DEPRECATED[name]
         other = next((v for k, v in options.items() if k.lower() == current), None)

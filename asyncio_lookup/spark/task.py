@@ -162,10 +162,22 @@ class LookupJoinTask:
 
     def cache_scope(self, partition: int | None = None) -> str:
         """Chains of one table share one cache in a process whatever their mode or retry
-        (docs/semantics.md §2.3 Scope); a partitioned FULL cache is shared per partition."""
+        (docs/semantics.md §2.3 Scope), unless their shared-cache settings differ; a
+        partitioned FULL cache is shared per partition."""
+        scope = self.table_id + self._shared_cache_digest()
         if partition is None or self.routing is None:
-            return self.table_id
-        return f"{self.table_id}:partition={partition}/{self.routing.fingerprint()}"
+            return scope
+        return f"{scope}:partition={partition}/{self.routing.fingerprint()}"
+
+    def _shared_cache_digest(self) -> str:
+        """``:l2=<digest>`` of the join's shared-cache settings, or ``''`` without one. A LOOKUP
+        hint may give a join another TTL, namespace or miss policy: its chain and its L1 cache
+        are its own, or it would be served rows another join's settings put there."""
+        settings = self.options.shared_cache()
+        if settings is None:
+            return ""
+        digest = hashlib.sha256(f"{settings.url}\x00{settings!r}".encode()).hexdigest()
+        return f":l2={digest[:16]}"
 
     def chain_id(self, partition: int | None = None) -> str:
         """Registry key: one chain (and cache) per table in a process. Joins of one table that
@@ -179,10 +191,7 @@ class LookupJoinTask:
         )
         if self.rate is not None:  # a different share is a different limiter
             base += f":rate={self.rate.rate!r}:{self.rate.adaptive}"
-        settings = self.options.shared_cache()
-        if settings is not None:  # a LOOKUP hint may give a join other shared-cache options
-            digest = hashlib.sha256(f"{settings.url}\x00{settings!r}".encode()).hexdigest()
-            base += f":l2={digest[:16]}"
+        base += self._shared_cache_digest()
         if partition is None or self.routing is None:
             return base
         return f"{base}:partition={partition}/{self.routing.fingerprint()}"

@@ -13,12 +13,18 @@ from asyncio_lookup.lookup.reload import LoadTimes
 LONG_MAX = "9223372036854775807"
 
 
-def test_legacy_max_rows_turns_the_partial_cache_on_as_the_jdbc_connector_does() -> None:
-    out = upgrade({"lookup.cache.max-rows": "100", "lookup.cache.caching-missing-key": "false"})
+def test_legacy_max_rows_and_ttl_turn_the_partial_cache_on_as_the_jdbc_connector_does() -> None:
+    out = upgrade(
+        {
+            "lookup.cache.max-rows": "100",
+            "lookup.cache.ttl": "10 s",
+            "lookup.cache.caching-missing-key": "false",
+        }
+    )
     assert out.options == {
         "lookup.cache": "PARTIAL",
         "lookup.partial-cache.max-rows": "100",
-        "lookup.partial-cache.expire-after-write": "10 s",  # lookup.cache.ttl's default
+        "lookup.partial-cache.expire-after-write": "10 s",
         "lookup.partial-cache.cache-missing-key": "false",
     }
     assert ("lookup.cache.max-rows", "lookup.partial-cache.max-rows") in out.renamed
@@ -27,19 +33,49 @@ def test_legacy_max_rows_turns_the_partial_cache_on_as_the_jdbc_connector_does()
     assert options.partial_cache_missing_key is False
 
 
-def test_legacy_options_alias_the_new_ones_under_a_partial_cache() -> None:
-    out = upgrade(
-        {"lookup.cache": "PARTIAL", "lookup.cache.ttl": "1 min", "lookup.cache.max-rows": "5"}
-    )
-    assert out.options["lookup.partial-cache.expire-after-write"] == "1 min"
-    assert out.options["lookup.partial-cache.max-rows"] == "5"
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ({"lookup.cache.max-rows": "10"}, "lookup.cache.ttl"),
+        ({"LOOKUP.CACHE.TTL": "1s"}, "lookup.cache.max-rows"),
+        ({"lookup.cache": "NONE", "lookup.cache.max-rows": "-1"}, "lookup.cache.ttl"),
+    ],
+)
+def test_legacy_max_rows_and_ttl_come_together_or_not_at_all(
+    given: dict[str, str], missing: str
+) -> None:
+    """flink-connector-jdbc's checkAllOrNone: 'Either all or none of the following options
+    should be provided: lookup.cache.max-rows, lookup.cache.ttl'. max-rows alone turned a cache
+    on here (ttl 10 s), and ttl alone was accepted, with a warning saying Flink does the same."""
+    with pytest.raises(ConfigurationError) as error:
+        upgrade(given)
+    assert error.value.option == next(iter(given.keys() - {"lookup.cache"}))
+    assert missing in str(error.value)
+
+
+@pytest.mark.parametrize("kind", ["PARTIAL", "partial", "FULL"])
+def test_legacy_options_under_a_lookup_cache_kind_are_an_error_naming_the_current_name(
+    kind: str,
+) -> None:
+    """With 'lookup.cache' = 'PARTIAL' the JDBC connector builds its cache from the current
+    names alone (DefaultLookupCache.fromConfig): the deprecated ones were aliased here, a cache
+    Flink refuses ('Missing lookup.partial-cache.* ...') or builds otherwise."""
+    given = {"lookup.cache": kind, "lookup.cache.ttl": "1 min", "lookup.cache.max-rows": "5"}
+    with pytest.raises(ConfigurationError, match=r"lookup\.partial-cache\.expire-after-write"):
+        upgrade(given)
 
 
 @pytest.mark.parametrize(
     "given",
-    [{"lookup.cache.max-rows": "-1"}, {"lookup.cache.ttl": "10s"}, {"lookup.cache.max-rows": "0"}],
+    [
+        {"lookup.cache.max-rows": "-1", "lookup.cache.ttl": "10s"},
+        {"lookup.cache.max-rows": "5", "lookup.cache.ttl": "0"},
+        {"lookup.cache.caching-missing-key": "false"},
+    ],
 )
-def test_legacy_options_without_positive_max_rows_turn_no_cache_on(given: dict[str, str]) -> None:
+def test_legacy_options_that_are_not_both_positive_turn_no_cache_on(
+    given: dict[str, str],
+) -> None:
     out = upgrade(given)
     assert "lookup.cache" not in out.options and out.notes
     assert LookupOptions.from_dict(out.options).cache.name == "NONE"
@@ -47,7 +83,13 @@ def test_legacy_options_without_positive_max_rows_turn_no_cache_on(given: dict[s
 
 def test_legacy_and_new_name_with_different_values_is_an_error() -> None:
     with pytest.raises(ConfigurationError) as error:
-        upgrade({"lookup.cache.max-rows": "5", "lookup.partial-cache.max-rows": "6"})
+        upgrade(
+            {
+                "lookup.cache.max-rows": "5",
+                "lookup.cache.ttl": "1s",
+                "lookup.partial-cache.max-rows": "6",
+            }
+        )
     assert error.value.option == "lookup.cache.max-rows"
     assert "lookup.partial-cache.max-rows" in str(error.value)
 
@@ -105,9 +147,3 @@ def test_legacy_options_with_lookup_cache_none_build_the_legacy_cache() -> None:
     given = {"lookup.cache": "NONE", "lookup.cache.max-rows": "100", "lookup.cache.ttl": "5s"}
     options = LookupOptions.from_dict(upgrade(given).options)
     assert (options.partial_max_rows, options.partial_expire_after_write) == (100, 5.0)
-
-
-def test_legacy_options_under_a_full_cache_are_an_error_naming_them() -> None:
-    with pytest.raises(ConfigurationError, match=r"'lookup\.cache' = 'FULL'") as info:
-        upgrade({"lookup.cache": "FULL", "lookup.cache.max-rows": "100"})
-    assert info.value.option == "lookup.cache.max-rows"

@@ -264,12 +264,23 @@ def test_joins_with_other_shared_cache_options_get_chains_of_their_own() -> None
     table = _table({"lookup.shared-cache.url": "redis://127.0.0.1:6379/15"})
     spec = JoinSpec(JoinType.LEFT, (KeyBinding("id", "id"),))
 
-    def chain_id(hint_text: str | None) -> str:
+    def task(hint_text: str | None, of: LookupTable = table) -> LookupJoinTask:
         hint = resolve_lookup(hint_text, "Items")
-        options = join_options(table, hint)
-        task = LookupJoinTask(table.table_id, "Items", table.connector, options, hint, spec, ())
-        return task.chain_id()
+        options = join_options(of, hint)
+        return LookupJoinTask(of.table_id, "Items", of.connector, options, hint, spec, ())
 
-    plain = chain_id(None)
-    assert chain_id(None) == plain
-    assert chain_id("LOOKUP('table'='Items', 'lookup.shared-cache.ttl'='5 min')") != plain
+    plain = task(None)
+    assert task(None).chain_id() == plain.chain_id()
+    assert task(None).cache_scope() == plain.cache_scope()
+    # The L1 cache too: a hint's join with a shorter TTL, another namespace or no cached
+    # misses was served, from the L1 it shared, rows the table's other joins read from L2.
+    for option, value in [
+        ("lookup.shared-cache.ttl", "5 min"),
+        ("lookup.shared-cache.namespace", "n2"),
+        ("lookup.shared-cache.cache-missing-key", "false"),
+    ]:
+        hinted = task(f"LOOKUP('table'='Items', '{option}'='{value}')")
+        assert hinted.chain_id() != plain.chain_id(), option
+        assert hinted.cache_scope() != plain.cache_scope(), option
+    without_l2 = _table({})
+    assert task(None, without_l2).cache_scope() == without_l2.table_id

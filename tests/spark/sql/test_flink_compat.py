@@ -118,7 +118,7 @@ def test_a_typo_of_a_lookup_option_still_fails_with_did_you_mean(
 
 def test_a_deprecated_option_conflicting_with_its_new_name_is_an_error(sql: LookupSQL) -> None:
     options = values_options() + (
-        ", 'lookup.cache' = 'PARTIAL', 'lookup.cache.max-rows' = '10', "
+        ", 'lookup.cache.max-rows' = '10', 'lookup.cache.ttl' = '1 min', "
         "'lookup.partial-cache.max-rows' = '20'"
     )
     with pytest.raises(ConfigurationError) as error:
