@@ -14,29 +14,38 @@ import re
 import sys
 from collections.abc import Iterable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from asyncio_lookup.errors import ConfigurationError
 
-_UNIT_SECONDS: dict[str, float] = {}
+_UNIT_SECONDS: dict[str, Decimal] = {}
 for _names, _seconds in (
-    (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1e-9),
-    (("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1e-6),
-    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1e-3),
-    (("s", "sec", "secs", "second", "seconds"), 1.0),
-    (("m", "min", "mins", "minute", "minutes"), 60.0),
-    (("h", "hour", "hours"), 3600.0),
-    (("d", "day", "days"), 86400.0),
+    (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), Decimal("1e-9")),
+    (("us", "µs", "micro", "micros", "microsecond", "microseconds"), Decimal("1e-6")),
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), Decimal("1e-3")),
+    (("s", "sec", "secs", "second", "seconds"), Decimal(1)),
+    (("m", "min", "mins", "minute", "minutes"), Decimal(60)),
+    (("h", "hour", "hours"), Decimal(3600)),
+    (("d", "day", "days"), Decimal(86400)),
 ):
     for _name in _names:
         _UNIT_SECONDS[_name] = _seconds
 
 _DURATION = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([a-zµ]*)\s*$", re.IGNORECASE)
+#: Java's Duration.parse: [-+]P[nD][T[nH][nM][n[.f]S]], any case
+_ISO_DURATION = re.compile(
+    r"(?P<sign>[-+]?)P(?:(?P<d>[-+]?[0-9]+)D)?"
+    r"(?P<time>T(?:(?P<h>[-+]?[0-9]+)H)?(?:(?P<m>[-+]?[0-9]+)M)?"
+    r"(?:(?P<s>[-+]?[0-9]+)(?:[.,](?P<f>[0-9]{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 
 DURATION_ALLOWED = (
-    "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms)"
+    "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms) or "
+    "ISO-8601 'PT10S'"
 )
 POSITIVE_DURATION_ALLOWED = "a duration > 0 such as '10s', '10 s', '100ms', '3 min', '1h'"
 BOOL_ALLOWED = "'true' or 'false'"
@@ -69,7 +78,8 @@ def to_seconds(
     error: type[ConfigurationError] = ConfigurationError,
 ) -> float:
     """``value`` in seconds: a ``timedelta``, a number of seconds or (when ``text``) Flink's
-    duration syntax, where a number with no unit is milliseconds. Any sign; not NaN or a bool."""
+    duration syntax, where a number with no unit is milliseconds, or ISO-8601's. Any sign (but
+    a negative ISO-8601 one, as in Flink); not NaN or a bool."""
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool):
@@ -79,15 +89,50 @@ def to_seconds(
             raise error(option, value, allowed)
         return float(value)
     if text and isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise error(option, value, allowed)
+        return float(_text_seconds(option, value, allowed, error))
+    raise error(option, value, allowed)
+
+
+def _text_seconds(
+    option: str, value: str, allowed: str, error: type[ConfigurationError]
+) -> Decimal:
+    """A duration's text in seconds, exactly: Flink's ``10 s`` / ``500`` (ms), or, as Flink 2's
+    ``TimeUtils.parseDuration`` falls back to Java's ``Duration.parse``, ISO-8601 (``PT1.5S``,
+    ``P2DT3H``; a negative one refused, as there)."""
+    match = _DURATION.match(value)
+    if match:
         number, unit = match.groups()
-        unit_seconds = _UNIT_SECONDS.get(unit.lower()) if unit else 1e-3
+        unit_seconds = _UNIT_SECONDS.get(unit.lower()) if unit else _UNIT_SECONDS["ms"]
         if unit_seconds is None:
             raise error(option, value, allowed, reason=f"unknown time unit {unit!r}")
-        return float(number) * unit_seconds
-    raise error(option, value, allowed)
+        return Decimal(number) * unit_seconds
+    iso = _ISO_DURATION.fullmatch(value.strip())
+    if iso is None or iso["time"] == "T" or not any(iso[g] for g in ("d", "h", "m", "s")):
+        raise error(option, value, allowed)
+    days, hours, minutes, whole, fraction = (iso[g] for g in ("d", "h", "m", "s", "f"))
+    seconds = Decimal(0)
+    for part, scale in ((days, 86400), (hours, 3600), (minutes, 60), (whole, 1)):
+        seconds += Decimal(part or 0) * scale
+    if fraction:
+        nanos = Decimal(fraction.ljust(9, "0")) / 10**9
+        seconds += -nanos if whole and whole.startswith("-") else nanos
+    if iso["sign"] == "-":
+        seconds = -seconds
+    if seconds < 0:
+        raise error(option, value, allowed, reason="a negative ISO-8601 duration")
+    return seconds
+
+
+def _exact_seconds(
+    option: str, value: Any, allowed: str, error: type[ConfigurationError]
+) -> Decimal:
+    """``value`` (already read by :func:`to_seconds`) in seconds without rounding: a float
+    cannot tell Long.MAX_VALUE ms from one more."""
+    if isinstance(value, str):
+        return _text_seconds(option, value, allowed, error)
+    if isinstance(value, timedelta):
+        return Decimal(value.days) * 86400 + value.seconds + Decimal(value.microseconds) / 10**6
+    return Decimal(value)
 
 
 def refuse_unitless(
@@ -181,7 +226,7 @@ def parse_duration(
         raise error(option, value, allowed, reason="must be finite")
     if positive and seconds == 0:
         raise error(option, value, allowed, reason="must be greater than 0")
-    if seconds * 1000 > float(LONG_MAX_MS):  # (float: exact to 1 part in 2**53)
+    if _exact_seconds(option, value, allowed, error) * 1000 > LONG_MAX_MS:
         raise error(
             option,
             value,

@@ -69,7 +69,11 @@ class AsyncDefaults:
             (CONF_TIMEOUT, "timeout"),
             (CONF_KEY_ORDERED, "key_ordered"),
         )
-        return cls(**{name: conf[key] for key, name in fields if conf.get(key) is not None})
+        given = {name: conf[key] for key, name in fields if conf.get(key) is not None}
+        if "output_mode" in given:  # Flink's names only: 'unordered' is the Python API's
+            mode = parse_output_mode(CONF_OUTPUT_MODE, given["output_mode"], ConfigurationError)
+            given["output_mode"] = output_mode_name(mode)
+        return cls(**given)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ starts as soon as the previous one ends.
 from __future__ import annotations
 
 import enum
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -21,6 +22,8 @@ from asyncio_lookup.lookup.option_names import (
 )
 from asyncio_lookup.validation import NEVER, parse_choice, parse_duration, parse_int
 
+#: Java's DateTimeFormatter.ISO_TIME, which Flink's TimedCacheReloadTrigger parses with
+_ISO_TIME = re.compile(r"\d\d:\d\d(?::\d\d(?:\.\d{1,9})?)?(?:[Zz]|[+-]\d\d:\d\d(?::\d\d)?)?")
 ISO_TIME_ALLOWED = "an ISO-8601 time such as '10:15', '10:15:30', '10:15Z' or '10:15+07:00'"
 
 
@@ -116,6 +119,8 @@ def parse_iso_time(option: str, value: time | str) -> time:
     if not isinstance(value, str):
         raise ConfigurationError(option, value, ISO_TIME_ALLOWED)
     text = value.strip()
+    if not _ISO_TIME.fullmatch(text):  # Python also reads '10', '1015' and 'T10:15'; Java not
+        raise ConfigurationError(option, value, ISO_TIME_ALLOWED)
     zulu = text[-1:] in ("Z", "z")
     try:
         parsed = time.fromisoformat(text[:-1] if zulu else text)

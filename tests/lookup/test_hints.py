@@ -289,6 +289,9 @@ def test_missing_async_options_fall_back_to_job_defaults() -> None:
     ("key", "value"),
     [
         ("table.exec.async-lookup.output-mode", "sorted"),
+        # the Python API's names: lower case passed unchecked and 'UNORDERED' was refused;
+        # Flink's AsyncOutputMode has only ORDERED and ALLOW_UNORDERED
+        ("table.exec.async-lookup.output-mode", "unordered"),
         ("table.exec.async-lookup.buffer-capacity", "0"),
         ("table.exec.async-lookup.timeout", "soon"),
     ],
