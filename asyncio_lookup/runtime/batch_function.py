@@ -93,9 +93,12 @@ def as_async_batch_function(fn: Any, option: str = "fn") -> AsyncBatchFunction[A
     return _CallableBatchFunction(fn)
 
 
-def check_batch_result(batch: Batch[Any], results: Any) -> list[Collection[Any]]:
+def check_batch_result(
+    batch: Batch[Any], results: Any, source: str = "async batch function"
+) -> list[Collection[Any]]:
     """``results`` as a list of one collection per element of ``batch``, else a
-    :class:`ResultTypeError` naming the batch size and what came back."""
+    :class:`ResultTypeError` naming the batch size, what came back and ``source`` (what
+    returned it)."""
     size = len(batch.elements)
     if (
         results is None
@@ -103,13 +106,13 @@ def check_batch_result(batch: Batch[Any], results: Any) -> list[Collection[Any]]
         or not isinstance(results, Sequence)
     ):
         raise ResultTypeError(
-            f"async batch function returned {type(results).__name__} {results!r:.200} for a "
+            f"{source} returned {type(results).__name__} {results!r:.200} for a "
             f"batch of {size} rows; it must return a list with one collection of outputs per "
             "row, in the rows' order"
         )
     if len(results) != size:
         raise ResultTypeError(
-            f"async batch function returned {len(results)} results for a batch of {size} rows "
+            f"{source} returned {len(results)} results for a batch of {size} rows "
             f"({batch!r:.300}); it must return exactly one collection of outputs per row, in "
             "the rows' order (an empty list for a row without output)"
         )
@@ -117,7 +120,7 @@ def check_batch_result(batch: Batch[Any], results: Any) -> list[Collection[Any]]
     for element, outputs in zip(batch.elements, checked, strict=True):
         kind = type(outputs)
         if kind is not list and kind is not tuple:
-            error = result_type_error(element, outputs)
+            error = result_type_error(element, outputs, source)
             if error is not None:
                 raise ResultTypeError(f"in a batch of {size} rows: {error}")
     return checked
@@ -170,7 +173,7 @@ class _BatchCallWithTimeout(BatchCall):
         given = list(element.elements)
         results = await self.fn.timeout(given)
         check_unchanged(given, element.elements, "async batch function's timeout")
-        return check_batch_result(element, results)
+        return check_batch_result(element, results, "async batch function's timeout()")
 
 
 def batch_call(fn: AsyncBatchFunction[Any, Any]) -> BatchCall:

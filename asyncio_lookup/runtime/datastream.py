@@ -39,7 +39,9 @@ class AsyncStream(Generic[IN, OUT]):
     Iterate with ``async for`` inside a running loop, or with ``for`` outside one (it then runs
     its own event loop: uvloop when installed, unless ``use_uvloop=False`` or env
     ``ASYNCIO_LOOKUP_UVLOOP=0``). It can be the source of another ``AsyncDataStream`` call.
-    Each iteration runs the operator over the source again.
+    Each iteration runs the operator over the source again. An ``async for`` left early closes
+    the run (cancels its calls, ``fn.close()``) only when its generator is closed: wrap it in
+    ``contextlib.aclosing(aiter(stream))``, or a loop shutting down may skip ``close()``.
     """
 
     def __init__(

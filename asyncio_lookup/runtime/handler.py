@@ -292,7 +292,12 @@ class ResultHandler:
         finally:
             run.timing_out -= 1
         if not run.closed:
-            self.complete(result)
+            # named, or the error blamed the async function, which returned nothing here
+            type_error = result_type_error(self.element, result, "timeout()")
+            if type_error is not None:
+                self.complete_exceptionally(type_error)
+            else:
+                self.complete(result)
 
     def __repr__(self) -> str:
         return f"ResultHandler({self.element!r}, {self.state.name})"

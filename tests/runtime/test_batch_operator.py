@@ -134,7 +134,7 @@ class Short(AsyncBatchFunction[int, int]):
         ([[1], [2], [3], [4]], "returned 4 results for a batch of 3 rows"),
         (None, "returned NoneType None for a batch of 3 rows"),
         ({"a": 1}, "returned dict"),
-        ([[1], None, [3]], "in a batch of 3 rows: async function returned None"),
+        ([[1], None, [3]], "in a batch of 3 rows: async batch function returned None"),
     ],
 )
 def test_a_wrong_result_is_an_error_naming_the_batch_size_and_count(
@@ -269,6 +269,19 @@ def test_the_default_timeout_fails_the_stream() -> None:
     op = AsyncBatchWaitOperator(HangsOn(bad=0).async_invoke_batch, batch_size=2, timeout=1.0)
     with pytest.raises(TimeoutError):
         run_virtual(run(op, range(4)))
+
+
+@dataclass
+class TimesOutBadly(HangsOn):
+    async def timeout(self, elements: list[int]) -> list[Any]:
+        return [None for _ in elements]
+
+
+def test_a_timeout_hooks_bad_result_names_the_hook() -> None:
+    """It said "async function returned None": the batch function, which returned nothing."""
+    op = AsyncBatchWaitOperator(TimesOutBadly(bad=0), batch_size=2, timeout=1.0)
+    with pytest.raises(ResultTypeError, match=r"async batch function's timeout\(\) returned None"):
+        run_virtual(run(op, range(2)))
 
 
 def test_a_plain_async_def_over_a_list_is_a_batch_function() -> None:

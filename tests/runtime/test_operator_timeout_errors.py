@@ -79,6 +79,8 @@ def test_timeout_hook_returning_none_is_a_result_type_error() -> None:
     fn = WithTimeoutHook(const(0.0, HANG), timeout_result=None)
     _, error = run_virtual(failing_at(AsyncWaitOperator(fn, timeout=1.0), [0]))
     assert isinstance(error, ResultTypeError) and isinstance(error, TypeError)
+    # the hook is named: "async function returned None" sent the user to async_invoke
+    assert str(error).startswith("timeout() returned None")
 
 
 def test_timeout_covers_all_retries_from_admission() -> None:
