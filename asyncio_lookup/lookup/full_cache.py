@@ -68,6 +68,14 @@ def comparable_kind(value: object) -> object:
     return kind
 
 
+def _kind_text(value: object) -> str:
+    """A key value's type as :func:`comparable_kind` tells it apart (aware or naive)."""
+    kind = comparable_kind(value)
+    if isinstance(kind, tuple):
+        return f"{'an aware' if kind[1] else 'a naive'} {type(value).__name__}"
+    return type(value).__name__
+
+
 def _number_type(value: object) -> type | None:
     """float for a float (numpy's too), Decimal for a decimal, else None."""
     if isinstance(value, float):  # numpy.float64 too
@@ -193,8 +201,8 @@ class FullCache:
                 sample = next(k[position] for k in state.snapshot)
                 raise DataFormatError(
                     f"full cache of {self.name or 'lookup table'}: the key {key!r} cannot match "
-                    f"any scanned row: its {column!r} is {type(value).__name__} but the scan's "
-                    f"{column!r} values are {type(sample).__name__} (e.g. {sample!r}); have the "
+                    f"any scanned row: its {column!r} is {_kind_text(value)} but the scan's "
+                    f"{column!r} values are {_kind_text(sample)} (e.g. {sample!r}); have the "
                     "connector return the dim schema's type (RedisConnector key_types=...)"
                 )
         if len(self._comparable) < 64:  # a few kinds of keys at most
