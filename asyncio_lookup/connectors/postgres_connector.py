@@ -442,6 +442,16 @@ class PostgresConnector(AsyncFirstSource):
                     cursor = conn.cursor(self.scan_sql(), prefetch=self.scan_batch_size)
                     async for record in cursor:
                         yield dict(record)
+                except (ValueError, OverflowError) as error:
+                    if isinstance(error, asyncpg.DataError):
+                        raise
+                    # A page of rows is decoded at once: which key holds the value is unknown,
+                    # so the load fails, naming the table and what to do.
+                    raise UndecodableRow(
+                        f"PostgreSQL {self.relation_name()}: a row of the scan holds a value "
+                        f"Python cannot hold ({type(error).__name__}: {error}); select it as "
+                        "text (query=... with col::text)"
+                    ) from error
                 except Exception as error:
                     if not (is_connection_error(error) or is_retryable_statement_error(error)):
                         raise  # a standby's conflict with recovery meets long scans the most

@@ -52,7 +52,7 @@ from asyncio_lookup.connectors._secrets import mask_url, redact, url_secrets
 from asyncio_lookup.connectors.keys import KeyTemplate, has_null, key_dict, key_text
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
-from asyncio_lookup.lookup.functions import AsyncLookupFunction, Key, Row
+from asyncio_lookup.lookup.functions import AsyncLookupFunction, FailedKey, Key, Row
 from asyncio_lookup.validation import REDIS_URL_ALLOWED, redis_url_problem
 
 log = logging.getLogger(__name__)
@@ -474,9 +474,15 @@ class RedisConnector(AsyncFirstSource):
             key_values = self.parse_key(redis_key)
             if key_values is None:  # not one of ours, whatever it holds (binary: no error)
                 continue
-            if isinstance(raw, Exception):
-                raise raw
-            yield from self.decode(key_values, raw, redis_key)
+            if isinstance(raw, Exception):  # fails its key's lookups only, as a point lookup
+                yield FailedKey(key_values, raw)
+                continue
+            try:
+                rows = self.decode(key_values, raw, redis_key)
+            except DataFormatError as error:
+                yield FailedKey(key_values, error)
+                continue
+            yield from rows
 
     async def fetch(self, client: redis.asyncio.Redis, keys: Sequence[str]) -> list[Any]:
         """The values of ``keys`` (``MGET`` or a pipeline of ``HGETALL``); a key's value that

@@ -16,10 +16,18 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NoReturn
 
 from asyncio_lookup.errors import CacheLoadError, DataFormatError, error_text
 from asyncio_lookup.lookup.clock import MONOTONIC, WALL, Clock
-from asyncio_lookup.lookup.functions import Key, Row, ScanResult, same_nan, scan_rows
+from asyncio_lookup.lookup.functions import (
+    FailedKey,
+    Key,
+    Row,
+    ScanResult,
+    same_nan,
+    scan_rows,
+)
 from asyncio_lookup.lookup.metrics import (
     HIT_COUNT,
     LATEST_LOAD_TIME,
@@ -39,8 +47,19 @@ ScanFactory = Callable[[], "ScanResult | None"]
 
 
 @dataclass(frozen=True)
+class _Unreadable:
+    """A snapshot's entry for a key whose value the scan could not read (:class:`FailedKey`)."""
+
+    error: Exception
+
+    def fail(self) -> NoReturn:
+        # a new error per lookup: raising one instance again and again grows its traceback
+        raise DataFormatError(error_text(self.error)) from self.error
+
+
+@dataclass(frozen=True)
 class _State:
-    snapshot: dict[Key, tuple[Row, ...]]
+    snapshot: dict[Key, tuple[Row, ...] | _Unreadable]
     error: BaseException | None
     #: Per key column, the kinds (:func:`comparable_kind`) of its values in the snapshot.
     kinds: tuple[frozenset[object], ...] = ()
@@ -176,8 +195,12 @@ class FullCache:
                 return []
             values = dict(zip(self.key_columns, key, strict=True))
             found = state.snapshot.get((self.index_key(values),))
+            if found is None:
+                return []
+            if isinstance(found, _Unreadable):
+                found.fail()
             # the key columns of the lookup's key, as a point lookup of this source gives them
-            return [] if found is None else [{**row, **values} for row in found]
+            return [{**row, **values} for row in found]
         rows = state.snapshot.get(key)
         if rows is None and state.numbers:
             exact = _in_the_snapshot_s_number_types(key, state.numbers)
@@ -189,6 +212,8 @@ class FullCache:
                 if kinds not in self._comparable:
                     self._check_comparable(key, kinds, state)
             return []
+        if isinstance(rows, _Unreadable):
+            rows.fail()
         return list(rows)
 
     def _check_comparable(self, key: Key, kinds: tuple[object, ...], state: _State) -> None:
@@ -290,6 +315,7 @@ class FullCache:
 
     async def _index(self, rows: ScanResult) -> tuple[_State, int]:
         index: dict[Key, list[Row]] = {}
+        unreadable: dict[Key, _Unreadable] = {}
         columns = self.key_columns
         async for row in scan_rows(rows):
             try:
@@ -304,9 +330,13 @@ class FullCache:
                 key = tuple(same_nan(list(key)))
             if self.index_key is not None:
                 key = (self.index_key(dict(zip(columns, key, strict=True))),)
+            if type(row) is FailedKey:
+                unreadable.setdefault(key, _Unreadable(row.error))
+                continue
             index.setdefault(key, []).append(row)
-        snapshot = {k: tuple(v) for k, v in index.items()}
-        nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items())
+        snapshot: dict[Key, tuple[Row, ...] | _Unreadable] = {k: tuple(v) for k, v in index.items()}
+        snapshot.update(unreadable)  # the key fails whatever rows it also has, as a lookup would
+        nbytes = sum(estimate_bytes(k, v) for k, v in snapshot.items() if type(v) is tuple)
         if self.index_key is not None:
             return _State(snapshot, None), nbytes
         columns_values = list(zip(*snapshot, strict=True))

@@ -101,6 +101,19 @@ class AsyncLookupFunction(ABC):
 ScanResult: TypeAlias = "Iterable[Row] | AsyncIterable[Row]"
 
 
+class FailedKey(dict[str, Any]):
+    """What a scan yields for a key whose stored value it could not read, instead of rows: the
+    key columns' values (so that it is routed and indexed as that key's rows are) and the
+    ``error``. A FULL cache then fails the lookups of that key alone, with that error, as a
+    point lookup of it fails (one bad value must not fail every key's lookups)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, key_values: Mapping[str, Any], error: Exception) -> None:
+        super().__init__(key_values)
+        self.error = error
+
+
 def scan_rows(rows: ScanResult) -> AsyncIterator[Row]:
     """A scan's rows as one async iterator, whether the source returned an async iterable (the
     connectors) or a plain one (a list, a user's generator): scans are consumed one way."""

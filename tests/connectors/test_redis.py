@@ -18,6 +18,7 @@ import redis
 
 from asyncio_lookup.connectors import RedisConnector
 from asyncio_lookup.errors import ConfigurationError, DataFormatError, TransientError
+from asyncio_lookup.lookup.functions import FailedKey
 from tests.connectors.conftest import (
     RetryRecorder,
     blocking,
@@ -600,8 +601,45 @@ async def test_value_that_is_not_utf8_fails_only_its_key(
             ]  # the pool still answers each key with its own value
         finally:
             await fn.close()
-        with pytest.raises(DataFormatError, match=f"{key!r}.*UTF-8"):
-            [r async for r in c.scan()]
+        # A scan gives the key's error in its place: a FULL cache fails that key's lookups
+        # alone (one bad value failed every lookup of the table, at each reload).
+        scanned = [r async for r in c.scan()]
+        failed = [r for r in scanned if isinstance(r, FailedKey)]
+        assert [dict(r) for r in failed] == [{"id": "bin"}]
+        assert isinstance(failed[0].error, DataFormatError) and repr(key) in str(failed[0].error)
+        assert [r for r in scanned if not isinstance(r, FailedKey)] == [{"v": one, "id": "1"}]
+        await _full_cache_fails_only(c, ("bin",), ("1",), [{"v": one, "id": "1"}], key)
+
+
+async def _full_cache_fails_only(
+    c: RedisConnector, bad: tuple[Any, ...], good: tuple[Any, ...], rows: Any, named: str
+) -> None:
+    from asyncio_lookup.lookup.chain import LookupChain
+    from asyncio_lookup.lookup.options import LookupOptions
+
+    options = LookupOptions.from_dict(
+        {"lookup.cache": "FULL", "lookup.full-cache.periodic-reload.interval": "1h"}
+    )
+    chain = LookupChain.create(c, options, prefer_async=True, key_columns=["id"], name="T")
+    await chain.open()
+    try:
+        assert list(await chain.async_lookup(good)) == rows
+        for _ in range(2):  # each lookup raises afresh
+            with pytest.raises(DataFormatError, match=re.escape(repr(named))):
+                await chain.async_lookup(bad)
+    finally:
+        await chain.close()
+
+
+async def test_a_value_that_is_not_json_fails_only_its_key_in_a_full_cache(
+    redis_url: str, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(f"{redis_prefix}j:1", json.dumps({"v": 1}))
+    redis_client.set(f"{redis_prefix}j:bad", "{not json")
+    c = RedisConnector(redis_url, redis_prefix + "j:{id}")
+    with pytest.raises(DataFormatError, match="JSON"):
+        await blocking(c.lookup_function().lookup, ("bad",))
+    await _full_cache_fails_only(c, ("bad",), ("1",), [{"v": 1, "id": "1"}], f"{redis_prefix}j:bad")
 
 
 async def test_scan_skips_key_names_that_are_not_utf8(

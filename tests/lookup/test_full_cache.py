@@ -15,6 +15,7 @@ import pytest
 from asyncio_lookup.errors import CacheLoadError, DataFormatError
 from asyncio_lookup.lookup.clock import WALL
 from asyncio_lookup.lookup.full_cache import FullCache
+from asyncio_lookup.lookup.functions import FailedKey
 from asyncio_lookup.lookup.metrics import CacheMetricGroup
 from asyncio_lookup.lookup.reload import (
     CacheReloadTrigger,
@@ -137,12 +138,28 @@ def test_a_key_no_scanned_key_can_equal_is_an_error_not_a_silent_miss() -> None:
     times.start().result(timeout=10)
     assert times.get((datetime(2024, 1, 2),)) == []
     # an aware key never equals a naive one; the message said "is datetime but ... datetime"
-    with pytest.raises(DataFormatError, match="'ts' is an aware datetime.* a naive datetime"):
+    with pytest.raises(DataFormatError, match=r"'ts' is an aware datetime.* a naive datetime"):
         times.get((datetime(2024, 1, 1, tzinfo=UTC),))
     dates = FullCache(lambda: rows, ["at"], None, CacheMetricGroup())
     dates.start().result(timeout=10)
     with pytest.raises(DataFormatError, match="'at' is date"):
         dates.get((date(2024, 1, 1),))
+
+
+def test_a_key_the_scan_could_not_read_fails_its_own_lookups_only() -> None:
+    """A scan gives :class:`FailedKey` in place of a key's rows when it cannot read its value:
+    one bad value failed the whole load, and every key's lookups with it."""
+    bad = FailedKey({"id": 2}, DataFormatError("value of key 2 is not JSON"))
+    rows = [{"id": 1, "v": "a"}, bad, {"id": 2, "v": "also"}, {"id": 3, "v": "c"}]
+    cache = FullCache(lambda: rows, ["id"], None, CacheMetricGroup(), name="T")
+    cache.start().result(timeout=10)
+    assert cache.get((1,)) == [rows[0]] and cache.get((3,)) == [rows[3]]
+    assert cache.get((4,)) == [] and not cache.failed
+    for _ in range(2):
+        with pytest.raises(DataFormatError, match="key 2 is not JSON") as raised:
+            cache.get((2,))  # its other row too: a point lookup of it fails whole
+        assert raised.value.__cause__ is bad.error
+    assert cache.metrics.snapshot()["numCachedRecords"] == 3
 
 
 def test_a_decimal_key_finds_the_json_float_of_its_text_and_a_float_the_numeric() -> None:
