@@ -230,9 +230,10 @@ async def test_a_scan_skips_another_table_s_binary_value_under_the_prefix(
     redis_client.set(f"{redis_prefix}bin:1:avatar", b"\x89PNG\r\n\x1a\n\x00")
     c = RedisConnector(redis_url, redis_prefix + "bin:{id}", key_types={"id": int})
     assert [r async for r in c.scan()] == [{"v": 1, "id": 1}]
-    redis_client.set(f"{redis_prefix}bin:2", b"\xff\xfe")  # ours, not text: the load fails
-    with pytest.raises(DataFormatError, match="bin:2"):
-        [r async for r in c.scan()]
+    redis_client.set(f"{redis_prefix}bin:2", b"\xff\xfe")  # ours, not text: its key fails
+    scanned = [r async for r in c.scan()]
+    failed = [r for r in scanned if isinstance(r, FailedKey)]
+    assert [dict(r) for r in failed] == [{"id": 2}] and "bin:2" in str(failed[0].error)
 
 
 async def test_restart_mid_run_recovers_without_loss_or_duplicates(
