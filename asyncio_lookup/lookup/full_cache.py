@@ -14,7 +14,7 @@ import math
 import numbers
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NoReturn
 
@@ -65,6 +65,9 @@ class _State:
     kinds: tuple[frozenset[object], ...] = ()
     #: Per key column, the number types of its values (float, Decimal) in the snapshot.
     numbers: tuple[frozenset[type], ...] = ()
+    #: The kinds of looked-up keys checked against this snapshot (one set per snapshot: a
+    #: check against the one before must not pass for the next).
+    comparable: set[tuple[object, ...]] = field(default_factory=set)
 
 
 def comparable_kind(value: object) -> object:
@@ -157,7 +160,6 @@ class FullCache:
         self._timer: Clock = MONOTONIC if clock is WALL else clock
         self.name = name
         self._state = _State({}, None)
-        self._comparable: set[tuple[object, ...]] = set()  # key kinds checked against _state
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -209,7 +211,7 @@ class FullCache:
         if rows is None:
             if state.kinds:
                 kinds = tuple(map(comparable_kind, key))
-                if kinds not in self._comparable:
+                if kinds not in state.comparable:
                     self._check_comparable(key, kinds, state)
             return []
         if isinstance(rows, _Unreadable):
@@ -230,8 +232,8 @@ class FullCache:
                     f"{column!r} values are {_kind_text(sample)} (e.g. {sample!r}); have the "
                     "connector return the dim schema's type (RedisConnector key_types=...)"
                 )
-        if len(self._comparable) < 64:  # a few kinds of keys at most
-            self._comparable.add(kinds)
+        if len(state.comparable) < 64:  # a few kinds of keys at most
+            state.comparable.add(kinds)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop reloading; wait up to ``timeout`` seconds for a running load to finish."""
@@ -267,19 +269,13 @@ class FullCache:
 
     def _load(self, scheduled: float, *, initial: bool) -> LoadTimes:
         started = self.clock.now()
-        began = self._timer.now()
-
-        def attempt() -> tuple[_State, int]:
-            nonlocal began
-            began = self._timer.now()  # the load time is the successful attempt's
-            return self._build()
-
+        began = self._timer.now()  # latestLoadTime: failed attempts and retry waits included
         try:
             if self.retry is None:
-                loaded, nbytes = attempt()
+                loaded, nbytes = self._build()
             else:
                 loaded, nbytes = self.retry.call(
-                    NO_KEY, attempt, sleep=self._retry_sleep, on_retry=self._on_retry
+                    NO_KEY, self._build, sleep=self._retry_sleep, on_retry=self._on_retry
                 )
         except Exception as error:
             if not self._stop.is_set():  # closed while waiting to retry: no failed load
@@ -287,7 +283,6 @@ class FullCache:
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
         took = self._timer.now() - began
-        self._comparable = set()
         self._state = loaded
         self.metrics.set_gauge(NUM_CACHED_RECORDS, len(loaded.snapshot))
         self.metrics.set_gauge(NUM_CACHED_BYTES, nbytes)
