@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import logging
 import math
 import numbers
 import threading
@@ -42,6 +43,8 @@ from asyncio_lookup.lookup.reload import CacheReloadTrigger, LoadTimes
 from asyncio_lookup.lookup.retry import NO_KEY, FailureRetry
 from asyncio_lookup.lookup.sizes import estimate_bytes
 from asyncio_lookup.runtime.loop import new_event_loop
+
+log = logging.getLogger(__name__)
 
 ScanFactory = Callable[[], "ScanResult | None"]
 
@@ -280,8 +283,17 @@ class FullCache:
         except Exception as error:
             if not self._stop.is_set():  # closed while waiting to retry: no failed load
                 self.metrics.inc(NUM_LOAD_FAILURES)
+                if not initial:  # a failed first load fails the task, with this error
+                    log.warning(
+                        "full cache of %s: reload failed (%s); its lookups fail until a "
+                        "reload succeeds",
+                        self.name or "lookup table",
+                        error_text(error),
+                    )
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
+        if self._state.error is not None and not initial:
+            log.warning("full cache of %s: reloaded; lookups are served again", self.name)
         took = self._timer.now() - began
         self._state = loaded
         self.metrics.set_gauge(NUM_CACHED_RECORDS, len(loaded.snapshot))

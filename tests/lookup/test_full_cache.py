@@ -276,7 +276,7 @@ async def test_atomic_swap_during_slow_reload() -> None:
     assert metrics.snapshot()["numCachedRecords"] == 4
 
 
-async def test_failed_reload_fails_lookups_never_stale() -> None:
+async def test_failed_reload_fails_lookups_never_stale(caplog: pytest.LogCaptureFixture) -> None:
     loads = [0]
 
     def scan() -> list[dict[str, Any]]:
@@ -296,6 +296,8 @@ async def test_failed_reload_fails_lookups_never_stale() -> None:
     assert isinstance(raised.value.__cause__, TimeoutError)
     snap = metrics.snapshot()
     assert (snap["loadCount"], snap["numLoadFailures"]) == (1, 1)
+    # logged where the task runs: the metric alone showed a reload that failed and healed
+    assert any("Customers: reload failed" in r.getMessage() for r in caplog.records)
 
 
 def test_reloads_run_without_an_event_loop_in_real_time() -> None:
