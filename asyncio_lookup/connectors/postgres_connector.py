@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -56,7 +57,20 @@ _INTEGRAL_BOUNDS = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
 # format_type names whose bare form in a cast means length 1 (char(1), bit(1)): their
 # unconstrained spelling, so a key array keeps every character (char(n) keys are padded).
 _CAST_NAMES = {"character": "bpchar", "bit": '"bit"'}
-_IDENTITY_VERSION = 2  # bumped when the connector's answers to the same configuration change
+_IDENTITY_VERSION = 3  # bumped when the connector's answers to the same configuration change
+#: Key column types whose keys are bound as text, for the server to read: asyncpg's own
+#: encoders send date.max / datetime.max as 'infinity' (and min as '-infinity'), so the key
+#: 9999-12-31 matched the infinity rows and missed its own, and read a uuid's text by rules
+#: of their own (hyphens anywhere; no braces).
+_TEXT_BOUND = {
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+    "uuid": "uuid",
+}
+#: Key column types with 'infinity': no Spark key equals it, and asyncpg reads it as the
+#: type's max (min), so a FULL scan leaves such rows out rather than index them as 9999-12-31.
+_INFINITE = ("date", "timestamp without time zone", "timestamp with time zone")
 
 
 def _names(option: str, value: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -368,16 +382,24 @@ class PostgresConnector(AsyncFirstSource):
             return "src.*"
         return ", ".join(f"src.{quote_ident(c)}" for c in self.columns)
 
-    def point_sql(self) -> str:
+    def point_sql(self, key_types: Sequence[str] = ()) -> str:
+        """One key's rows; a key column of a :data:`_TEXT_BOUND` type (once ``key_types`` are
+        known) is bound as text and cast by the server."""
         where = " AND ".join(
-            f"src.{quote_ident(k)} = ${i + 1}" for i, k in enumerate(self.key_columns)
+            f"src.{quote_ident(k)} = ${i + 1}{_text_cast(key_types, i)}"
+            for i, k in enumerate(self.key_columns)
         )
         return f"SELECT {self.select_sql()} FROM {self.source_sql()} WHERE {where}"
 
     def batch_sql(self, key_types: Sequence[str]) -> str:
         """One query for many keys: one array per key column, joined by ``=`` as the point
         lookup compares; each result row carries, in its last column, its key's ordinal."""
-        arrays = ", ".join(f"${i + 1}::{_cast_name(t)}[]" for i, t in enumerate(key_types))
+        arrays = ", ".join(
+            f"${i + 1}::text[]::{_TEXT_BOUND[t]}[]"
+            if t in _TEXT_BOUND
+            else f"${i + 1}::{_cast_name(t)}[]"
+            for i, t in enumerate(key_types)
+        )
         names = ", ".join(f"k{i}" for i in range(len(key_types)))
         on = " AND ".join(f"src.{quote_ident(c)} = k.k{i}" for i, c in enumerate(self.key_columns))
         return (
@@ -390,14 +412,21 @@ class PostgresConnector(AsyncFirstSource):
         cols = ", ".join(f"src.{quote_ident(k)}" for k in self.key_columns)
         return f"SELECT {cols} FROM {self.source_sql()} LIMIT 0"
 
-    def scan_sql(self) -> str:
+    def scan_sql(self, key_types: Sequence[str] = ()) -> str:
         """Every row, with its key columns even when ``columns`` leaves them out (a full cache
-        indexes the rows by them)."""
+        indexes the rows by them); a row whose date or timestamp key is ±infinity is left out
+        (:data:`_INFINITE`)."""
         select = self.select_sql()
         if self.columns is not None:
             extra = [k for k in self.key_columns if k not in self.columns]
             select = ", ".join([select, *(f"src.{quote_ident(k)}" for k in extra)])
-        return f"SELECT {select} FROM {self.source_sql()}"
+        finite = [
+            f"isfinite(src.{quote_ident(k)})"
+            for k, t in zip(self.key_columns, key_types, strict=False)
+            if t in _INFINITE
+        ]
+        where = f" WHERE {' AND '.join(finite)}" if finite else ""
+        return f"SELECT {select} FROM {self.source_sql()}{where}"
 
     # -- errors ------------------------------------------------------------------------------
 
@@ -439,7 +468,9 @@ class PostgresConnector(AsyncFirstSource):
         try:
             async with conn.transaction(readonly=True, isolation="repeatable_read"):
                 try:
-                    cursor = conn.cursor(self.scan_sql(), prefetch=self.scan_batch_size)
+                    key_types = await _probe_key_types(conn, self.key_type_probe_sql())
+                    scan = self.scan_sql(key_types)
+                    cursor = conn.cursor(scan, prefetch=self.scan_batch_size)
                     async for record in cursor:
                         yield dict(record)
                 except (ValueError, OverflowError) as error:
@@ -506,6 +537,43 @@ def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
             "default_transaction_read_only": "on",
         },
     }
+
+
+def _text_cast(key_types: Sequence[str], position: int) -> str:
+    """``::text::<type>`` for a :data:`_TEXT_BOUND` key column, else ``''``."""
+    if position < len(key_types) and key_types[position] in _TEXT_BOUND:
+        return f"::text::{_TEXT_BOUND[key_types[position]]}"
+    return ""
+
+
+def _as_key_text(pg_type: str) -> Any:
+    """How a key value of a :data:`_TEXT_BOUND` column is written: as asyncpg would have read
+    it (a naive datetime into a timestamptz is the process's local time, as its
+    ``astimezone``), in the server's text. A value of another type is left as it is: asyncpg
+    then refuses it (a text parameter) with the key's own error."""
+    if pg_type == "uuid":
+        return lambda v: v if type(v) is str else str(v) if isinstance(v, uuid.UUID) else v
+    if pg_type == "date":
+        return lambda v: v.isoformat() if type(v) is datetime.date else v
+    if pg_type == "timestamp with time zone":
+        return lambda v: (
+            v.astimezone(datetime.UTC).isoformat() if isinstance(v, datetime.datetime) else v
+        )
+    return lambda v: (  # timestamp without time zone: a naive datetime only
+        v.isoformat() if isinstance(v, datetime.datetime) and v.tzinfo is None else v
+    )
+
+
+async def _probe_key_types(conn: asyncpg.Connection, probe_sql: str) -> list[str]:
+    """The ``format_type`` names of the key columns ``probe_sql`` selects."""
+    statement = await conn.prepare(probe_sql)
+    oids = [a.type.oid for a in statement.get_attributes()]
+    rows = await conn.fetch(
+        "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
+        "WITH ORDINALITY AS t(oid, ord) ORDER BY t.ord",
+        oids,
+    )
+    return [r["name"] for r in rows]
 
 
 def _cast_name(pg_type: str) -> str:
@@ -577,6 +645,8 @@ class _PostgresLookup(AsyncLookupFunction):
         self.point_sql = connector.point_sql()
         # (position, bound) of each integral key column, known once the pool has opened
         self.integral: list[tuple[int, int]] = []
+        # (position, writer) of each key column bound as text (_TEXT_BOUND), known likewise
+        self.as_text: list[tuple[int, Any]] = []
         self._opening: asyncio.Lock | None = None
 
     async def open(self) -> None:
@@ -613,6 +683,10 @@ class _PostgresLookup(AsyncLookupFunction):
         try:
             key_types = await self._key_types(pool)
             self.batch_sql = c.batch_sql(key_types)
+            self.point_sql = c.point_sql(key_types)
+            self.as_text = [
+                (i, _as_key_text(t)) for i, t in enumerate(key_types) if t in _TEXT_BOUND
+            ]
             self.integral = [
                 (i, _INTEGRAL_BOUNDS[t]) for i, t in enumerate(key_types) if t in _INTEGRAL_BOUNDS
             ]
@@ -625,14 +699,7 @@ class _PostgresLookup(AsyncLookupFunction):
 
     async def _key_types(self, pool: asyncpg.Pool) -> list[str]:
         async with pool.acquire() as conn:
-            statement = await conn.prepare(self.connector.key_type_probe_sql())
-            oids = [a.type.oid for a in statement.get_attributes()]
-            rows = await conn.fetch(
-                "SELECT format_type(t.oid, NULL) AS name FROM unnest($1::oid[]) "
-                "WITH ORDINALITY AS t(oid, ord) ORDER BY t.ord",
-                oids,
-            )
-        return [r["name"] for r in rows]
+            return await _probe_key_types(conn, self.connector.key_type_probe_sql())
 
     async def _fetch(self, sql: str, args: Sequence[Any], action: str) -> list[Any]:
         c = self.connector
@@ -682,7 +749,12 @@ class _PostgresLookup(AsyncLookupFunction):
             await self._pool()  # the check below needs the probed key types
         if not self._holdable(key):
             return []  # an integral key column holds no such value: nothing matches
-        return [dict(r) for r in await self._fetch(self.point_sql, key, "lookup")]
+        args: Sequence[Any] = key
+        if self.as_text:
+            args = list(key)
+            for i, write in self.as_text:
+                args[i] = write(args[i])
+        return [dict(r) for r in await self._fetch(self.point_sql, args, "lookup")]
 
     def _holdable(self, key: Key) -> bool:
         """Whether each integral key column can hold its part of ``key`` exactly."""
@@ -726,12 +798,17 @@ class _PostgresLookup(AsyncLookupFunction):
             values, targets = self._distinct(keys)
             if not values:
                 return [[] for _ in keys]
+            if self.as_text:
+                write = self.as_text[0][1]
+                values = [write(v) for v in values]
             records = await self._fetch(self.batch_sql, [values], "batch lookup")
             return _group(keys, records, targets)
         # A NULL-containing key (or one an integral column cannot hold) is sent as NULLs: `=`
         # never matches, positions stay aligned.
         sent = [None if has_null(k) or not self._holdable(k) else k for k in keys]
         args = [[None if k is None else k[i] for k in sent] for i in range(width)]
+        for i, write in self.as_text:
+            args[i] = [None if v is None else write(v) for v in args[i]]
         records = await self._fetch(self.batch_sql, args, "batch lookup")
         return _group(keys, records, None)
 

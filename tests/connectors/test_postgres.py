@@ -299,6 +299,63 @@ async def test_a_key_the_column_type_cannot_read_fails_alone_in_a_batch(
         _exec(postgres_dsn, f'DROP TABLE IF EXISTS "{pg_table}"', f'DROP TYPE IF EXISTS "{mood}"')
 
 
+@pytest.mark.parametrize(
+    ("column", "first", "last"),
+    [
+        ("date", dt.date.min, dt.date.max),
+        ("timestamp", dt.datetime.min, dt.datetime.max),
+        (
+            "timestamptz",
+            dt.datetime.min.replace(tzinfo=dt.UTC),
+            dt.datetime.max.replace(tzinfo=dt.UTC),
+        ),
+    ],
+)
+async def test_the_first_and_last_day_are_keys_never_infinity(
+    postgres_dsn: str, pg_table: str, column: str, first: Any, last: Any
+) -> None:
+    """asyncpg binds date.max / datetime.max as 'infinity' (min as '-infinity') and reads
+    infinity back as them: the key 9999-12-31 (an SCD2 table's open end) joined the infinity
+    rows and missed its own, and a FULL scan indexed the infinity rows under it too."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (k {column}, v text)',
+        f"""INSERT INTO "{pg_table}" VALUES ('-infinity', '-inf'), ('infinity', 'inf'),
+            ('{first.isoformat()}', 'first'), ('{last.isoformat()}', 'last'),
+            ('{last.isoformat()}', 'last again')""",
+    )
+    c = PostgresConnector(postgres_dsn, pg_table, "k", ["v"])
+    rows = await _all_paths(c, [(first,), (last,)])
+    assert rows == [[{"v": "first"}], [{"v": "last again"}, {"v": "last"}]]  # sorted by repr
+    scanned = sorted([r["v"] async for r in c.scan()])
+    assert scanned == ["first", "last", "last again"]  # no Spark key equals infinity
+
+
+async def test_a_uuid_key_is_read_by_the_server(postgres_dsn: str, pg_table: str) -> None:
+    """asyncpg read a STRING key for a uuid column by rules of its own: it joined text
+    PostgreSQL refuses (hyphens anywhere) and failed text PostgreSQL reads (braces)."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (u uuid, v text)',
+        f"INSERT INTO \"{pg_table}\" VALUES ('{UUID}', 'row')",
+    )
+    fn = PostgresConnector(postgres_dsn, pg_table, "u", ["v"]).async_lookup_function()
+    await fn.open()
+    try:
+        read = ["{" + UUID + "}", UUID.upper(), UUID.replace("-", ""), uuid.UUID(UUID)]
+        assert [list(await fn.async_lookup((k,))) for k in read] == [[{"v": "row"}]] * 4
+        assert [list(r) for r in await fn.async_lookup_batch([(k,) for k in read])] == [
+            [{"v": "row"}]
+        ] * 4
+        misplaced = UUID[:8] + UUID[9:12] + "-" + UUID[12:]  # the hyphens moved by one
+        with pytest.raises(asyncpg.DataError):
+            await fn.async_lookup((misplaced,))
+        out = await fn.async_lookup_batch([(misplaced,), (UUID,)])
+        assert isinstance(out[0], asyncpg.DataError) and list(out[1]) == [{"v": "row"}]
+    finally:
+        await fn.close()
+
+
 async def test_a_scan_reads_the_key_columns_that_columns_leaves_out(
     postgres_dsn: str, pg_table: str
 ) -> None:
