@@ -60,6 +60,8 @@ class KeyBatcher:
         self.max_size = max_size
         self.max_wait = max_wait
         self.batching = max_size > 1 and function.supports_batch
+        # a rate-limited function counts and times its calls from their token on itself
+        self._counts = not getattr(function, "counts_calls", False)
         # a key queued or in a call -> the futures of its callers (the first gets the rows
         # the call returned, later ones copies)
         self._in_flight: dict[Key, list[asyncio.Future[list[Row]]]] = {}
@@ -93,17 +95,21 @@ class KeyBatcher:
             caller = self._bind()
         if caller is not None:
             self._inline.add(caller)
-        counters = self._counters  # metrics.inc2(), inlined: this runs once per call
-        counters[NUM_EXTERNAL_CALLS] += 1
-        counters[NUM_EXTERNAL_KEYS] += 1
+        counts = self._counts
+        if counts:
+            counters = self._counters  # metrics.inc2(), inlined: this runs once per call
+            counters[NUM_EXTERNAL_CALLS] += 1
+            counters[NUM_EXTERNAL_KEYS] += 1
         started = perf_counter()
         try:
             try:
                 answer = await self.function.async_lookup(key)
             except Exception:
-                self._calls.add((perf_counter() - started) * 1000.0)
+                if counts:
+                    self._calls.add((perf_counter() - started) * 1000.0)
                 raise
-            self._calls.add((perf_counter() - started) * 1000.0)
+            if counts:
+                self._calls.add((perf_counter() - started) * 1000.0)
             rows = as_rows(answer, key, self.function)
         except asyncio.CancelledError:
             if self._in_flight.get(key) is waiters:
@@ -189,8 +195,10 @@ class KeyBatcher:
         task.add_done_callback(done)
 
     async def _call(self, keys: list[Key]) -> None:
-        self.metrics.inc(NUM_EXTERNAL_CALLS)
-        self.metrics.inc(NUM_EXTERNAL_KEYS, len(keys))
+        counts = self._counts
+        if counts:
+            self.metrics.inc(NUM_EXTERNAL_CALLS)
+            self.metrics.inc(NUM_EXTERNAL_KEYS, len(keys))
         outcomes: Sequence[Collection[Row] | BaseException]
         started = perf_counter()
         try:
@@ -204,9 +212,11 @@ class KeyBatcher:
                         given, keys, f"{type(self.function).__name__}.async_lookup_batch"
                     )
             except Exception:
-                self.metrics.record_call((perf_counter() - started) * 1000.0)
+                if counts:
+                    self.metrics.record_call((perf_counter() - started) * 1000.0)
                 raise
-            self.metrics.record_call((perf_counter() - started) * 1000.0)
+            if counts:
+                self.metrics.record_call((perf_counter() - started) * 1000.0)
             if len(keys) > 1 and type(outcomes) is not list and not _is_sequence(outcomes):
                 raise ResultTypeError(
                     f"{type(self.function).__name__}.async_lookup_batch returned "

@@ -356,6 +356,8 @@ class LookupChain:
             raise
 
     def _call_sync(self, function: LookupFunction, key: Key) -> list[Row]:
+        if getattr(function, "counts_calls", False):  # from its token on, itself
+            return as_rows(function.lookup(key), key, function)
         self.metrics.inc2(NUM_EXTERNAL_CALLS, NUM_EXTERNAL_KEYS)
         started = perf_counter()
         try:

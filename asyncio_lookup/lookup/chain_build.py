@@ -17,7 +17,13 @@ from asyncio_lookup.lookup.full_cache import FullCache
 from asyncio_lookup.lookup.functions import AsyncLookupFunction, LookupFunction, LookupTableSource
 from asyncio_lookup.lookup.l2.settings import default_namespace, mask_password
 from asyncio_lookup.lookup.l2.tier import SharedTier
-from asyncio_lookup.lookup.metrics import NUM_THROTTLED, THROTTLED_TIME_MS, CacheMetricGroup
+from asyncio_lookup.lookup.metrics import (
+    NUM_EXTERNAL_CALLS,
+    NUM_EXTERNAL_KEYS,
+    NUM_THROTTLED,
+    THROTTLED_TIME_MS,
+    CacheMetricGroup,
+)
 from asyncio_lookup.lookup.option_names import CACHE, RATE_LIMIT, SHARED_URL
 from asyncio_lookup.lookup.options import CacheType, LookupOptions
 from asyncio_lookup.lookup.providers import (
@@ -264,6 +270,12 @@ def build_parts(
 
         waited = _WholeMilliseconds(lambda ms: rate_metrics.group.inc(THROTTLED_TIME_MS, ms))
 
+        def called(keys: int, ms: float) -> None:  # counted from the token on, not before
+            group = rate_metrics.group
+            group.inc(NUM_EXTERNAL_CALLS)
+            group.inc(NUM_EXTERNAL_KEYS, keys)
+            group.record_call(ms)
+
         if sync_function is not None:
             chosen = clock or MONOTONIC
             sync_function = RateLimitedSyncLookup(
@@ -273,10 +285,11 @@ def build_parts(
                 clock=chosen.now,
                 on_throttle=throttled,
                 on_wait=waited,
+                on_call=called,
             )
         if async_function is not None:
             async_function = RateLimitedLookup(
-                async_function, rate, on_throttle=throttled, on_wait=waited
+                async_function, rate, on_throttle=throttled, on_wait=waited, on_call=called
             )
     return ChainParts(
         is_async=plan.is_async,

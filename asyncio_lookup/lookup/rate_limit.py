@@ -26,6 +26,9 @@ from asyncio_lookup.runtime.function import (
 )
 from asyncio_lookup.runtime.sketch import LatencySketch
 
+#: ``on_call(keys, milliseconds)``: one call made (after its token) for that many keys.
+CallCounter = Callable[[int, float], None]
+
 
 class RateLimitedLookup(AsyncLookupFunction):
     """``function`` behind a :class:`RateLimiter`: each point or batch call takes one token.
@@ -38,11 +41,19 @@ class RateLimitedLookup(AsyncLookupFunction):
         limit: TaskRate,
         on_throttle: Callable[[], None] = lambda: None,
         on_wait: Callable[[float], None] | None = None,
+        on_call: CallCounter | None = None,
     ) -> None:
         self.function = function
         self.limit = limit
         self.limiter = RateLimiter(limit, on_wait=on_wait)
         self._on_throttle = on_throttle
+        self._on_call = on_call
+
+    @property
+    def counts_calls(self) -> bool:
+        """True when this wrapper counts and times its calls (``on_call``) from their token
+        on: its caller must not count them again, from before the wait."""
+        return self._on_call is not None
 
     async def open(self) -> None:
         await self.function.open()
@@ -60,21 +71,28 @@ class RateLimitedLookup(AsyncLookupFunction):
         return self.function.max_batch_size
 
     async def async_lookup(self, key: Key) -> Collection[Row]:
-        rows = await _limited_call(self.limiter, self.function.async_lookup, key, self._release)
+        rows = await _limited_call(
+            self.limiter, self.function.async_lookup, key, self._release, on_call=self._on_call
+        )
         return rows  # type: ignore[no-any-return]
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
     ) -> Sequence[Collection[Row] | BaseException]:
         sent_at = await self.limiter.acquire()
+        started = time.perf_counter()
         try:
             outcomes = await self.function.async_lookup_batch(keys)
         except Exception as error:
+            if self._on_call is not None:
+                self._on_call(len(keys), (time.perf_counter() - started) * 1000.0)
             self._release(sent_at, error)
             raise
         except BaseException:
             self.limiter.release(sent_at, None, answered=False)
             raise
+        if self._on_call is not None:
+            self._on_call(len(keys), (time.perf_counter() - started) * 1000.0)
         throttle = next(
             (o for o in outcomes if isinstance(o, BaseException) and is_throttle(o)), None
         )
@@ -101,11 +119,18 @@ class RateLimitedSyncLookup(LookupFunction):
         clock: Callable[[], float] | None = None,
         on_throttle: Callable[[], None] = lambda: None,
         on_wait: Callable[[float], None] | None = None,
+        on_call: CallCounter | None = None,
     ) -> None:
         self.function = function
         self.limiter = RateLimiter(limit, clock=clock or time.monotonic, on_wait=on_wait)
         self._sleep = sleep
         self._on_throttle = on_throttle
+        self._on_call = on_call
+
+    @property
+    def counts_calls(self) -> bool:
+        """As :attr:`RateLimitedLookup.counts_calls`."""
+        return self._on_call is not None
 
     def open(self) -> None:
         self.function.open()
@@ -115,8 +140,13 @@ class RateLimitedSyncLookup(LookupFunction):
 
     def lookup(self, key: Key) -> Collection[Row]:
         sent_at = self.limiter.acquire_blocking(self._sleep)
+        started = time.perf_counter()
         try:
-            rows = self.function.lookup(key)
+            try:
+                rows = self.function.lookup(key)
+            finally:
+                if self._on_call is not None:
+                    self._on_call(1, (time.perf_counter() - started) * 1000.0)
         except Exception as error:
             if is_throttle(error):
                 self._on_throttle()
@@ -189,10 +219,11 @@ async def _limited_call(
     argument: Any,
     failed: Callable[[float, BaseException], None] | None = None,
     calls: LatencySketch | None = None,
+    on_call: CallCounter | None = None,
 ) -> Any:
     """``await call(argument)`` once ``limiter`` gives a token; its outcome told back to it
     (an error through ``failed(sent_at, error)`` when given, e.g. to note a throttle), its
-    time from the token on added to ``calls`` when given."""
+    time from the token on added to ``calls`` or told to ``on_call(1, ms)`` when given."""
     sent_at = await limiter.acquire()
     started = time.perf_counter()
     try:
@@ -200,6 +231,8 @@ async def _limited_call(
     except Exception as error:
         if calls is not None:
             calls.add((time.perf_counter() - started) * 1000.0)
+        if on_call is not None:
+            on_call(1, (time.perf_counter() - started) * 1000.0)
         if failed is None:
             limiter.release(sent_at, error)
         else:
@@ -210,6 +243,8 @@ async def _limited_call(
         raise
     if calls is not None:
         calls.add((time.perf_counter() - started) * 1000.0)
+    if on_call is not None:
+        on_call(1, (time.perf_counter() - started) * 1000.0)
     limiter.release(sent_at, None)
     return result
 

@@ -424,6 +424,66 @@ def test_retries_take_tokens_and_a_429_slows_an_adaptive_chain() -> None:
     assert rate == pytest.approx(halved + (100.0 / RECOVERY_SECONDS) / halved)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_chain_counts_and_times_its_calls_from_their_token_on(batched: bool) -> None:
+    """numExternalCalls counted calls still waiting for a token (a row's timeout then
+    cancelled them: 100 counted, 38 made) and callLatency* timed the wait (1.2 s for 5 ms)."""
+
+    async def main() -> tuple[dict[str, float], Any, int]:
+        table = Table({(i,): [{"id": i}] for i in range(100)})
+        fn: Any = BatchFn(table) if batched else AsyncFn(table)
+        options = {"lookup.batch.max-size": "2", "lookup.batch.max-wait": "0"} if batched else {}
+        chain = LookupChain.create(
+            Source(table, async_=fn),
+            LookupOptions.from_dict(options),
+            prefer_async=True,
+            rate=TaskRate(10.0),
+        )
+        await chain.open()
+        lookups = [asyncio.ensure_future(chain.async_lookup((i,))) for i in range(20)]
+        await asyncio.sleep(0.45)  # tokens at 0, 0.1, ... 0.4 s: five calls made
+        for lookup in lookups:
+            lookup.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+        await chain.close()
+        made = len(table.batches) if batched else len(table.calls)
+        return chain.metrics.snapshot(), chain.metrics.drain_calls(), made
+
+    metrics, calls, made = run_virtual(main())
+    assert made == 5
+    assert metrics["numExternalCalls"] == made
+    assert metrics["numExternalKeys"] == (2 * made if batched else made)
+    assert calls.count == made
+    assert calls.max_ms < 50  # the calls answer at once; the queue took 0.4 s
+
+
+class _SlowSleepClock(ManualClock):
+    """A manual clock whose sleeps also take 50 ms of real time (what a call's timer sees)."""
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        time.sleep(0.05)
+        super().sleep(seconds)
+
+
+def test_sync_calls_are_counted_from_their_token_on() -> None:
+    clock = _SlowSleepClock(0.0)
+    table = Table({(i,): [{"id": i}] for i in range(10)})
+    chain = LookupChain.create(
+        Source(table, sync=SyncFn(table)),
+        LookupOptions(),
+        prefer_async=False,
+        clock=clock,
+        rate=TaskRate(4.0),
+    )
+    for i in range(9):
+        chain.lookup((i,))
+    calls = chain.metrics.drain_calls()
+    assert chain.metrics.snapshot()["numExternalCalls"] == 9 and calls.count == 9
+    assert calls.max_ms < 40  # the waits (50 ms of real time each) are no call time
+
+
 def test_sync_mode_sleeps_on_the_chain_clock() -> None:
     clock = ManualClock(0.0)
     table = Table({(i,): [{"id": i}] for i in range(10)})
