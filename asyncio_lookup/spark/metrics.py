@@ -379,6 +379,8 @@ class _QueryFold:
         self.fold = Fold()
         self.batches: set[int] = set()
         self.missed = False  # progress reports fell out of recentProgress unread
+        # the first micro-batch this process saw of a query restarted from its checkpoint
+        self.resumed_at: int | None = None
         self.found = False  # a report had this table's metrics
         # every micro-batch below this id was read: one past the last read that ran, or the id
         # of an idle report (Spark gives it the next batch's id); None before the first call
@@ -393,7 +395,8 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
     is folded once and remembered, so successive calls cover the whole query. Spark keeps the
     last ``spark.sql.streaming.numRecentProgressUpdates`` - 1 (99) reports only: when reports
     may have been dropped unread (the first call came late, or calls are further apart than
-    that), ``partial`` says so."""
+    that), ``partial`` says so; and so it does for a query restarted from its checkpoint,
+    whose earlier runs' reports this process never saw."""
     progresses = list(query.recentProgress)
     key = (str(query.id), metrics_id)
     with _lock:
@@ -403,6 +406,8 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
         if ids:
             if state.read_upto is None:  # a full buffer may have lost the query's first ones
                 gap = len(progresses) >= keep - 1 and ids[0] > 0
+                if ids[0] > 0 and not gap:  # ran before this run: restarted from a checkpoint
+                    state.resumed_at = ids[0]
             else:  # micro-batches ran between the last one read and the oldest kept report
                 gap = ids[0] > state.read_upto
             state.missed = state.missed or gap
@@ -427,6 +432,12 @@ def query_metrics(query: Any, metrics_id: str) -> JobMetrics:
             partial = (
                 f"progress reports of the query fell out of recentProgress (it keeps {keep - 1}) "
                 "before they were read: call query_metrics at least that often"
+            )
+        elif state.resumed_at is not None:
+            partial = (
+                f"the query was restarted from its checkpoint: micro-batches before "
+                f"{state.resumed_at} ran in an earlier run, whose reports this process never "
+                f"saw; the figures cover micro-batches {state.resumed_at} on"
             )
         elif not state.found:
             partial = "no progress report of the query has metrics of this table yet"

@@ -202,6 +202,17 @@ def test_query_metrics_of_a_late_first_call_say_only_what_may_be_missed() -> Non
     assert query_metrics(query, "T").partial is None
 
 
+def test_query_metrics_of_a_query_restarted_from_its_checkpoint_say_so() -> None:
+    """A restarted query's batch ids go on from its checkpoint, and this run's recentProgress
+    starts there: the figures covered this run alone, with partial None."""
+    query = FakeQuery()
+    query.run_batch(7, 2)  # batches 0-6 ran before the restart
+    metrics = query_metrics(query, "T")
+    assert metrics["numLookups"] == 2
+    assert metrics.partial is not None and "restarted from its checkpoint" in metrics.partial
+    assert "micro-batches 7 on" in metrics.partial
+
+
 def test_causes_warnings_summary_and_views_of_a_job() -> None:
     from asyncio_lookup.lookup.advice import RETRY_STORM, SECTION, Advice, Facts, section
 
