@@ -548,20 +548,34 @@ def _text_cast(key_types: Sequence[str], position: int) -> str:
 
 def _as_key_text(pg_type: str) -> Any:
     """How a key value of a :data:`_TEXT_BOUND` column is written: as asyncpg would have read
-    it (a naive datetime into a timestamptz is the process's local time, as its
-    ``astimezone``), in the server's text. A value of another type is left as it is: asyncpg
-    then refuses it (a text parameter) with the key's own error."""
+    it (a datetime into a date column is its day; a naive datetime into a timestamptz is the
+    process's local time, as its ``astimezone``), in the server's text. A value of another
+    type, or one with no UTC time, is left as it is: asyncpg then refuses it (a text
+    parameter) with that key's own error, a batch's other keys answered."""
     if pg_type == "uuid":
         return lambda v: v if type(v) is str else str(v) if isinstance(v, uuid.UUID) else v
     if pg_type == "date":
-        return lambda v: v.isoformat() if type(v) is datetime.date else v
+        return _date_text
     if pg_type == "timestamp with time zone":
-        return lambda v: (
-            v.astimezone(datetime.UTC).isoformat() if isinstance(v, datetime.datetime) else v
-        )
+        return _utc_text
     return lambda v: (  # timestamp without time zone: a naive datetime only
         v.isoformat() if isinstance(v, datetime.datetime) and v.tzinfo is None else v
     )
+
+
+def _date_text(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value.date().isoformat()
+    return value.isoformat() if isinstance(value, datetime.date) else value
+
+
+def _utc_text(value: Any) -> Any:
+    if not isinstance(value, datetime.datetime):
+        return value
+    try:
+        return value.astimezone(datetime.UTC).isoformat()
+    except (ValueError, OverflowError):  # datetime.min in a zone east of UTC: no such instant
+        return value
 
 
 async def _probe_key_types(conn: asyncpg.Connection, probe_sql: str) -> list[str]:

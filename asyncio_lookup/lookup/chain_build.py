@@ -270,11 +270,13 @@ def build_parts(
 
         waited = _WholeMilliseconds(lambda ms: rate_metrics.group.inc(THROTTLED_TIME_MS, ms))
 
-        def called(keys: int, ms: float) -> None:  # counted from the token on, not before
+        def called(keys: int, ms: float | None) -> None:  # from the token on (CallCounter)
             group = rate_metrics.group
-            group.inc(NUM_EXTERNAL_CALLS)
-            group.inc(NUM_EXTERNAL_KEYS, keys)
-            group.record_call(ms)
+            if ms is None:
+                group.inc(NUM_EXTERNAL_CALLS)
+                group.inc(NUM_EXTERNAL_KEYS, keys)
+            else:
+                group.record_call(ms)
 
         if sync_function is not None:
             chosen = clock or MONOTONIC

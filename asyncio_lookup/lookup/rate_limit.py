@@ -26,8 +26,10 @@ from asyncio_lookup.runtime.function import (
 )
 from asyncio_lookup.runtime.sketch import LatencySketch
 
-#: ``on_call(keys, milliseconds)``: one call made (after its token) for that many keys.
-CallCounter = Callable[[int, float], None]
+#: ``on_call(keys, None)``: a call made (it has its token) for that many keys;
+#: ``on_call(0, ms)``: a call answered (or failed) after ``ms`` from its token. A call a
+#: cancellation cuts off is counted, not timed, as a call the batcher makes.
+CallCounter = Callable[[int, "float | None"], None]
 
 
 class RateLimitedLookup(AsyncLookupFunction):
@@ -80,19 +82,21 @@ class RateLimitedLookup(AsyncLookupFunction):
         self, keys: Sequence[Key]
     ) -> Sequence[Collection[Row] | BaseException]:
         sent_at = await self.limiter.acquire()
+        if self._on_call is not None:
+            self._on_call(len(keys), None)
         started = time.perf_counter()
         try:
             outcomes = await self.function.async_lookup_batch(keys)
         except Exception as error:
             if self._on_call is not None:
-                self._on_call(len(keys), (time.perf_counter() - started) * 1000.0)
+                self._on_call(0, (time.perf_counter() - started) * 1000.0)
             self._release(sent_at, error)
             raise
         except BaseException:
             self.limiter.release(sent_at, None, answered=False)
             raise
         if self._on_call is not None:
-            self._on_call(len(keys), (time.perf_counter() - started) * 1000.0)
+            self._on_call(0, (time.perf_counter() - started) * 1000.0)
         throttle = next(
             (o for o in outcomes if isinstance(o, BaseException) and is_throttle(o)), None
         )
@@ -140,13 +144,15 @@ class RateLimitedSyncLookup(LookupFunction):
 
     def lookup(self, key: Key) -> Collection[Row]:
         sent_at = self.limiter.acquire_blocking(self._sleep)
+        if self._on_call is not None:
+            self._on_call(1, None)
         started = time.perf_counter()
         try:
             try:
                 rows = self.function.lookup(key)
             finally:
                 if self._on_call is not None:
-                    self._on_call(1, (time.perf_counter() - started) * 1000.0)
+                    self._on_call(0, (time.perf_counter() - started) * 1000.0)
         except Exception as error:
             if is_throttle(error):
                 self._on_throttle()
@@ -223,8 +229,10 @@ async def _limited_call(
 ) -> Any:
     """``await call(argument)`` once ``limiter`` gives a token; its outcome told back to it
     (an error through ``failed(sent_at, error)`` when given, e.g. to note a throttle), its
-    time from the token on added to ``calls`` or told to ``on_call(1, ms)`` when given."""
+    time from the token on added to ``calls`` or told to ``on_call`` when given."""
     sent_at = await limiter.acquire()
+    if on_call is not None:  # made once it has its token, even if cancelled before its answer
+        on_call(1, None)
     started = time.perf_counter()
     try:
         result = await call(argument)
@@ -232,7 +240,7 @@ async def _limited_call(
         if calls is not None:
             calls.add((time.perf_counter() - started) * 1000.0)
         if on_call is not None:
-            on_call(1, (time.perf_counter() - started) * 1000.0)
+            on_call(0, (time.perf_counter() - started) * 1000.0)
         if failed is None:
             limiter.release(sent_at, error)
         else:
@@ -244,7 +252,7 @@ async def _limited_call(
     if calls is not None:
         calls.add((time.perf_counter() - started) * 1000.0)
     if on_call is not None:
-        on_call(1, (time.perf_counter() - started) * 1000.0)
+        on_call(0, (time.perf_counter() - started) * 1000.0)
     limiter.release(sent_at, None)
     return result
 

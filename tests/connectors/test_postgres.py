@@ -331,6 +331,28 @@ async def test_the_first_and_last_day_are_keys_never_infinity(
     assert scanned == ["first", "last", "last again"]  # no Spark key equals infinity
 
 
+async def test_a_time_with_no_utc_instant_fails_its_key_alone_in_a_batch(
+    postgres_dsn: str, pg_table: str
+) -> None:
+    """datetime.min nine hours east of UTC is no instant Python can hold in UTC: its text
+    could not be written, and the error failed the batch's other keys."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (k timestamptz, v text)',
+        f"INSERT INTO \"{pg_table}\" VALUES ('2024-01-01 00:00:00+00', 'row')",
+    )
+    tokyo = dt.timezone(dt.timedelta(hours=9))
+    never = dt.datetime.min.replace(tzinfo=tokyo)
+    good = dt.datetime(2024, 1, 1, 9, tzinfo=tokyo)
+    fn = PostgresConnector(postgres_dsn, pg_table, "k", ["v"]).async_lookup_function()
+    await fn.open()
+    try:
+        out = await fn.async_lookup_batch([(never,), (good,)])
+    finally:
+        await fn.close()
+    assert isinstance(out[0], asyncpg.DataError) and list(out[1]) == [{"v": "row"}]
+
+
 async def test_a_uuid_key_is_read_by_the_server(postgres_dsn: str, pg_table: str) -> None:
     """asyncpg read a STRING key for a uuid column by rules of its own: it joined text
     PostgreSQL refuses (hyphens anywhere) and failed text PostgreSQL reads (braces)."""

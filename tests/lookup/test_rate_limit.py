@@ -457,6 +457,39 @@ def test_a_chain_counts_and_times_its_calls_from_their_token_on(batched: bool) -
     assert calls.max_ms < 50  # the calls answer at once; the queue took 0.4 s
 
 
+class _Slow(AsyncFn):
+    """Answers after a second."""
+
+    async def async_lookup(self, key: Key) -> Collection[Row]:
+        self.table.calls.append(key)
+        await asyncio.sleep(1.0)
+        return []
+
+
+def test_a_call_cut_off_after_its_token_is_counted_not_timed() -> None:
+    """Made (the service has it), so counted; cut off by its row's timeout, so not timed."""
+
+    async def main() -> tuple[dict[str, float], Any, int]:
+        table = Table({})
+        chain = LookupChain.create(
+            Source(table, async_=_Slow(table)),
+            LookupOptions(),
+            prefer_async=True,
+            rate=TaskRate(1000.0),
+        )
+        await chain.open()
+        lookups = [asyncio.ensure_future(chain.async_lookup((i,))) for i in range(3)]
+        await asyncio.sleep(0.1)
+        for lookup in lookups:
+            lookup.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+        await chain.close()
+        return chain.metrics.snapshot(), chain.metrics.drain_calls(), len(table.calls)
+
+    metrics, calls, made = run_virtual(main())
+    assert made == 3 and metrics["numExternalCalls"] == 3 and calls.count == 0
+
+
 class _SlowSleepClock(ManualClock):
     """A manual clock whose sleeps also take 50 ms of real time (what a call's timer sees)."""
 
