@@ -293,7 +293,10 @@ class FullCache:
             self._state = _State(self._state.snapshot, error)
             return LoadTimes(scheduled, started, self.clock.now(), initial)
         if self._state.error is not None and not initial:
-            log.warning("full cache of %s: reloaded; lookups are served again", self.name)
+            log.warning(
+                "full cache of %s: reloaded; lookups are served again",
+                self.name or "lookup table",
+            )
         took = self._timer.now() - began
         self._state = loaded
         self.metrics.set_gauge(NUM_CACHED_RECORDS, len(loaded.snapshot))
