@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import socket
 import ssl
 from collections.abc import Mapping
@@ -157,14 +158,20 @@ def _causes(error: BaseException) -> list[BaseException]:
     return chain
 
 
+#: 20 digits in a row: maybe an integer beyond 64 bits, which orjson reads as a float
+#: (10**23 as 1e23, equal to 10**23 - 1 read alike): the standard decoder reads it exactly.
+_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+
+
 def decode_json(owner: ClientOwner, method: str, url: str, body: bytes) -> Any:
-    """The JSON of a 2xx body; ``EMPTY`` for a blank one."""
+    """The JSON of a 2xx body; ``EMPTY`` for a blank one. Integers are exact at any size."""
     try:
-        return orjson.loads(body)
+        if _LONG_DIGITS.search(body) is None:
+            return orjson.loads(body)
     except orjson.JSONDecodeError:
         if not body.strip():
             return EMPTY
-    try:  # what orjson refuses and the standard allows: NaN, integers beyond 64 bits
+    try:  # what orjson refuses or rounds and the standard reads: NaN, integers beyond 64 bits
         return json.loads(body)
     except ValueError as error:
         from asyncio_lookup.connectors._secrets import shown_url

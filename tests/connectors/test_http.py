@@ -525,6 +525,16 @@ async def test_special_json_the_fast_decoder_refuses_is_still_read(http_service:
     assert rows[0]["id"] == big and rows[0]["x"] != rows[0]["x"]
 
 
+@pytest.mark.parametrize("big", [2**64, 10**23, 10**23 - 1, -(2**63) - 1])
+async def test_an_integer_beyond_64_bits_is_read_exactly(http_service: Service, big: int) -> None:
+    """orjson reads it as a float, with no error: 10**23 and 10**23 - 1 both became 1e23, and
+    a FULL cache joined a DECIMAL(38,0) key to the other key's row."""
+    c = HttpConnector(f"{http_service.base}/raw/200/{{body}}")
+    rows = await _both(c, (f'{{"id": {big}, "x": 1.5, "s": "12345678901234567890123"}}',))
+    assert rows[0] == {"id": big, "x": 1.5, "s": "12345678901234567890123"}
+    assert type(rows[0]["id"]) is int
+
+
 def test_dot_segments_are_found_where_whatwg_parsers_remove_them() -> None:
     # reqwest's URL parser turns /c/%2E%2E into /: such requests go through the asyncio client
     for url in ("http://h/c/%2E%2E", "http://h/c/%2e/x", "http://h/c/.%2E?q=1", "http://h/%2E"):
