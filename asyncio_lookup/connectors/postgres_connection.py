@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 import asyncpg
 
 from asyncio_lookup.errors import ConfigurationError
+from asyncio_lookup.validation import did_you_mean
 
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # SQLSTATE class 08
@@ -75,6 +76,66 @@ def parse_libpq_dsn(dsn: str) -> dict[str, str]:
     return params
 
 
+#: libpq's connection keywords (PostgreSQL 17's "Parameter Key Words").
+LIBPQ_KEYWORDS = frozenset(
+    [
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "require_auth",
+        "channel_binding",
+        "connect_timeout",
+        "client_encoding",
+        "options",
+        "application_name",
+        "fallback_application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "replication",
+        "gssencmode",
+        "sslmode",
+        "requiressl",
+        "sslnegotiation",
+        "sslcompression",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslcertmode",
+        "sslrootcert",
+        "sslcrl",
+        "sslcrldir",
+        "sslsni",
+        "requirepeer",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "krbsrvname",
+        "gsslib",
+        "gssdelegation",
+        "service",
+        "target_session_attrs",
+        "load_balance_hosts",
+    ]
+)
+
+#: Other libraries' names for libpq's keywords.
+_OTHER_SPELLINGS = {
+    "database": "dbname",
+    "db": "dbname",
+    "username": "user",
+    "pass": "password",
+    "passwd": "password",
+    "hostname": "host",
+    "server": "host",
+    "ssl": "sslmode",
+}
+
 #: A URL's scheme (``jdbc:postgresql`` too), at the start of the DSN: a libpq keyword DSN may
 #: hold ``://`` in a value, and what comes before it there may be a password.
 _URL_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.:-]*)://")
@@ -97,6 +158,18 @@ def asyncpg_dsn(dsn: str) -> str:
             )
         return dsn
     params = parse_libpq_dsn(dsn)
+    for key in params:
+        if key not in LIBPQ_KEYWORDS:  # libpq refuses it; asyncpg would pass it on unread
+            meant = _OTHER_SPELLINGS.get(key.lower()) or did_you_mean(key, LIBPQ_KEYWORDS)
+            raise ConfigurationError(
+                "dsn",
+                f"{key}=...",
+                "libpq's connection keywords (dbname, user, password, host, port, sslmode...)",
+                f"{key!r} is no libpq keyword"
+                + (f" (did you mean {meant!r}?)" if meant else "")
+                + ": it would be passed on unread ('database=test' connected to the user's "
+                "database)",
+            )
     user = quote(params.pop("user", ""), safe="")
     password = params.pop("password", None)
     userinfo = user + (":" + quote(password, safe="") if password is not None else "")

@@ -132,6 +132,22 @@ def test_a_libpq_dsn_is_rewritten_without_psycopg() -> None:
     assert asyncpg_dsn("host=db,/run/pg dbname=x") == "postgresql:///x?host=db%2C%2Frun%2Fpg"
 
 
+@pytest.mark.parametrize(
+    ("dsn", "meant"),
+    [
+        ("host=127.0.0.1 database=test user=postgres", "dbname"),  # asyncpg's, SQLAlchemy's
+        ("host=127.0.0.1 dbname=test sslmod=require", "sslmode"),
+        ("host=127.0.0.1 dbname=test username=bob", "user"),
+    ],
+)
+def test_a_libpq_dsn_keyword_libpq_does_not_know_is_refused(dsn: str, meant: str) -> None:
+    """It was passed on in the URL's query, unread: 'database=test' joined the tables of the
+    user's database, silently."""
+    with pytest.raises(ConfigurationError, match=f"did you mean '{meant}'") as error:
+        PostgresConnector(dsn, "t")
+    assert error.value.option == "dsn"
+
+
 def test_an_empty_column_list_is_refused() -> None:
     # SELECT  FROM ...: every batch failed with a syntax error
     with pytest.raises(ConfigurationError, match="'columns'"):
