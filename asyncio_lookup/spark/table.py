@@ -10,7 +10,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from asyncio_lookup.errors import ConfigurationError, LookupFailedError
+from asyncio_lookup.connectors._secrets import redact
+from asyncio_lookup.errors import ConfigurationError, LookupFailedError, error_text
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.chain_build import shared_namespace_of
 from asyncio_lookup.lookup.l2.settings import namespace_pattern
@@ -144,6 +145,17 @@ class LookupTable:
         except ConfigurationError as error:
             reason = f"lookup table {self.name!r}" + (f": {error.reason}" if error.reason else "")
             raise type(error)(error.option, error.value, error.allowed, reason) from None
+        except Exception as error:  # the driver's own (asyncpg's: no such database or role)
+            secrets = getattr(self.connector, "secrets", None)
+            text = f"{type(error).__name__}: {error_text(error)}"
+            raise ConfigurationError(
+                "verify_target",
+                True,
+                "a target the driver can reach and read (its DSN, database, role and options), "
+                "or LookupTable(..., verify_target=False)",
+                reason=f"lookup table {self.name!r}: "
+                + (redact(text, secrets()) if callable(secrets) else text),
+            ) from None
         self._target_checked = True
 
     @property

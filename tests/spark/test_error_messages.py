@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 import redis
 from pyspark.sql import SparkSession
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from asyncio_lookup.connectors import (
     HttpConnector,
@@ -23,6 +24,7 @@ from asyncio_lookup.connectors import (
 )
 from asyncio_lookup.errors import (
     CacheLoadError,
+    ConfigurationError,
     DataFormatError,
     LookupFailedError,
     ResultTypeError,
@@ -84,6 +86,26 @@ def pg_table(postgres_dsn: str) -> Iterator[str]:
 def pg_dsn(postgres_dsn: str) -> str:
     """The test DSN with a password (trust auth ignores it): errors must mask it."""
     return postgres_dsn.replace("postgres@", "postgres:s3cret@")
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("/no_such_database_errs", "InvalidCatalogNameError"),
+        ("/test?sslmode=sometimes", "sslmode"),
+    ],
+)
+def test_a_target_the_driver_cannot_read_is_a_configuration_error(
+    postgres_dsn: str, where: str, said: str
+) -> None:
+    """asyncpg's own error came out raw, 19 frames deep, naming no table or option."""
+    dsn = pg_dsn(postgres_dsn).rsplit("/", 1)[0] + where
+    schema = StructType([StructField("id", IntegerType()), StructField("name", StringType())])
+    table = LookupTable(NAME, schema, PostgresConnector(dsn, "t", "id"))
+    with pytest.raises(ConfigurationError) as raised:
+        table.check_target()
+    assert raised.value.option == "verify_target" and f"lookup table {NAME!r}" in str(raised.value)
+    assert said in str(raised.value) and "s3cret" not in str(raised.value)
 
 
 def test_non_transient_connector_error(redis_url: str) -> None:
