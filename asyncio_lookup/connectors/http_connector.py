@@ -69,6 +69,7 @@ from asyncio_lookup.connectors.http_answers import (
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.http_urls import (
     check_headers,
+    decoded_separators,
     encode_value,
     fixed_url,
     one_credentials,
@@ -175,6 +176,7 @@ class HttpConnector(AsyncFirstSource):
         # a placeholder in the path given "" would address the collection (a miss instead)
         self.path_fields = path_fields(self.template)
         self.split_before_decoding = split_before_decoding(self.template)
+        self.decoded_separators = decoded_separators(self.template)
         # one key column in one placeholder: a point URL is prefix + value + suffix
         self.point_affixes = self.template.single_field if len(self.key_columns) == 1 else None
         self.batch_url, batch_auth = fixed_url(batch_url, "batch_url")
@@ -368,7 +370,9 @@ class HttpConnector(AsyncFirstSource):
         values = key_dict(columns, tuple(key))
         if has_null(tuple(values.values())) or any(values[f] == "" for f in self.path_fields):
             return None
-        return self.template.format(values, encode_value, self.split_before_decoding)
+        return self.template.format(
+            values, encode_value, self.split_before_decoding, self.decoded_separators
+        )
 
     def batch_item(self, key: Key) -> str:
         """One key as a batch request writes it: a JSON object (``post_json``) or query pairs;

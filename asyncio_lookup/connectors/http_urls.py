@@ -63,6 +63,18 @@ def split_before_decoding(template: KeyTemplate) -> frozenset[str]:
     )
 
 
+def decoded_separators(template: KeyTemplate) -> dict[str, str]:
+    """Placeholders whose separator a server reads as another character: ``+`` after a query
+    placeholder is a space once decoded (``?id={a}+{b}``: ``('x y', 'z')`` and
+    ``('x', 'y z')`` both read ``x y z``)."""
+    in_path = path_fields(template)
+    return {
+        field: " "
+        for field, separator in template.separators
+        if field not in in_path and separator == "+"
+    }
+
+
 def url_template(url: str, option: str) -> tuple[KeyTemplate, Credentials | None]:
     """The URL template without userinfo (returned apart, percent-decoded, as basic auth),
     validated."""

@@ -19,6 +19,9 @@ def has_null(key: Key) -> bool:
     return any(v is None for v in key)
 
 
+_NONE: Mapping[str, str] = {}
+
+
 class KeyTemplate:
     """A template whose ``{field}`` placeholders are key columns.
 
@@ -139,6 +142,7 @@ class KeyTemplate:
         values: Mapping[str, Any],
         encode: Callable[[Any], str],
         split_before_decoding: frozenset[str] = frozenset(),
+        decoded_separators: Mapping[str, str] = _NONE,
     ) -> str:
         """The template with each placeholder replaced by ``encode(value)``.
 
@@ -147,7 +151,9 @@ class KeyTemplate:
         e.g. an HTTP server un-percent-encoding a path, sees): the key would be ambiguous.
         Fields in ``split_before_decoding`` are read apart at their separator before any
         decoding (``/`` between path segments, ``&`` between query pairs): only their
-        encoded text must not contain it.
+        encoded text must not contain it. ``decoded_separators`` maps a field to its separator as
+        the reader decodes it, where that differs (a query's ``+`` is a space): a value must not
+        hold that either.
         """
         parts = self._parts
         if len(parts) == 1:  # one placeholder: never ambiguous
@@ -160,6 +166,7 @@ class KeyTemplate:
             if separator and (
                 separator in text
                 or (field not in split_before_decoding and separator in key_text(value))
+                or (field in decoded_separators and decoded_separators[field] in key_text(value))
             ):
                 raise self._ambiguous(values, field, key_text(value), separator)
             out.append(text)

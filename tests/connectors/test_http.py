@@ -493,6 +493,18 @@ async def test_scan_never_follows_next_link_to_another_origin(http_service: Serv
         [r async for r in scan]
 
 
+def test_a_space_is_refused_before_a_plus_between_query_placeholders() -> None:
+    """A query's + is a space once decoded: ('x y', 'z') and ('x', 'y z') both reached the
+    server as 'x y z', and both joined its row."""
+    c = HttpConnector("http://127.0.0.1:1/q?id={a}+{b}", key_columns=["a", "b"])
+    for key in (("x y", "z"), ("x+y", "z")):
+        with pytest.raises(DataFormatError, match="separator"):
+            c.point_url(key)
+    assert c.point_url(("x", "y z")) == "http://127.0.0.1:1/q?id=x+y%20z"  # the last: whole
+    path = HttpConnector("http://127.0.0.1:1/p/{a}+{b}", key_columns=["a", "b"])
+    assert path.point_url(("x y", "z")) == "http://127.0.0.1:1/p/x%20y+z"  # a path's + is +
+
+
 def test_point_urls_encode_every_key_type_and_skip_null_keys() -> None:
     c = HttpConnector("http://127.0.0.1:1/c/{id}?v=1")
     assert c.point_url((42,)) == "http://127.0.0.1:1/c/42?v=1"
