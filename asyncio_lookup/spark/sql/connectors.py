@@ -26,7 +26,7 @@ from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import LookupOptions
 from asyncio_lookup.lookup.flink_options import ignored
 from asyncio_lookup.spark.sql.parse import SqlError, is_secret
-from asyncio_lookup.validation import parse_duration
+from asyncio_lookup.validation import did_you_mean, parse_duration
 
 Convert = Callable[[str, str], Any]
 BUILT_IN = ("jdbc", "postgres", "http", "redis")
@@ -127,8 +127,12 @@ def _take(
             out.setdefault("__prefixed", {})[name] = value
         else:
             allowed = list(spec) + [p + "<name>" for p in prefixes]
+            meant = did_you_mean(key.replace("_", "-"), spec) or did_you_mean(key, spec)
             raise SqlError(
-                name, shown(name, value), _valid(connector, allowed), reason="unknown option"
+                name,
+                shown(name, value),
+                _valid(connector, allowed),
+                reason="unknown option" + (f" (did you mean {meant!r}?)" if meant else ""),
             )
     return out
 

@@ -106,6 +106,9 @@ def test_sink_and_scan_options_are_ignored_with_one_warning_listing_them(
         ("'lookup.cache.max-row' = '10'", "lookup.partial-cache.max-rows"),
         ("'lookup.partial-cache.max-row' = '10'", "lookup.partial-cache.max-rows"),
         ("'lookup.cash' = 'PARTIAL'", "lookup.cache"),
+        # a connector's own option misspelt (no suggestion before)
+        ("'dataid' = 'x'", "data-id"),
+        ("'data-idd' = 'x'", "data-id"),
     ],
 )
 def test_a_typo_of_a_lookup_option_still_fails_with_did_you_mean(
