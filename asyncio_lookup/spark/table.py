@@ -80,11 +80,14 @@ class LookupTable:
             raise ConfigurationError(
                 "options", options, "a mapping of lookup.* options or a LookupOptions"
             )
-        if connector is None:
+        if connector is None or isinstance(connector, type):
             raise ConfigurationError(
                 "connector",
                 connector,
                 "a connector or provider with lookup_function(), async_lookup_function() or scan()",
+                reason=f"the class {connector.__name__}, not one of its instances: call it"
+                if isinstance(connector, type)
+                else None,
             )
         self._connector = connector
         self.verify_target = parse_bool("verify_target", verify_target)

@@ -116,6 +116,8 @@ async def _async_predicate(*rows: Any) -> bool:
             ["PERIODIC"],
         ),
         ({"connector": None}, "connector", []),
+        # the class, not an instance: a TypeError about 'self' from deep in the chain
+        ({"connector": InMemoryConnector}, "connector", ["the class InMemoryConnector"]),
         ({"connector": NoCapability()}, "connector", ["neither a sync nor an async lookup"]),
         ({"connector": 5}, "connector", ["lookup_function()", "none of them"]),
         (
