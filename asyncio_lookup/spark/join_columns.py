@@ -202,8 +202,10 @@ def select_dim_columns(
         if columns is None and name in same_name and name not in rename and output == name:
             continue
         if output.lower() in taken:
+            # the argument that named it: rename, else a prefix, else columns (or none given)
+            given = "rename" if name in rename else "prefix" if prefix else "columns"
             raise ConfigurationError(
-                "rename",
+                given,
                 output,
                 "output names distinct from every left column and each other (names compare "
                 "case-insensitively)",

@@ -174,6 +174,8 @@ def test_invalid_lookup_tables(
         ({"rename": {5: "n"}}, "rename", ["5", "'name'"]),
         ({"rename": {"name": "code"}}, "rename", ["collides with column 'code'"]),
         ({"rename": {"name": "n", "country": "N"}}, "rename", ["collides with column 'n'"]),
+        # named 'rename' though none was given
+        ({"columns": ["name", "name"]}, "columns", ["collides with column 'name'"]),
         ({"dim_filter": "country = 'NL'"}, "dim_filter", ["callable"]),
         # a coroutine is truthy: an `async def` filter let every row through
         ({"dim_filter": _async_predicate}, "dim_filter", ["`async def`"]),
