@@ -527,16 +527,28 @@ async def _exact_intervals(conn: asyncpg.Connection) -> None:
         )
 
 
-def _asyncpg_options(c: PostgresConnector) -> dict[str, Any]:
-    """asyncpg connection options shared by the lookup pool, the scan and the schema check."""
+def _asyncpg_options(c: PostgresConnector, *, lookups: bool = False) -> dict[str, Any]:
+    """asyncpg connection options shared by the lookup pool, the scan and the schema check.
+
+    For ``lookups``, the server ends a statement itself just after ``command_timeout``
+    (``statement_timeout``): a connection the client gave up on is terminated, and asyncpg's
+    cancel request may never leave (Spark's worker loop stands still between batches), so the
+    server went on running the statement, or waiting on a lock, while the pool opened a
+    replacement: under a long lock, every job added sessions until the server refused clients.
+    A scan's statement may rightly run longer (its first page of a heavy query) and is one."""
+    settings = {"application_name": c.application_name, "default_transaction_read_only": "on"}
+    if lookups and c.command_timeout is not None:
+        settings["statement_timeout"] = str(int(c.command_timeout * 1000) + _SERVER_GRACE_MS)
     return {
         "timeout": c.connect_timeout,
         "command_timeout": c.command_timeout,
-        "server_settings": {
-            "application_name": c.application_name,
-            "default_transaction_read_only": "on",
-        },
+        "server_settings": settings,
     }
+
+
+#: How much later than the client's ``command_timeout`` the server ends a lookup's statement:
+#: the client's timeout comes first, with its own message.
+_SERVER_GRACE_MS = 500
 
 
 def _text_cast(key_types: Sequence[str], position: int) -> str:
@@ -688,7 +700,7 @@ class _PostgresLookup(AsyncLookupFunction):
                 min_size=1,
                 max_size=c.pool_size,
                 init=_exact_intervals,
-                **_asyncpg_options(c),
+                **_asyncpg_options(c, lookups=True),
             )
         except Exception as error:
             if not is_connection_error(error):

@@ -353,6 +353,25 @@ async def test_a_time_with_no_utc_instant_fails_its_key_alone_in_a_batch(
     assert isinstance(out[0], asyncpg.DataError) and list(out[1]) == [{"v": "row"}]
 
 
+@pytest.mark.parametrize(("command_timeout", "shown"), [(0.3, "800ms"), (None, "0")])
+async def test_the_server_ends_a_statement_just_after_command_timeout(
+    postgres_dsn: str, customers: str, command_timeout: float | None, shown: str
+) -> None:
+    """A connection the client gave up on is terminated, and asyncpg's cancel request may never
+    leave (Spark's worker loop stands still between batches): under a table lock, each job of
+    a Spark join left its timed-out statements waiting on the server (5, 10, 18 sessions for
+    a pool of 2), until the server refused clients. The server now ends them itself."""
+    c = PostgresConnector(postgres_dsn, customers, "id", command_timeout=command_timeout)
+    fn = c.async_lookup_function()
+    await fn.open()
+    try:
+        assert fn.pool is not None  # type: ignore[attr-defined]
+        async with fn.pool.acquire() as conn:  # type: ignore[attr-defined]
+            assert await conn.fetchval("SHOW statement_timeout") == shown
+    finally:
+        await fn.close()
+
+
 async def test_a_uuid_key_is_read_by_the_server(postgres_dsn: str, pg_table: str) -> None:
     """asyncpg read a STRING key for a uuid column by rules of its own: it joined text
     PostgreSQL refuses (hyphens anywhere) and failed text PostgreSQL reads (braces)."""
