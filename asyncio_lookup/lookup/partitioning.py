@@ -20,7 +20,7 @@ import struct
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import xxhash
 
@@ -49,17 +49,7 @@ HashKind: TypeAlias = Literal[
     "native",
 ]
 #: The kinds the dim side can hash exactly as Spark does ("native": Spark only, no dim filter).
-HASH_KINDS: tuple[str, ...] = (
-    "long",
-    "double",
-    "string",
-    "binary",
-    "boolean",
-    "date",
-    "timestamp",
-    "timestamp_ntz",
-    "decimal",
-)
+HASH_KINDS: tuple[str, ...] = tuple(k for k in get_args(HashKind) if k != "native")
 SPARK_SEED = 42  # the seed of Spark's xxhash64()
 
 _EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()

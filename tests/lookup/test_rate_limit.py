@@ -500,8 +500,8 @@ class _SlowSleepClock(ManualClock):
         super().sleep(seconds)
 
 
-def test_sync_calls_are_counted_from_their_token_on() -> None:
-    clock = _SlowSleepClock(0.0)
+def _sync_chain(clock: ManualClock) -> tuple[LookupChain, Table]:
+    """A sync chain over ten keys at 4 calls a second, sleeping on ``clock``."""
     table = Table({(i,): [{"id": i}] for i in range(10)})
     chain = LookupChain.create(
         Source(table, sync=SyncFn(table)),
@@ -510,6 +510,11 @@ def test_sync_calls_are_counted_from_their_token_on() -> None:
         clock=clock,
         rate=TaskRate(4.0),
     )
+    return chain, table
+
+
+def test_sync_calls_are_counted_from_their_token_on() -> None:
+    chain, _ = _sync_chain(_SlowSleepClock(0.0))
     for i in range(9):
         chain.lookup((i,))
     calls = chain.metrics.drain_calls()
@@ -519,14 +524,7 @@ def test_sync_calls_are_counted_from_their_token_on() -> None:
 
 def test_sync_mode_sleeps_on_the_chain_clock() -> None:
     clock = ManualClock(0.0)
-    table = Table({(i,): [{"id": i}] for i in range(10)})
-    chain = LookupChain.create(
-        Source(table, sync=SyncFn(table)),
-        LookupOptions(),
-        prefer_async=False,
-        clock=clock,
-        rate=TaskRate(4.0),
-    )
+    chain, table = _sync_chain(clock)
     for i in range(9):
         assert chain.lookup((i,)) == [{"id": i}]
     assert clock.now() == pytest.approx(2.0) and len(table.calls) == 9
