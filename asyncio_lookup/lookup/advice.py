@@ -39,12 +39,14 @@ THROTTLED_SHARE = 0.2  # a fifth of the task held back by the limit: the limit s
 LOW_HIT_RATIO = 0.5  # under half the lookups answered by the cache...
 EVICTION_SHARE = 0.1  # ...while one miss in ten made it evict: the cache churns
 EVICTIONS_MIN = 10  # a handful of evictions is a full cache doing its job
+NO_ROWS_MIN_LOOKUPS = 100  # a task with fewer lookups may miss on every key by chance
 
 RETRY_STORM = "retry-storm"
 TIMEOUT = "timeouts"
 THROTTLED = "rate-limited"
 CACHE_CHURN = "cache-churn"
 MISSING_COLUMNS = "missing-columns"
+NO_ROWS = "no-rows"
 
 #: Causes that say the service took fewer connections than were opened (a full listen
 #: backlog: refused or reset connects, or connects that hang until the client's timeout).
@@ -77,6 +79,7 @@ class Facts:
     rate: float | None = None
     adaptive: bool | None = None  # lookup.rate-limit.adaptive is on
     shuffled: bool | None = None  # the join is hash-partitioned by key (SHUFFLE_HASH)
+    filtered: bool | None = None  # the join has a dim_filter or a condition on the dim rows
     lookup: bool = True
 
     def to_json(self) -> dict[str, Any]:
@@ -212,6 +215,17 @@ def missing_columns_advice(facts: Facts, columns: int, text: str) -> Advice:
     return Advice(MISSING_COLUMNS, "", {"columns": columns}, facts, text)
 
 
+def no_rows_advice(facts: Facts, metrics: Mapping[str, float], first_key: Any) -> Advice | None:
+    """The no-rows warning for a lookup-join task in which no lookup found a row (the caller
+    knows that): when it made at least :data:`NO_ROWS_MIN_LOOKUPS` lookups and no row failed
+    (``numFailedRows``). A wrong key column, type or key text misses on every key, silently:
+    an inner join outputs nothing, a left join NULLs."""
+    lookups = _lookups(metrics)
+    if lookups < NO_ROWS_MIN_LOOKUPS or metrics.get("numFailedRows", 0):
+        return None
+    return Advice(NO_ROWS, "", {"missed": lookups}, facts, f"first key looked up: {first_key!r}")
+
+
 def _lookups(metrics: Mapping[str, float]) -> int:
     """Lookups asked of the chain, or, for ``async_map``, records that got an outcome."""
     if NUM_LOOKUPS in metrics:
@@ -331,6 +345,17 @@ def _cache_churn(advice: Advice, counts: Mapping[str, float], facts: Facts) -> s
     )
 
 
+def _no_rows(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str:
+    whose = "this task's" if advice.tasks == 1 else f"{advice.tasks:,} tasks'"
+    passing = " that passed the join's dim_filter / condition" if facts.filtered else ""
+    return (
+        f"{facts.where}: none of {whose} {int(counts['missed']):,} lookups found a row{passing}, "
+        "so an inner join output no row and a left join NULL dim columns on every row — check "
+        "that the key columns hold the source's keys: their values, types and the key text "
+        f"the connector builds (docs/reference.md, Connectors); {advice.message}."
+    )
+
+
 def _missing(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str:
     return advice.message
 
@@ -341,6 +366,7 @@ _RENDER = {
     THROTTLED: _throttled,
     CACHE_CHURN: _cache_churn,
     MISSING_COLUMNS: _missing,
+    NO_ROWS: _no_rows,
 }
 
 
@@ -438,6 +464,7 @@ def driver_summary(
 __all__ = [
     "CACHE_CHURN",
     "MISSING_COLUMNS",
+    "NO_ROWS",
     "RETRY_STORM",
     "SECTION",
     "THROTTLED",
@@ -449,6 +476,7 @@ __all__ = [
     "log_advice",
     "merge_sections",
     "missing_columns_advice",
+    "no_rows_advice",
     "section",
     "task_advice",
 ]

@@ -13,6 +13,7 @@ from asyncio_lookup.lookup.advice import (
     Facts,
     log_advice,
     missing_columns_advice,
+    no_rows_advice,
     task_advice,
 )
 from asyncio_lookup.spark.metrics import table_metrics
@@ -36,10 +37,11 @@ def join_advice(
     seconds: float,
     *,
     shuffled: bool = False,
+    first_key: Any = None,
 ) -> list[Advice]:
     """A lookup-join task's warnings, logged once each at WARN (``metrics`` and ``found``:
     the task's counters and causes; ``rate``: its share of ``lookup.rate-limit``;
-    ``shuffled``: the join is hash-partitioned by key)."""
+    ``shuffled``: the join is hash-partitioned by key; ``first_key``: the task's first key)."""
     hint, options = runner.hint, chain.options
     facts = Facts(
         table=chain.name,
@@ -51,8 +53,13 @@ def join_advice(
         rate=rate.rate if rate is not None else None,
         adaptive=rate.adaptive if rate is not None else None,
         shuffled=shuffled,
+        filtered=runner.spec.dim_filter is not None or runner.spec.condition is not None,
     )
     advice = task_advice(metrics, found, facts, seconds)
+    if not columns.returned:
+        no_rows = no_rows_advice(facts, metrics, first_key)
+        if no_rows is not None:
+            advice.append(no_rows)
     log_advice(advice)  # the missing columns are logged by MissingColumns.report
     missing = columns.missing
     if missing:

@@ -45,14 +45,16 @@ class MissingColumns:
             for name in dict.fromkeys(names)
         ]
         self._parents: set[str] = set()  # STRUCT columns some returned row had a dict in
-        self.returned = False  # some lookup returned a row
+        self.returned = False  # some lookup returned a row (an output row has a dim row)
         self.sample: tuple[str, ...] = ()  # the columns of the first returned row
 
-    def observe(self, rows: Sequence[Any], failed: Collection[int] = ()) -> None:
+    def observe(self, rows: list[Any], failed: Collection[int] = ()) -> None:
         """Note the columns of ``rows`` (``None``: a NULL-padded row, not a returned one; at
         the positions ``failed``: a failed row's failure, on_error='keep')."""
-        if not self._unseen and not self._unseen_fields:
+        if self.returned and not self._unseen and not self._unseen_fields:
             return
+        if rows.count(None) + len(failed) >= len(rows):
+            return  # no row returned (the failed positions hold failures, never None)
         if failed:
             skip = set(failed)
             rows = [None if i in skip else row for i, row in enumerate(rows)]
@@ -62,9 +64,12 @@ class MissingColumns:
         if not self.returned:
             self.returned = True
             self.sample = tuple(returned[0])
-        self._unseen = [
-            name for name in self._unseen if not any(map(operator.contains, returned, repeat(name)))
-        ]
+        if self._unseen:
+            self._unseen = [
+                name
+                for name in self._unseen
+                if not any(map(operator.contains, returned, repeat(name)))
+            ]
         if self._unseen_fields:
             self._observe_fields(returned)
 

@@ -385,6 +385,16 @@ class LookupJoinTask:
         task = uuid.uuid4().hex[:16]
         runner: LookupJoinRunner[pa.RecordBatch] = LookupJoinRunner(chain, self.spec, self.hint)
         started = time.monotonic()
+        first_key: list[Any] = []  # the task's first key looked up, for the no-rows warning
+
+        def probe(batch: pa.RecordBatch) -> ProbeBatch[pa.RecordBatch]:
+            probed = self.probe(batch)
+            if not first_key:
+                key = next((key for key in probed.keys if key is not None), None)
+                if key is not None:
+                    first_key.append(key)
+            return probed
+
         totals: dict[str, int | float] = {}  # the task's counters and causes, for its warnings
         total_causes: dict[str, Any] = {}
         total_latency = {"record": LatencySketch(), "call": LatencySketch()}  # for OTel
@@ -417,6 +427,7 @@ class LookupJoinTask:
                     columns,
                     seconds,
                     shuffled=self.routing is not None,
+                    first_key=first_key[0] if first_key else None,
                 )
             latency = {"record": record, "call": chain.metrics.drain_calls()}
             if self.otel:
@@ -429,9 +440,9 @@ class LookupJoinTask:
 
         try:
             if runner.is_async:
-                joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, self.probe)))
+                joined = bridge.drive(runner.run_async(bridge.read_ahead(batches, probe)))
             else:
-                joined = runner.run_sync(map(self.probe, batches))
+                joined = runner.run_sync(map(probe, batches))
             number = failed_rows = 0
             try:
                 for item in joined:

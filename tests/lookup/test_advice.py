@@ -197,3 +197,24 @@ def test_advice_names_what_the_join_or_map_can_change() -> None:
     for cause in ("ConnectionRefusedError", "TimeoutError", "HTTP 429", "HTTP 500"):
         (found,) = task_advice({"numLookups": 100}, causes(cause, retries=10, retried=10), sync, 1)
         assert "capacity" not in found.text(), found.text()
+
+
+def test_no_rows_found_by_every_lookup_of_a_task() -> None:
+    """The no-rows rule: 100+ lookups, no failed row; its count stays the warned tasks' in the
+    job's summary (the job's other tasks may have found rows)."""
+    assert advice.no_rows_advice(FACTS, {"numLookups": 99}, (1,)) is None
+    assert advice.no_rows_advice(FACTS, {"numLookups": 500, "numFailedRows": 1}, (1,)) is None
+    found = advice.no_rows_advice(FACTS, {"numLookups": 500}, (7,))
+    assert found is not None
+    assert found.text().startswith(
+        "lookup table 'Customers' (HTTP http://127.0.0.1:8080/c/{id}): none of this task's 500 "
+        "lookups found a row, so an inner join output no row"
+    )
+    assert found.text().endswith("; first key looked up: (7,).")
+    filtered = dataclasses.replace(FACTS, filtered=True)
+    text = advice.no_rows_advice(filtered, {"numLookups": 100}, ("a",)).text()  # type: ignore[union-attr]
+    assert "found a row that passed the join's dim_filter / condition" in text
+    two = merge_sections(advice.section({}, [found]), advice.section({}, [found]))
+    (merged,) = advice.job_warnings(two, {"numLookups": 3000}, 3)
+    assert "none of 2 tasks' 1,000 lookups found a row" in merged.text()
+    assert merged.text().endswith("[warned in 2 of 3 tasks]")

@@ -180,6 +180,29 @@ def test_the_option_fails_the_task() -> None:
     assert fold(reports)["numMissingColumns"] == 0
 
 
+def test_a_task_whose_every_lookup_missed_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A wrong key column, type or key text misses on every key: a left join NULLs every row
+    and an inner join outputs nothing, silently. A task of 100+ lookups none of which found a
+    row says so, once, with its first key (docs/reference.md "Troubleshooting")."""
+    rows = [{"id": i, "nmae": f"n{i}", "zip": "z"} for i in range(5)]
+    caplog.set_level(logging.WARNING, logger="asyncio_lookup")
+    data, reports = split(task(rows)(probe(list(range(1000, 1060)), list(range(1060, 1150)))))
+    assert sum(b.num_rows for b in data) == 150
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        "lookup table 'T' (in-memory rows (5)): none of this task's 150 lookups found a row, "
+    )
+    assert warnings[0].endswith("first key looked up: (1000,).")
+    (found,) = fold(reports).advice()
+    assert found.code == "no-rows" and found.counts == {"missed": 150}
+    # one key found among them, or fewer than 100 lookups: no warning
+    caplog.clear()
+    split(task(rows)(probe([*range(1000, 1149), 3])))
+    split(task(rows)(probe(list(range(1000, 1099)))))
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
 def test_missing_columns_tracker() -> None:
     seen = MissingColumns(["a", "b", "c"])
     seen.observe([None, None])
@@ -189,6 +212,15 @@ def test_missing_columns_tracker() -> None:
     assert seen.missing == ["c"]
     seen.observe([{"c": None}])
     assert seen.missing == []
+    # with no column to check (every dim column a key), it still tells whether a row came
+    keys_only = MissingColumns([])
+    keys_only.observe([None, None])
+    assert not keys_only.returned
+    keys_only.observe([None, {"id": 1}])
+    assert keys_only.returned
+    failed = MissingColumns(["a"])
+    failed.observe([None, "a failure"], failed=[1])  # on_error='keep': a failure, not a row
+    assert not failed.returned
 
 
 def test_a_struct_field_no_value_had_is_missing_once_a_value_came() -> None:
