@@ -35,7 +35,7 @@ from enum import Enum
 from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
-from asyncio_lookup.errors import ConfigurationError, lookup_context
+from asyncio_lookup.errors import ConfigurationError, in_lookup_context, lookup_context
 from asyncio_lookup.lookup.failed_rows import OnError, RowFailure
 from asyncio_lookup.lookup.functions import Key, Row, one_nan
 from asyncio_lookup.lookup.hint_resolve import CONF_TIMEOUT, ResolvedLookup, duration_text
@@ -244,6 +244,22 @@ def _probe_key(probe: _Probe) -> object:
     return probe if key is None else key
 
 
+def _finish_named(
+    spec: JoinSpec,
+    rows: Collection[Row],
+    left_row: Row | None,
+    key: Key | None,
+    where: tuple[str, str],
+) -> list[Row | None]:
+    """``spec.finish``; an error of its ``dim_filter`` / ``condition`` named like a lookup's
+    (``where``: the table and its target), the original as its cause."""
+    try:
+        return spec.finish(rows, left_row)
+    except Exception as error:
+        named = in_lookup_context(error, lookup_context(where[0], key, where[1]))
+        raise named  # noqa: B904 (its cause is set: the original, or the original's cause)
+
+
 class _LookupCall(AsyncFunction[_Probe, DimRow]):
     """One row's lookup through the chain; its outputs are the row's output dim rows (``None``:
     NULL-padded), none for an INNER join without a surviving dim row."""
@@ -254,6 +270,7 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
         self.table = table
         self.timeout_seconds = timeout
         self._unconditional = spec.dim_filter is None and spec.condition is None
+        self.where = (table, getattr(chain, "target", ""))
 
     async def async_invoke(self, element: _Probe) -> Collection[Row | None]:
         key = element.key
@@ -262,7 +279,7 @@ class _LookupCall(AsyncFunction[_Probe, DimRow]):
         rows = await self.chain.async_lookup(key)
         if self._unconditional and rows and type(rows) is list:
             return rows  # spec.finish() of a join without conditions, inlined
-        return self.spec.finish(rows, element.left_row)
+        return _finish_named(self.spec, rows, element.left_row, key, self.where)
 
     async def timeout(self, element: _Probe) -> Collection[Row | None]:
         limit = duration_text(self.timeout_seconds or 0.0)
@@ -281,7 +298,9 @@ class _CachedLookupCall(_LookupCall):
         if element.key is None:
             return self.spec.finish((), element.left_row)
         rows = self.chain.lookup_cached(element.key)
-        return None if rows is None else self.spec.finish(rows, element.left_row)
+        if rows is None:
+            return None
+        return _finish_named(self.spec, rows, element.left_row, element.key, self.where)
 
 
 class LookupJoinRunner(Generic[P]):
@@ -331,6 +350,7 @@ class LookupJoinRunner(Generic[P]):
         """Join batch by batch, one blocking lookup at a time, in input order."""
         spec = self.spec
         lookup = self.chain.lookup
+        where = (self.hint.table, getattr(self.chain, "target", ""))
         for batch in batches:
             out: JoinedBatch[P] = JoinedBatch(batch.payload)
             left_rows = batch.left_rows
@@ -338,7 +358,8 @@ class LookupJoinRunner(Generic[P]):
                 left_row = left_rows[index] if left_rows is not None else None
                 dim_rows: Sequence[DimRow]
                 try:
-                    dim_rows = spec.finish(lookup(key) if key is not None else (), left_row)
+                    rows = lookup(key) if key is not None else ()
+                    dim_rows = _finish_named(spec, rows, left_row, key, where)
                 except Exception as error:
                     if not self.keep_failures:
                         raise

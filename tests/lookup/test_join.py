@@ -331,6 +331,45 @@ async def test_a_raising_lookup_fails_the_run_with_the_original_error() -> None:
         await chain.close()
 
 
+@pytest.mark.parametrize("mode", ["async", "cached", "sync"])
+@pytest.mark.parametrize("hook", ["dim_filter", "condition"])
+async def test_a_raising_filter_names_its_table_and_key(mode: str, hook: str) -> None:
+    """An error of ``dim_filter`` / ``condition`` reached the user bare (``ValueError: bad``),
+    unlike a lookup's: it now names the table, its target and the key, the original kept as
+    its cause and as the failed row's class (docs/semantics.md §2.11)."""
+
+    def bad(*_rows: Row) -> bool:
+        raise ValueError("bad")
+
+    spec = JoinSpec(JoinType.INNER, SPEC.keys, **{hook: bad})  # type: ignore[arg-type]
+    options = LookupOptions.from_dict(
+        {"lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "10"}
+        if mode == "cached"
+        else {}
+    )
+    chain = LookupChain.create(
+        InMemoryConnector(DIM, ["id"]),
+        options,
+        prefer_async=mode != "sync",
+        name="T",
+        key_columns=("id",),
+    )
+    await chain.open()
+    try:
+        runner: LookupJoinRunner[str] = LookupJoinRunner(chain, spec, ResolvedLookup("T"))
+        with pytest.raises(Exception) as error:
+            if mode == "sync":
+                await blocking(runner.run_sync, [probe([2])])
+            else:
+                if mode == "cached":  # the row's lookup is a hit, answered at admission
+                    await chain.async_lookup((2,))
+                await collect(runner.run_async([probe([2])]))
+        assert str(error.value) == "lookup table 'T' (in-memory rows (4)), key (2,): ValueError: bad"
+        assert type(error.value.__cause__) is ValueError
+    finally:
+        await chain.close()
+
+
 def test_an_async_dim_filter_is_refused() -> None:
     async def keep_none(dim: Row) -> bool:
         return False
