@@ -364,7 +364,9 @@ async def test_a_raising_filter_names_its_table_and_key(mode: str, hook: str) ->
                 if mode == "cached":  # the row's lookup is a hit, answered at admission
                     await chain.async_lookup((2,))
                 await collect(runner.run_async([probe([2])]))
-        assert str(error.value) == "lookup table 'T' (in-memory rows (4)), key (2,): ValueError: bad"
+        assert (
+            str(error.value) == "lookup table 'T' (in-memory rows (4)), key (2,): ValueError: bad"
+        )
         assert type(error.value.__cause__) is ValueError
     finally:
         await chain.close()
