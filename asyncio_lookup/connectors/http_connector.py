@@ -66,6 +66,7 @@ from asyncio_lookup.connectors.http_answers import (
     missing_field,
     parse_retry_after,
 )
+from asyncio_lookup.connectors.http_batch_keys import answer_number, chunks_apart, spelt_otherwise
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.http_urls import (
     check_headers,
@@ -104,14 +105,6 @@ T = TypeVar("T")
 _NUMBERS = (int, float, Decimal)
 _CHECKED_KEY_TYPES = (str, int, float)  # keys a point answer's key columns are checked against
 _ACCEPT = {"Accept": "application/json"}
-
-
-def _answer_number(value: Any) -> str:
-    """An answer's key value as :func:`number_text`, but a float from 2**53 on as itself: it
-    stands for several integers, none of which it may be matched to."""
-    if type(value) is float and abs(value) >= 2**53 and math.isfinite(value):
-        return repr(value)
-    return number_text(value)
 
 
 def _inexact_as_float(value: Any) -> bool:
@@ -521,7 +514,7 @@ class HttpConnector(AsyncFirstSource):
             return True
         if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
             return True
-        return any(type(v) in _NUMBERS for v in key) and tuple(map(_answer_number, values)) == (
+        return any(type(v) in _NUMBERS for v in key) and tuple(map(answer_number, values)) == (
             tuple(map(number_text, key))
         )
 
@@ -550,7 +543,7 @@ class HttpConnector(AsyncFirstSource):
             values = [matched.get(c) for c in columns]
             if None not in values:
                 by_text.setdefault(tuple(map(key_text, values)), []).append(row)
-                by_number.setdefault(tuple(map(_answer_number, values)), []).append(row)
+                by_number.setdefault(tuple(map(answer_number, values)), []).append(row)
         out: list[Collection[Row]] = []
         for key in keys:
             found = by_text.get(tuple(map(key_text, key)), [])
@@ -723,19 +716,21 @@ class _HttpLookup(AsyncLookupFunction):
 
         asyncio.get_running_loop().call_later(self.connector.timeout + 1.0, close_old)
 
-    def _service_s_shape(self, request: str, key: Key) -> None:
+    def _service_s_shape(self, request: str, key: Key, taken: str = "taken") -> None:
         """A new connection answered another key too: the service's own way (rows of related
-        keys, keys written otherwise). Checked no more by this function, warned once."""
+        keys, keys written otherwise). Checked no more by this function, warned once.
+        ``taken``: what became of the rows."""
         if not self.check_keys:
             return  # another lookup in flight found it first
         self.check_keys = False
         log.warning(
-            "%s answered the key %r with rows of other keys on a new connection too: taken as "
+            "%s answered the key %r with rows of other keys on a new connection too: %s as "
             "the service's own answers (rows of related keys, keys written otherwise), and "
             "answers are no longer checked in this task's worker; set "
             "HttpConnector(check_answer_keys=False) to skip the check and its second request",
             request,
             key,
+            taken,
         )
 
     async def close(self) -> None:
@@ -750,6 +745,8 @@ class _HttpLookup(AsyncLookupFunction):
 
 
 class _HttpBatchLookup(_HttpLookup):
+    spelling_warned = False  # a batch answer had a key in the service's own spelling
+
     @property
     def max_batch_size(self) -> int | None:
         return self.connector.batch_size
@@ -766,14 +763,13 @@ class _HttpBatchLookup(_HttpLookup):
                 items[key] = c.batch_item(key)
             except DataFormatError as error:
                 refused[key] = error
-        wanted = list(items)
-        chunks = [wanted[i : i + c.batch_size] for i in range(0, len(wanted), c.batch_size)]
+        chunks = chunks_apart(list(items), c.batch_size)
         client = await self._client()
         found: dict[Key, Collection[Row]] = {}
         try:
             results = await asyncio.gather(*(self._chunk(client, chunk, items) for chunk in chunks))
         except HttpStatusError as error:
-            if len(wanted) > 1 and error.status in _ONE_KEY_MAY_CAUSE:
+            if len(items) > 1 and error.status in _ONE_KEY_MAY_CAUSE | c.miss_statuses:
                 error.split_batch = True  # the batcher sends the keys again in halves
             raise
         for chunk, (rows, exact) in zip(chunks, results, strict=True):
@@ -784,13 +780,39 @@ class _HttpBatchLookup(_HttpLookup):
                     functools.partial(self._chunk, chunk=chunk, items=items)
                 )
                 grouped = c.group(chunk, fresh_rows, fresh_exact)
+                rows, exact = fresh_rows, fresh_exact
                 if any(grouped):
                     self.retire_client(client)
                 elif fresh_rows:
-                    self._service_s_shape(f"the batch request for {len(chunk)} keys", chunk[0])
+                    self._service_s_shape(
+                        f"the batch request for {len(chunk)} key(s)",
+                        chunk[0],
+                        "matched to keys as sent (none was theirs)",
+                    )
+            if not self.spelling_warned and sum(map(len, grouped)) < len(rows):
+                self._spelt_otherwise(chunk, grouped, rows if exact is None else exact)
             for key, key_rows in zip(chunk, grouped, strict=True):
                 found[key] = key_rows
         return [refused.get(k) or [dict(r) for r in found.get(k, ())] for k in keys]
+
+    def _spelt_otherwise(
+        self, chunk: Sequence[Key], grouped: Sequence[Collection[Row]], rows: Sequence[Row]
+    ) -> None:
+        """Warn once when an answer's row no key matched has the loose form of a key that got
+        no row (:func:`spelt_otherwise`): that key misses in batches."""
+        found = spelt_otherwise(self.connector.key_columns, chunk, grouped, rows)
+        if found is None:
+            return
+        self.spelling_warned = True
+        log.warning(
+            "a batch answer has a row of the key %r, not asked for, and none of the key %r: "
+            "if the service reads keys loosely (in any case, trimmed, as numbers) and answers "
+            "in its own spelling, such keys miss in batches (rows are matched to keys as sent, "
+            "as a row of a key not asked for could be); send keys as the service spells them, "
+            "or drop batch_url (a point answer's rows are its key's)",
+            tuple(found[1]),
+            found[0],
+        )
 
     async def _chunk(
         self, client: HttpClient, chunk: Sequence[Key], items: Mapping[Key, str]
@@ -801,8 +823,9 @@ class _HttpBatchLookup(_HttpLookup):
         c = self.connector
         method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
-        if len(chunk) > 1 and status in c.miss_statuses and status in _ONE_KEY_MAY_CAUSE:
-            # a miss status one key may cause ("a malformed id is a miss"): not every key's
+        if len(chunk) > 1 and status in c.miss_statuses:
+            # not every key's miss: one key may cause it ("a malformed id is a miss"), or the
+            # batch URL is wrong (a typo is a 404)
             raise c.status_error(method, url, status, headers, data)
         if (
             body is None

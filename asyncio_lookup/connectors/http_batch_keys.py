@@ -1,0 +1,112 @@
+"""Keys of an HTTP batch request that a service reading keys loosely could confuse.
+
+A service may read a key loosely: case-insensitively (``'ALICE'`` is ``'alice'``), trimmed
+(``'x '`` is ``'x'``) or as a number (``'01'`` is ``'1'``), and answer with its own spelling of
+the key. A batch answer's rows are matched to keys by their key columns as sent (a row of
+another spelling could as well be a row of a key not asked for), so two keys of one loose form
+asked in one batch would both land on the key spelt as the service spells it: a duplicated row
+and a lost one. The keys of a batch are therefore sent in chunks in which no two keys share a
+loose form (:func:`chunks_apart`); a key the service answers in another spelling misses, and
+:func:`spelt_otherwise` finds such an answer for the connector's one warning.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Hashable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from asyncio_lookup.connectors.keys import key_text, number_text
+from asyncio_lookup.lookup.functions import Key, Row
+
+#: Text a service may read as a number: JSON's number syntax, an exponent of at most 3 digits
+#: (``int(Decimal("1e999999"))`` would build a million-digit integer).
+NUMBER_TEXT = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d{1,3})?")
+
+
+def loose_value(value: Any) -> str:
+    """``value`` as a service reading keys loosely may: text trimmed and casefolded, numeric
+    text and numbers by value (:func:`number_text`), anything else as its key text."""
+    if type(value) is str:
+        text = value.strip().casefold()
+        return number_text(Decimal(text)) if NUMBER_TEXT.fullmatch(text) else text
+    if type(value) in (int, float, Decimal):
+        return number_text(value)
+    return key_text(value)
+
+
+def loose_form(key: Key) -> tuple[str, ...]:
+    """A key's values as :func:`loose_value` reads them."""
+    return tuple(map(loose_value, key))
+
+
+def chunks_apart(keys: Sequence[Key], size: int) -> list[list[Key]]:
+    """``keys`` (distinct) in chunks of at most ``size``, no two keys of a chunk of one loose
+    form; in order, as plain slices when no two keys share one (the usual case)."""
+    chunks: list[list[Key]] = []
+    forms: list[set[Hashable]] = []
+    for key in keys:
+        form = loose_form(key)
+        for chunk, seen in zip(chunks, forms, strict=True):
+            if len(chunk) < size and form not in seen:
+                chunk.append(key)
+                seen.add(form)
+                break
+        else:
+            chunks.append([key])
+            forms.append({form})
+    return chunks
+
+
+def answer_number(value: Any) -> str:
+    """An answer's key value as :func:`number_text`, a number written as text by value
+    (``"100.0"`` is the DECIMAL key ``100.00``), but a float from 2**53 on as itself: it
+    stands for several integers, none of which it may be matched to."""
+    if type(value) is float and abs(value) >= 2**53 and math.isfinite(value):
+        return repr(value)
+    if type(value) is str and NUMBER_TEXT.fullmatch(value):
+        return number_text(Decimal(value))
+    return number_text(value)
+
+
+def spelt_otherwise(
+    columns: Sequence[str],
+    keys: Sequence[Key],
+    grouped: Sequence[Collection[Row]],
+    rows: Sequence[Row],
+) -> tuple[Key, list[Any]] | None:
+    """A key of ``keys`` that ``grouped`` (each key's rows) left without a row, and the key
+    values of a row of the answer ``rows`` that no key matched but that has its loose form:
+    maybe the service's spelling of that key (which a batch cannot tell from a row of a key not
+    asked for); None when there is none."""
+    empty = {loose_form(key): key for key, found in zip(keys, grouped, strict=True) if not found}
+    if not empty:
+        return None
+    asked = {tuple(map(key_text, key)) for key in keys}
+    asked.update(tuple(map(number_text, key)) for key in keys if _has_number(key))
+    for row in rows:
+        values = [row.get(c) for c in columns]
+        if None in values or tuple(map(key_text, values)) in asked:
+            continue
+        if tuple(map(answer_number, values)) in asked:
+            continue
+        key = empty.get(tuple(map(loose_value, values)))
+        if key is not None:
+            return key, values
+    return None
+
+
+def _has_number(key: Key) -> bool:
+    return any(type(v) in (int, float, Decimal) for v in key)
+
+
+__all__ = [
+    "NUMBER_TEXT",
+    "answer_number",
+    "chunks_apart",
+    "loose_form",
+    "loose_value",
+    "spelt_otherwise",
+]
