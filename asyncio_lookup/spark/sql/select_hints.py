@@ -127,7 +127,11 @@ class SelectHints:
                 out.append(ShuffleHashHint((name,)))
         return out
 
-    def check_used(self, spark_sources: set[str]) -> None:
+    def check_used(self, spark_sources: set[str] | None) -> None:
+        """Refuse a LOOKUP hint that reached no lookup join, and a SHUFFLE_HASH naming neither
+        a lookup join nor a Spark source of the SELECT (``spark_sources``, its other sources
+        before the rewrite included; None: a statement without lookup tables, whose
+        SHUFFLE_HASH hints are all Spark's)."""
         allowed = "a lookup table (or alias) joined in this SELECT: " + (
             ", ".join(repr(j.name) for j in self.joins) or "none"
         )
@@ -141,14 +145,18 @@ class SelectHints:
                     reason="the hint names no lookup join of its SELECT"
                     + (f" ({hint.table!r} is another of its sources)" if other else ""),
                 )
+        if spark_sources is None:
+            return
         for name in self.shuffle + self.spark_shuffle:
-            if name.lower() not in self.used_shuffle and name.lower() not in spark_sources:
-                raise SqlError(
-                    "SHUFFLE_HASH",
-                    name,
-                    allowed,
-                    reason="the hint names no lookup join of its SELECT",
-                )
+            wanted = name.lower()
+            if wanted in self.used_shuffle or wanted in spark_sources or wanted in self.others:
+                continue
+            raise SqlError(
+                "SHUFFLE_HASH",
+                name,
+                allowed + " (or another of its sources, for Spark's own SHUFFLE_HASH)",
+                reason="the hint names no join of its SELECT",
+            )
 
 
 def keeps_failures(hints: list[LookupHint | ShuffleHashHint]) -> bool:

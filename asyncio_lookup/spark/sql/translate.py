@@ -135,7 +135,7 @@ class Translator:
         self._inline_lookup_ctes(statement)
         if not self._check_tables(statement):
             for select in statement.find_all(exp.Select):
-                SelectHints.of(select, [], set()).check_used(set())  # a LOOKUP hint needs a join
+                SelectHints.of(select, [], set()).check_used(None)  # a LOOKUP hint needs a join
             return False
         self.observed = []
         self.frames = {}

@@ -225,6 +225,35 @@ def test_on_error_keep_named_by_alias_applies_to_that_join_only(
 
 
 @pytest.mark.spark
+def test_spark_s_own_shuffle_hash_on_an_ordinary_join_is_passed_on(
+    spark: SparkSession, sql: LookupSQL
+) -> None:
+    """``SHUFFLE_HASH(O)`` naming an ordinary join was refused ("names no lookup join"), in a
+    statement without lookup tables and on a join before the lookup join; Spark plans it."""
+    spark.createDataFrame([(1, "x"), (2, "y")], "k BIGINT, v STRING").createOrReplaceTempView(
+        "hints_other"
+    )
+    plain = sql.sql(
+        "SELECT /*+ SHUFFLE_HASH(O) */ T.id, O.v FROM hints_probe T JOIN hints_other O "
+        "ON O.k = T.id"
+    )
+    assert sorted(plain.collect()) == [(1, "x"), (2, "y")]
+    before_lookup = sql.sql(
+        "SELECT /*+ SHUFFLE_HASH(O) */ T.id, O.v, D.name FROM hints_probe T "
+        "JOIN hints_other O ON O.k = T.id "
+        "JOIN A FOR SYSTEM_TIME AS OF T.pt AS D ON T.id = D.id"
+    )
+    assert sorted(before_lookup.collect()) == [(1, "x", "Julian"), (2, "y", "Jark")]
+    plan = before_lookup._jdf.queryExecution().analyzed().toString()
+    assert "SHUFFLE_HASH" in plan.upper()  # reached the join it names
+    with pytest.raises(SqlError, match="names no join of its SELECT"):
+        sql.sql(
+            "SELECT /*+ SHUFFLE_HASH(Nope) */ T.id FROM hints_probe T "
+            "JOIN A FOR SYSTEM_TIME AS OF T.pt AS D ON T.id = D.id"
+        )
+
+
+@pytest.mark.spark
 def test_one_hint_per_alias_with_different_values_plans(
     spark: SparkSession, sql: LookupSQL
 ) -> None:
