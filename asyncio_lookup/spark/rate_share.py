@@ -92,9 +92,13 @@ def task_slots(conf: Any, session: Any = None) -> tuple[int | None, str]:
 
 def server_parallelism(session: Any) -> int | None:
     """The server's default parallelism (its cores under ``local[*]``), read from a planned
-    ``range``'s splits: a plan, no job. None when the plan does not show it."""
+    ``range``'s splits (a plan, no job), or on a classic session from its SparkContext. None
+    when neither tells."""
     try:
-        plan = session.range(1)._explain_string(mode="simple")
+        explain = getattr(session.range(1), "_explain_string", None)
+        if explain is None:  # a classic session
+            return int(session.sparkContext.defaultParallelism)
+        plan = explain(mode="simple")
     except Exception:
         return None
     found = re.search(r"splits=(\d+)", str(plan))

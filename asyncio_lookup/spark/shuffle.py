@@ -51,7 +51,7 @@ from asyncio_lookup.lookup.partitioning import (
 )
 from asyncio_lookup.spark.conf import conf_get
 from asyncio_lookup.spark.metrics import observation_name
-from asyncio_lookup.spark.rate_share import task_slots
+from asyncio_lookup.spark.rate_share import server_parallelism, task_slots
 from asyncio_lookup.spark.schema import key_family
 from asyncio_lookup.validation import parse_int, parse_number
 
@@ -224,18 +224,29 @@ def exchange_size(df: DataFrame, override: int | None, *, full_cache: bool = Fal
       1.19x a join without the shuffle (1.93x with hot-key sampling), 72x with 200 tasks
       (``benchmarks/shuffle_size.py``); 200 partitions coalesced by adaptive execution took
       about 2x (the map side still writes 200).
-    - When the conf does not say how many slots there are (dynamic allocation without a
-      maximum): ``spark.sql.shuffle.partitions`` ids that adaptive execution coalesces to the
-      data's size when it and partition coalescing are on (Spark's defaults), else exactly
-      ``spark.sql.shuffle.partitions`` tasks, as Spark's own ``repartition(column)``. A FULL
-      cache, whose tasks each load their own partition's rows, always gets exact partitions.
+    - When the conf does not say how many slots there are (a standalone cluster without
+      ``spark.cores.max``: the application takes every core; dynamic allocation without a
+      maximum), the application's default parallelism as its server plans it (the cores of
+      its executors so far), except for a join without a FULL cache under dynamic allocation,
+      whose executors come later: ``spark.sql.shuffle.partitions`` ids that adaptive execution
+      coalesces to the data's size when it and partition coalescing are on (Spark's
+      defaults), else exactly ``spark.sql.shuffle.partitions`` tasks, as Spark's own
+      ``repartition(column)``; also when the plan does not tell the parallelism. A FULL
+      cache, whose tasks each load the whole table to keep their partition's rows, always
+      gets exact partitions.
     """
     if override is not None:
         return ExchangeSize(check_shuffle_partitions(override), True, "shuffle_partitions")
-    conf = df.sparkSession.conf
-    slots, where = task_slots(conf, df.sparkSession)
+    session = df.sparkSession
+    conf = session.conf
+    slots, where = task_slots(conf, session)
     if slots is not None:
         return ExchangeSize(slots, True, f"task slots ({where})")
+    dynamic = _conf_true(conf, "spark.dynamicAllocation.enabled", False)
+    if full_cache or not dynamic:
+        parallelism = server_parallelism(session)
+        if parallelism is not None:
+            return ExchangeSize(parallelism, True, f"the default parallelism ({where})")
     shuffle = _conf_int(conf, "spark.sql.shuffle.partitions") or 200
     adaptive = _conf_true(conf, "spark.sql.adaptive.enabled", True) and _conf_true(
         conf, "spark.sql.adaptive.coalescePartitions.enabled", True

@@ -472,6 +472,27 @@ def test_exchange_size_from_the_conf(
     assert exchange_size(_Frame(conf), 9).partitions == 9  # type: ignore[arg-type]
 
 
+class _Planned:
+    def _explain_string(self, mode: str) -> str:
+        return "== Physical Plan ==\n*(1) Range (0, 1, step=1, splits=6)"
+
+
+def test_without_slots_in_the_conf_the_default_parallelism_sizes_the_exchange() -> None:
+    """A standalone cluster without spark.cores.max (the application takes every core) ran a
+    FULL-cache SHUFFLE_HASH join as 200 tasks, each loading the whole table."""
+    standalone = _Frame({"spark.master": "spark://h:7077"})
+    standalone.sparkSession.range = lambda n: _Planned()  # type: ignore[attr-defined]
+    for full in (True, False):
+        size = exchange_size(standalone, None, full_cache=full)  # type: ignore[arg-type]
+        assert (size.partitions, size.exact) == (6, True)
+        assert size.source.startswith("the default parallelism (spark.master=spark://h:7077")
+    dynamic = _Frame(DYNAMIC)
+    dynamic.sparkSession.range = lambda n: _Planned()  # type: ignore[attr-defined]
+    # under dynamic allocation executors come later: AQE sizes a join, a FULL cache is exact
+    assert exchange_size(dynamic, None, full_cache=True).partitions == 6  # type: ignore[arg-type]
+    assert exchange_size(dynamic, None).partitions == 200  # type: ignore[arg-type]
+
+
 def test_a_full_cache_gets_one_exact_partition_per_task_slot(spark: SparkSession) -> None:
     df = probe(spark)
     spark.conf.set("spark.sql.shuffle.partitions", "5")  # not used: local[2,2] has 2 slots
