@@ -128,11 +128,12 @@ class ConnectionPool:
             self.open -= 1  # closed, or closing: its connection_lost finds it no longer idle
         return None
 
-    async def acquire(self, origin: Origin) -> Http11Connection:
-        """An idle connection to ``origin``, else a new one, else the next one freed."""
+    async def acquire(self, origin: Origin, fresh: bool = False) -> Http11Connection:
+        """An idle connection to ``origin``, else a new one, else the next one freed;
+        ``fresh``: a new one (an idle one closed to make room, if need be)."""
         loop = asyncio.get_running_loop()
         while True:
-            connection = self.take_idle(origin, loop.time())
+            connection = None if fresh else self.take_idle(origin, loop.time())
             if connection is not None:
                 return connection
             if self.open < self.limit or self._close_one_idle():
@@ -436,10 +437,13 @@ class Http11Client:
                     # the deadline passed as the close came in (expire() found the request
                     # failed already): the resend would run with no deadline
                     raise TimeoutError()
-                connection = self.pool.take_idle(origin, now)
+                if attempt == 1:
+                    connection = self.pool.take_idle(origin, now)
+                else:  # a new connection: another idle one may be closing as well
+                    connection, now = None, loop.time()
                 if connection is None:
                     async with asyncio.timeout_at(exchange.at):
-                        connection = await self.pool.acquire(origin)
+                        connection = await self.pool.acquire(origin, fresh=attempt == 2)
                 exchange.connection = connection
                 exchange.waiter = waiter = connection.send(request, loop, head_only)
                 try:

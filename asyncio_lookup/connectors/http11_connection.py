@@ -6,9 +6,15 @@ answers lives here, so no caller ever sees a half-read or a foreign answer:
 
 - **Interim answers** (``1xx`` but ``101``: ``100 Continue``, ``102 Processing``, ``103 Early
   Hints``) are read and dropped; the final answer goes to the request that asked for it.
-- **One answer per request:** bytes that arrive when no request is in flight, or a second
-  answer after the final one, are a :class:`ProtocolViolation` that closes the connection; the
-  request in flight fails rather than take an answer that may be someone else's.
+- **One answer per request:** bytes after the final answer are a :class:`ProtocolViolation`
+  that closes the connection; the request in flight fails rather than take an answer that may
+  be someone else's. Bytes that arrive when no request is in flight close the connection and
+  are logged once per process: a server that answered a request twice may have handed each
+  request since the one answered twice its predecessor's answer, when each next request was
+  already in flight as the extra answer came (nothing in HTTP/1.1 tells them apart; an
+  answer naming its key is checked by the HTTP connector's ``check_answer_keys``).
+- **Lenient where RFC 9112 lets a client be**, as aiohttp is for responses: a folded header
+  line (obs-fold) read as one, a bare LF ending a line, spaces after a chunk's size.
 - **HEAD** answers end with their header block (their ``Content-Length`` announces no body).
 - **Limits** (:class:`Limits`): the header block's size and count, the body's size (decoded
   too); over one, the request fails with :class:`UnreadableResponse`.
@@ -23,6 +29,7 @@ answers lives here, so no caller ever sees a half-read or a foreign answer:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -31,6 +38,22 @@ import httptools
 from asyncio_lookup.connectors.http11_types import ConnectionClosed, Limits, ProtocolViolation
 from asyncio_lookup.connectors.http_client import Fetched, UnreadableResponse
 from asyncio_lookup.connectors.http_codings import decode
+
+log = logging.getLogger(__name__)
+_stray_answer_logged: list[bool] = []  # once per process: an answer no request asked for
+
+
+def _response_parser(protocol: Any) -> httptools.HttpResponseParser:
+    """llhttp for a response, with the leniencies aiohttp turns on for responses (RFC 9112
+    §5.2: a client must read a folded header line; §2.2: it may take a bare LF as a line's
+    end)."""
+    parser = httptools.HttpResponseParser(protocol)
+    parser.set_dangerous_leniencies(
+        lenient_headers=True,
+        lenient_optional_cr_before_lf=True,
+        lenient_spaces_after_chunk_size=True,
+    )
+    return parser
 
 
 class Headers(Mapping[str, str]):
@@ -86,7 +109,7 @@ class Http11Connection(asyncio.Protocol):
         self.limits = limits
         self.max_headers = limits.max_headers
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser = _response_parser(self)
         self.waiter: asyncio.Future[Fetched] | None = None
         self.head_only = False  # the request in flight is a HEAD
         self.raw_headers: list[tuple[bytes, bytes]] = []
@@ -125,6 +148,17 @@ class Http11Connection(asyncio.Protocol):
         waiter = self.waiter
         if waiter is None:
             self.abort()  # an answer nobody asked for: the connection can't be trusted
+            if not _stray_answer_logged:
+                _stray_answer_logged.append(True)
+                log.warning(
+                    "%s sent %d bytes no request asked for on an idle connection (closed): if "
+                    "it answers some requests twice, each request sent on that connection "
+                    "while such an extra answer was on its way read the answer before its own; "
+                    "let the answers carry the key columns (check_answer_keys catches a row of "
+                    "another key), and fix the server",
+                    self.origin,
+                    len(data),
+                )
             return
         self.received = True
         if not self.headers_done:
@@ -187,7 +221,10 @@ class Http11Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         if self.answer is not None:  # even its first bytes: else it could end on the next request
-            raise ProtocolViolation("the server sent a second answer to one request")
+            raise ProtocolViolation(
+                "the server sent bytes after its answer (a second answer to one request, or a "
+                "body its status or length does not allow)"
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.headers_done:  # a trailer field of a chunked body
@@ -287,7 +324,7 @@ class Http11Connection(asyncio.Protocol):
         self.answer = (self.parser.get_status_code(), Headers(self.raw_headers), b"")
         keep_alive = self.parser.should_keep_alive()
         self.raw_headers, self.head_seen, self.coding = [], 0, None
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser = _response_parser(self)
         if not keep_alive:
             self.closed = True
         self._hand_over()

@@ -94,6 +94,28 @@ async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once(scri
     assert server.connections == 3
 
 
+async def test_the_resend_goes_out_on_a_new_connection_not_another_idle_one(scripted) -> None:
+    """The resend after a kept-alive connection closed took another idle connection, which the
+    server was closing as well (the same keep-alive timeout): the request failed."""
+
+    async def one_per_connection(reader: R, writer: W, s: Scripted) -> None:
+        await s.read_request(reader)
+        writer.write(answer())
+        await writer.drain()
+        await s.read_request(reader)  # the next request on it: closed unanswered
+
+    server = await scripted(one_per_connection)
+    c = client(max_connections=2)
+    try:
+        url = f"http://127.0.0.1:{server.port}/x"
+        first = await asyncio.gather(c.fetch("GET", url), c.fetch("GET", url))
+        assert [a[0] for a in first] == [200, 200] and server.connections == 2
+        assert (await c.fetch("GET", url))[0] == 200
+    finally:
+        await c.close()
+    assert server.connections == 3  # the two idle ones, then one new: not the other idle one
+
+
 def _duplicating_server() -> tuple[socket.socket, list[int]]:
     """A server in a thread of its own (it must run while the client's loop is busy) that
     answers every request with its path, and the first one twice, 20 ms apart."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import re
 import zlib
 
@@ -96,6 +97,68 @@ async def test_an_answer_no_request_asked_for_closes_the_idle_connection(scripte
     assert first[2] == b'{"path": "/a"}'
     assert second[2] == b'{"path": "/b"}', "the unasked answer never reaches a request"
     assert server.connections == 2, "the connection that spoke unasked was dropped"
+
+
+async def test_an_answer_no_request_asked_for_is_logged_once(
+    scripted, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under continuous traffic a doubled answer reaches the next request unseen; the client
+    learns of it only when an extra answer lands on an idle connection: it says so."""
+    from asyncio_lookup.connectors import http11_connection
+
+    async def chatty(reader: R, writer: W, s: Scripted) -> None:
+        while (head := await s.read_request(reader)) is not None:
+            writer.write(echo(head))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(echo(head))  # unasked, each time
+            await writer.drain()
+
+    monkeypatch.setattr(http11_connection, "_stray_answer_logged", [])
+    server = await scripted(chatty)
+    c = client(max_connections=1)
+    caplog.set_level(logging.WARNING, logger="asyncio_lookup")
+    try:
+        for path in ("/a", "/b"):
+            assert (await c.fetch("GET", f"http://127.0.0.1:{server.port}{path}"))[0] == 200
+            await asyncio.sleep(0.1)
+    finally:
+        await c.close()
+    logged = [r.getMessage() for r in caplog.records if "no request asked for" in r.getMessage()]
+    assert len(logged) == 1, logged
+    assert "let the answers carry the key columns" in logged[0]
+
+
+LENIENT = {
+    "obs-fold": b"HTTP/1.1 200 OK\r\nX-Long: a\r\n  b\r\nContent-Length: 2\r\n\r\n{}",
+    "bare LF": b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}",
+    "space after chunk size": (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\n{}\r\n0\r\n\r\n"
+    ),
+    "tab before a chunk extension": (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\t;x=1\r\n{}\r\n0\r\n\r\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(LENIENT))
+async def test_answers_aiohttp_reads_leniently_are_read(scripted, form: str) -> None:
+    """A folded header line (RFC 9112 §5.2: a client must read it), a bare LF (§2.2: it may)
+    and spaces after a chunk's size failed every attempt; aiohttp reads them."""
+
+    async def lenient(reader: R, writer: W, s: Scripted) -> None:
+        while await s.read_request(reader) is not None:
+            writer.write(LENIENT[form])
+            await writer.drain()
+
+    server = await scripted(lenient)
+    c = client(max_connections=1)
+    try:
+        for _ in range(2):
+            status, _, body = await c.fetch("GET", f"http://127.0.0.1:{server.port}/x")
+            assert (status, body) == (200, b"{}")
+    finally:
+        await c.close()
 
 
 async def test_a_second_answer_to_one_request_is_a_protocol_violation(scripted) -> None:
