@@ -21,9 +21,10 @@ from typing import Any
 from asyncio_lookup.connectors.keys import key_text, number_text
 from asyncio_lookup.lookup.functions import Key, Row
 
-#: Text a service may read as a number: JSON's number syntax, an exponent of at most 3 digits
-#: (``int(Decimal("1e999999"))`` would build a million-digit integer).
-NUMBER_TEXT = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d{1,3})?")
+#: Text a service may read as a number: JSON's number syntax with at most 40 digits before and
+#: after the point and 3 in the exponent (``int(Decimal("1e999999"))`` would build a
+#: million-digit integer, and ``str()`` refuses one of over 4,300 digits).
+NUMBER_TEXT = re.compile(r"-?\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,3})?")
 
 
 def loose_value(value: Any) -> str:

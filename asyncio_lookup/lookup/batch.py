@@ -283,7 +283,8 @@ class KeyBatcher:
         unwound (a Spark task's end: every record of the task is final, so no caller waits for
         them). A call outlives its callers within a task, to answer the key's later callers;
         it must not answer the next task's, which began after it: their lookups make calls of
-        their own."""
+        their own. The next task warns again of a batch refused as a whole (one per task)."""
+        self._split_warned = False
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None

@@ -472,4 +472,9 @@ async def test_a_batch_one_key_made_fail_is_split_until_that_key_is_alone(
     assert chain.metrics.snapshot()["numExternalCalls"] == 7
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "a batch of 8 keys was refused as a whole (HTTP POST /batch answered 400)" in warning
+    # once per task: the next task of the chain (a Spark task's end between) warns again
+    await chain.end_task()
+    await asyncio.gather(*(chain.async_lookup((k,)) for k in range(8, 12)), return_exceptions=True)
+    await asyncio.gather(*(chain.async_lookup((k,)) for k in (3, 12)), return_exceptions=True)
+    assert len([r for r in caplog.records if "refused as a whole" in r.getMessage()]) == 2
     await chain.close()
