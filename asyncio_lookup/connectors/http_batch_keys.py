@@ -24,6 +24,8 @@ from asyncio_lookup.lookup.functions import Key, Row
 #: Text a service may read as a number: JSON's number syntax with at most 40 digits before and
 #: after the point and 3 in the exponent (``int(Decimal("1e999999"))`` would build a
 #: million-digit integer, and ``str()`` refuses one of over 4,300 digits).
+NUMBERS = (int, float, Decimal)  # the key values matched by value (number_text)
+
 NUMBER_TEXT = re.compile(r"-?\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,3})?")
 
 
@@ -33,7 +35,7 @@ def loose_value(value: Any) -> str:
     if type(value) is str:
         text = value.strip().casefold()
         return number_text(Decimal(text)) if NUMBER_TEXT.fullmatch(text) else text
-    if type(value) in (int, float, Decimal):
+    if type(value) in NUMBERS:
         return number_text(value)
     return key_text(value)
 
@@ -86,7 +88,7 @@ def spelt_otherwise(
     if not empty:
         return None
     asked = {tuple(map(key_text, key)) for key in keys}
-    asked.update(tuple(map(number_text, key)) for key in keys if _has_number(key))
+    asked.update(tuple(map(number_text, key)) for key in keys if has_number(key))
     for row in rows:
         values = [row.get(c) for c in columns]
         if None in values or tuple(map(key_text, values)) in asked:
@@ -99,14 +101,17 @@ def spelt_otherwise(
     return None
 
 
-def _has_number(key: Key) -> bool:
-    return any(type(v) in (int, float, Decimal) for v in key)
+def has_number(key: Key) -> bool:
+    """Whether ``key`` holds a number (matched by value as well as by text)."""
+    return any(type(v) in NUMBERS for v in key)
 
 
 __all__ = [
+    "NUMBERS",
     "NUMBER_TEXT",
     "answer_number",
     "chunks_apart",
+    "has_number",
     "loose_form",
     "loose_value",
     "spelt_otherwise",

@@ -66,7 +66,12 @@ from asyncio_lookup.connectors.http_answers import (
     missing_field,
     parse_retry_after,
 )
-from asyncio_lookup.connectors.http_batch_keys import answer_number, chunks_apart, spelt_otherwise
+from asyncio_lookup.connectors.http_batch_keys import (
+    answer_number,
+    chunks_apart,
+    has_number,
+    spelt_otherwise,
+)
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
 from asyncio_lookup.connectors.http_urls import (
     check_headers,
@@ -102,7 +107,6 @@ _URL_REFUSED = frozenset((400, 414, 431))
 _ONE_KEY_MAY_CAUSE = frozenset((400, 413, 414, 422, 431))
 _LONG_URL = 2048
 T = TypeVar("T")
-_NUMBERS = (int, float, Decimal)
 _CHECKED_KEY_TYPES = (str, int, float)  # keys a point answer's key columns are checked against
 _ACCEPT = {"Accept": "application/json"}
 
@@ -514,7 +518,7 @@ class HttpConnector(AsyncFirstSource):
             return True
         if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
             return True
-        return any(type(v) in _NUMBERS for v in key) and tuple(map(answer_number, values)) == (
+        return has_number(key) and tuple(map(answer_number, values)) == (
             tuple(map(number_text, key))
         )
 
@@ -547,7 +551,7 @@ class HttpConnector(AsyncFirstSource):
         out: list[Collection[Row]] = []
         for key in keys:
             found = by_text.get(tuple(map(key_text, key)), [])
-            if any(type(v) in _NUMBERS for v in key):
+            if has_number(key):
                 more = by_number.get(tuple(map(number_text, key)), [])
                 seen = set(map(id, found))
                 found = found + [r for r in more if id(r) not in seen]

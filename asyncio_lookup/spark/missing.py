@@ -58,9 +58,7 @@ class MissingColumns:
         if failed:
             skip = set(failed)
             rows = [None if i in skip else row for i, row in enumerate(rows)]
-        returned = [row for row in rows if row is not None]
-        if not returned:
-            return
+        returned = [row for row in rows if row is not None]  # not empty: counted above
         if not self.returned:
             self.returned = True
             self.sample = tuple(returned[0])
