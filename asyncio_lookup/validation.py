@@ -41,7 +41,7 @@ _ISO_DURATION = re.compile(
     r"(?:(?P<s>[-+]?[0-9]+)(?:[.,](?P<f>[0-9]{0,9}))?S)?)?",
     re.IGNORECASE,
 )
-_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits: \d takes any script's
 
 DURATION_ALLOWED = (
     "a non-negative duration such as '10s', '10 s', '100ms', '3 min', '1h' (no unit = ms) or "

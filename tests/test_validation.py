@@ -103,6 +103,8 @@ def test_integers_ranges_and_text() -> None:
         (1.0, {}),
         ("1.5", {}),
         ("7", {"text": False}),
+        ("\u0663", {}),  # an Arabic-Indic 3: int() reads it, an option does not
+        ("1_000", {}),
         (0, {}),
         (11, {"maximum": 10}),
     ]:

@@ -221,6 +221,32 @@ def test_ddl_errors_list_the_valid_options_and_hide_passwords(
             "CREATE TABLE db.T (id INT) WITH ('connector' = 'http', 'url' = 'http://h/{id}')",
             ["unqualified"],
         ),
+        (  # a secret query parameter of an option given twice, or of an unknown option
+            "CREATE TABLE T (id INT) WITH ('connector' = 'http', "
+            "'url' = 'http://h/{id}?api_key=" + SECRET + "', "
+            "'URL' = 'http://h/{id}?api_key=" + SECRET + "')",
+            ["given twice", "api_key=***"],
+        ),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'http', 'url' = 'http://h/{id}', "
+            "'batch-urll' = 'http://h/b?token=" + SECRET + "')",
+            ["'batch-urll'", "'batch-url'", "token=***"],
+        ),
+        (  # the integers every other option takes: ASCII digits, no separators
+            "CREATE TABLE T (id INT) WITH ('connector' = 'postgres', 'url' = 'postgresql://h/db', "
+            "'table-name' = 't', 'pool-size' = '1_000')",
+            ["'pool-size'", "'1_000'", "a whole number"],
+        ),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'postgres', 'url' = 'postgresql://h/db', "
+            "'table-name' = 't', 'pool-size' = '\u0663')",
+            ["'pool-size'", "a whole number"],
+        ),
+        (
+            "CREATE TABLE T (id INT) WITH ('connector' = 'redis', 'url' = 'redis://h', "
+            "'key-template' = 'c:{id}', 'scan-count' = '7', 'scan-count' = 'x')",
+            ["'scan-count'", "given twice"],
+        ),
     ],
 )
 def test_bad_ddl_raises_naming_the_problem(

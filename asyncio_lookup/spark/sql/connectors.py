@@ -25,25 +25,18 @@ from asyncio_lookup.connectors.registry import connector_factory, connector_name
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup import LookupOptions
 from asyncio_lookup.lookup.flink_options import ignored
+from asyncio_lookup.masking import mask_text
 from asyncio_lookup.spark.sql.parse import SqlError, is_secret
-from asyncio_lookup.validation import did_you_mean, parse_duration
+from asyncio_lookup.validation import did_you_mean, parse_bool, parse_duration, parse_int
 
 Convert = Callable[[str, str], Any]
 BUILT_IN = ("jdbc", "postgres", "http", "redis")
 
 
 def shown(option: str, value: str) -> str:
-    """A value as it may appear in a message: secrets masked, URL passwords masked."""
-    if is_secret(option):
-        return "***"
-    start = value.find("://")
-    at = value.find("@", start + 3) if start >= 0 else -1
-    if at > start and ":" in value[start + 3 : at]:
-        user = value[start + 3 : at].split(":", 1)[0]
-        value = f"{value[: start + 3]}{user}:***{value[at:]}"
-    if "password" in value.lower() and "?" in value:
-        value = value.split("?", 1)[0] + "?***"
-    return value
+    """A value as it may appear in a message: a secret option's value hidden, URL passwords
+    and secret-looking query parameters masked (:func:`~asyncio_lookup.masking.mask_text`)."""
+    return "***" if is_secret(option) else mask_text(value)
 
 
 def _str(option: str, value: str) -> str:
@@ -51,10 +44,9 @@ def _str(option: str, value: str) -> str:
 
 
 def _int(option: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise SqlError(option, shown(option, value), "a whole number") from None
+    return parse_int(
+        option, value, minimum=-(2**63), allowed="a whole number", error=SqlError
+    )  # the connector checks its own range
 
 
 def _seconds(option: str, value: str) -> float:
@@ -65,9 +57,7 @@ def _seconds(option: str, value: str) -> float:
 
 
 def _bool(option: str, value: str) -> bool:
-    if value.strip().lower() not in ("true", "false"):
-        raise SqlError(option, value, "'true' or 'false'")
-    return value.strip().lower() == "true"
+    return parse_bool(option, value, error=SqlError)
 
 
 def _ints(option: str, value: str) -> tuple[int, ...]:
@@ -422,13 +412,16 @@ def _boolean_key(text: str) -> bool:
     return text == "True"
 
 
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")  # ASCII: str.isdigit takes '²' and '٣'
+
+
 def _convert_like(default: Any) -> Convert:
     if isinstance(default, bool):
         return _bool
     if isinstance(default, int):
         return _int
     if isinstance(default, float):
-        return lambda o, v: float(v) if v.strip().replace(".", "", 1).isdigit() else _seconds(o, v)
+        return lambda o, v: float(v) if _DECIMAL.fullmatch(v.strip()) else _seconds(o, v)
     if isinstance(default, (tuple, list)):
         return lambda o, v: tuple(p.strip() for p in v.split(",") if p.strip())
     return _str
