@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Hashable, Sequence
 from decimal import Decimal
 from typing import Any
@@ -21,20 +22,31 @@ from typing import Any
 from asyncio_lookup.connectors.keys import key_text, number_text
 from asyncio_lookup.lookup.functions import Key, Row
 
-#: Text a service may read as a number: JSON's number syntax with at most 40 digits before and
-#: after the point and 3 in the exponent (``int(Decimal("1e999999"))`` would build a
-#: million-digit integer, and ``str()`` refuses one of over 4,300 digits).
+#: A JSON number written as text, which an answer's key value is read as (``"100.0"`` is the
+#: DECIMAL key ``100.00``): JSON's syntax in ASCII digits (no ``'01'``, no ``'+1'``), with at
+#: most 40 digits before and after the point and 3 in the exponent (``int(Decimal("1e999999"))``
+#: would build a million-digit integer, and ``str()`` refuses one of over 4,300 digits).
+NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,39})(?:\.[0-9]{1,40})?(?:[eE][+-]?[0-9]{1,3})?")
+
 NUMBERS = (int, float, Decimal)  # the key values matched by value (number_text)
 
-NUMBER_TEXT = re.compile(r"-?\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,3})?")
+#: Text some reader of numbers takes for a number: a sign, ``_`` between digits (Python's
+#: ``int()``), a bare point (``'.5'``, ``'1.'``), leading zeros, any script's digits; bounded
+#: as :data:`NUMBER_TEXT`.
+_LOOSE_DIGITS = r"\d(?:_?\d){0,39}"
+_LOOSE_NUMBER = re.compile(
+    rf"[+-]?(?:{_LOOSE_DIGITS}(?:\.(?:{_LOOSE_DIGITS})?)?|\.{_LOOSE_DIGITS})(?:[eE][+-]?\d{{1,3}})?"
+)
 
 
 def loose_value(value: Any) -> str:
-    """``value`` as a service reading keys loosely may: text trimmed and casefolded, numeric
-    text and numbers by value (:func:`number_text`), anything else as its key text."""
+    """``value`` as a service reading keys loosely may: text in compatibility form, trimmed,
+    in any case (``upper()`` then ``casefold()``: a dotless i is ``'i'`` as ``'ß'`` is ``'ss'``),
+    numeric text and numbers by value (:func:`number_text`), anything else as its key text.
+    Coarser than any one such reading: two keys of one form may only cost a request more."""
     if type(value) is str:
-        text = value.strip().casefold()
-        return number_text(Decimal(text)) if NUMBER_TEXT.fullmatch(text) else text
+        text = unicodedata.normalize("NFKC", value).strip().upper().casefold()
+        return number_text(Decimal(text)) if _LOOSE_NUMBER.fullmatch(text) else text
     if type(value) in NUMBERS:
         return number_text(value)
     return key_text(value)
@@ -87,18 +99,37 @@ def spelt_otherwise(
     empty = {loose_form(key): key for key, found in zip(keys, grouped, strict=True) if not found}
     if not empty:
         return None
-    asked = {tuple(map(key_text, key)) for key in keys}
-    asked.update(tuple(map(number_text, key)) for key in keys if has_number(key))
+    asked = {key_match(key) for key in keys}
+    masks = {number_columns(key) for key in keys}
     for row in rows:
         values = [row.get(c) for c in columns]
-        if None in values or tuple(map(key_text, values)) in asked:
-            continue
-        if tuple(map(answer_number, values)) in asked:
+        if None in values or any(answer_match(values, mask) in asked for mask in masks):
             continue
         key = empty.get(tuple(map(loose_value, values)))
         if key is not None:
             return key, values
     return None
+
+
+def number_columns(key: Key) -> tuple[bool, ...]:
+    """Which of ``key``'s values are numbers, matched by value; the others by text."""
+    return tuple(type(v) in NUMBERS for v in key)
+
+
+def key_match(key: Key) -> tuple[str, ...]:
+    """What an answer's key values are matched against: ``key``'s numbers by value
+    (:func:`number_text`), its other values as text (:func:`key_text`)."""
+    return tuple(number_text(v) if type(v) in NUMBERS else key_text(v) for v in key)
+
+
+def answer_match(values: Sequence[Any], numbers: tuple[bool, ...]) -> tuple[str, ...]:
+    """An answer row's key ``values`` as :func:`key_match` writes a key whose columns
+    ``numbers`` (:func:`number_columns`) are numbers: those by value (:func:`answer_number`),
+    the others as text, so ``"007"`` is never the text key ``'7'``."""
+    return tuple(
+        answer_number(v) if number else key_text(v)
+        for v, number in zip(values, numbers, strict=True)
+    )
 
 
 def has_number(key: Key) -> bool:
@@ -109,10 +140,13 @@ def has_number(key: Key) -> bool:
 __all__ = [
     "NUMBERS",
     "NUMBER_TEXT",
+    "answer_match",
     "answer_number",
     "chunks_apart",
     "has_number",
+    "key_match",
     "loose_form",
     "loose_value",
+    "number_columns",
     "spelt_otherwise",
 ]

@@ -67,9 +67,11 @@ from asyncio_lookup.connectors.http_answers import (
     parse_retry_after,
 )
 from asyncio_lookup.connectors.http_batch_keys import (
-    answer_number,
+    answer_match,
     chunks_apart,
     has_number,
+    key_match,
+    number_columns,
     spelt_otherwise,
 )
 from asyncio_lookup.connectors.http_client import EMPTY, HttpClient, check_client, decode_json
@@ -85,7 +87,7 @@ from asyncio_lookup.connectors.http_urls import (
     url_template,
     utf8_text,
 )
-from asyncio_lookup.connectors.keys import has_null, key_dict, key_text, number_text
+from asyncio_lookup.connectors.keys import has_null, key_dict, key_text
 from asyncio_lookup.connectors.scan import Scan
 from asyncio_lookup.connectors.source import AsyncFirstSource
 from asyncio_lookup.errors import (
@@ -518,9 +520,7 @@ class HttpConnector(AsyncFirstSource):
             return True
         if tuple(t.casefold() for t in texts) == tuple(key_text(v).casefold() for v in key):
             return True
-        return has_number(key) and tuple(map(answer_number, values)) == (
-            tuple(map(number_text, key))
-        )
+        return has_number(key) and answer_match(values, number_columns(key)) == key_match(key)
 
     def group(
         self, keys: Sequence[Key], rows: Sequence[Row], exact: Sequence[Row] | None = None
@@ -542,17 +542,22 @@ class HttpConnector(AsyncFirstSource):
                 "placeholders of url)"
             )
         by_text: dict[tuple[str, ...], list[Row]] = {}
-        by_number: dict[tuple[str, ...], list[Row]] = {}
+        # by which key columns hold numbers (:func:`number_columns`: one pattern in a join,
+        # whose key columns have fixed types), the rows by their key values read that way
+        by_number: dict[tuple[bool, ...], dict[tuple[str, ...], list[Row]]] = {
+            numbers: {} for numbers in {number_columns(k) for k in keys if has_number(k)}
+        }
         for row, matched in zip(rows, rows if exact is None else exact, strict=True):
             values = [matched.get(c) for c in columns]
             if None not in values:
                 by_text.setdefault(tuple(map(key_text, values)), []).append(row)
-                by_number.setdefault(tuple(map(answer_number, values)), []).append(row)
+                for numbers, rows_by in by_number.items():
+                    rows_by.setdefault(answer_match(values, numbers), []).append(row)
         out: list[Collection[Row]] = []
         for key in keys:
             found = by_text.get(tuple(map(key_text, key)), [])
             if has_number(key):
-                more = by_number.get(tuple(map(number_text, key)), [])
+                more = by_number[number_columns(key)].get(key_match(key), [])
                 seen = set(map(id, found))
                 found = found + [r for r in more if id(r) not in seen]
             out.append([dict(r) for r in found])
@@ -748,6 +753,19 @@ class _HttpLookup(AsyncLookupFunction):
             await client.close()
 
 
+async def _all_or_none(calls: Sequence[Awaitable[T]]) -> list[T]:
+    """Each call's result, in order; on the first error the other calls are cancelled (and
+    awaited) before it is raised, so none goes on past the batch call it belongs to."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 class _HttpBatchLookup(_HttpLookup):
     spelling_warned = False  # a batch answer had a key in the service's own spelling
 
@@ -770,10 +788,13 @@ class _HttpBatchLookup(_HttpLookup):
         chunks = chunks_apart(list(items), c.batch_size)
         client = await self._client()
         found: dict[Key, Collection[Row]] = {}
+        several = len(items) > 1
         try:
-            results = await asyncio.gather(*(self._chunk(client, chunk, items) for chunk in chunks))
+            results = await _all_or_none(
+                [self._chunk(client, chunk, items, several) for chunk in chunks]
+            )
         except HttpStatusError as error:
-            if len(items) > 1 and error.status in _ONE_KEY_MAY_CAUSE | c.miss_statuses:
+            if several and error.status in _ONE_KEY_MAY_CAUSE | c.miss_statuses:
                 error.split_batch = True  # the batcher sends the keys again in halves
             raise
         for chunk, (rows, exact) in zip(chunks, results, strict=True):
@@ -781,7 +802,7 @@ class _HttpBatchLookup(_HttpLookup):
             if self.check_keys and rows and not any(grouped):
                 # rows with every key column, none of a key asked for: maybe another request's
                 fresh_rows, fresh_exact = await self._asked_again(
-                    functools.partial(self._chunk, chunk=chunk, items=items)
+                    functools.partial(self._chunk, chunk=chunk, items=items, several=several)
                 )
                 grouped = c.group(chunk, fresh_rows, fresh_exact)
                 rows, exact = fresh_rows, fresh_exact
@@ -819,17 +840,19 @@ class _HttpBatchLookup(_HttpLookup):
         )
 
     async def _chunk(
-        self, client: HttpClient, chunk: Sequence[Key], items: Mapping[Key, str]
+        self, client: HttpClient, chunk: Sequence[Key], items: Mapping[Key, str], several: bool
     ) -> tuple[list[Row], list[Row] | None]:
-        """The rows of one batch request, and for DECIMAL keys (and integers beyond 2**53) the
-        same rows with every JSON number read exactly (a float would make 0.100000000000000001
-        the key 0.1, and 9007199254740993.0 the key 9007199254740992)."""
+        """The rows of one batch request (``several``: of a call for several keys, whose
+        requests may hold one key each, :func:`chunks_apart`), and for DECIMAL keys (and
+        integers beyond 2**53) the same rows with every JSON number read exactly (a float would
+        make 0.100000000000000001 the key 0.1, and 9007199254740993.0 the key 9007199254740992)."""
         c = self.connector
         method, url, body = c.batch_request([items[k] for k in chunk])
         status, headers, data = await client.fetch(method, url, body)
-        if len(chunk) > 1 and status in c.miss_statuses:
+        if several and status in c.miss_statuses:
             # not every key's miss: one key may cause it ("a malformed id is a miss"), or the
-            # batch URL is wrong (a typo is a 404)
+            # batch URL is wrong (a typo is a 404); the call's keys go again in halves, down to
+            # point requests
             raise c.status_error(method, url, status, headers, data)
         if (
             body is None

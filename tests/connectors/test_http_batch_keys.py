@@ -169,3 +169,95 @@ def test_a_row_spelt_otherwise_is_found_only_when_no_key_took_it() -> None:
     assert found == (("ALICE",), ["alice"])
     assert spelt_otherwise(["id"], keys, [[{"id": "x"}], [{"id": "bob"}]], []) is None
     assert json.dumps(found)  # plain values: loggable as they are
+
+
+async def test_a_one_key_request_of_a_several_key_call_answered_404_is_asked_again(
+    serve: Callable[[LooseService], Any],
+) -> None:
+    """Keys of one loose form go in requests of one key each; such a request answered 404
+    (here a wrong batch_url) was taken as that key's miss, though the call held several
+    keys: 'alice' and 'Alice' lost their rows, silently."""
+    rows = {"alice": {"id": "alice", "n": 1}, "x": {"id": "x", "n": 2}}
+    base = await serve(LooseService(rows, str.casefold, refuse_unknown=False))
+    keys = ["x", "alice", "Alice"]
+    wrong = HttpConnector(f"{base}/item/{{id}}", batch_url=f"{base}/batchez")
+    chain = LookupChain.create(
+        wrong, LookupOptions.from_dict({"lookup.batch.max-size": "8"}), prefer_async=True
+    )
+    await chain.open()
+    try:
+        found = await asyncio.gather(*(chain.async_lookup((key,)) for key in keys))
+    finally:
+        await chain.close()
+    assert [[r["n"] for r in rows] for rows in found] == [[2], [1], [1]]
+
+
+async def test_keys_a_number_reader_confuses_go_in_separate_requests(
+    serve: Callable[[LooseService], Any],
+) -> None:
+    """A service reading ids with Python's int() answered '1' and '+1' (or '1000' and
+    '1_000') in one batch as '1': the key '1' got two rows and '+1' none."""
+    rows = {str(n): {"id": str(n), "n": n} for n in (1, 1000)}
+    base = await serve(LooseService(rows, lambda key: str(int(key)), refuse_unknown=False))
+    keys = ["1", "+1", "1000", "1_000"]
+    batched = await lookups(base, keys, batch=True)
+    assert [[r["n"] for r in found] for found in batched] == [[1], [], [1000], []]
+    for a, b in [("1", "+1"), ("1000", "1_000"), (".5", "0.5"), ("1.", "1"), ("i", "\u0131")]:
+        assert loose_form((a,)) == loose_form((b,)), (a, b)
+    assert loose_form(("\uff17",)) == loose_form(("7",))  # a full-width 7
+
+
+def test_a_text_column_of_a_composite_key_matches_text_alone() -> None:
+    """In a key of a text and a number column, the text column was read as a number too:
+    the row ('007', 1), of a key not asked for, was given to the key ('7', 1)."""
+    c = HttpConnector("http://h/c/{sku}/{region}", batch_url="http://h/batch")
+    rows = [{"sku": spelt, "region": 1, "n": i} for i, spelt in enumerate(["007", "7.0", "7e0"])]
+    rows.append({"sku": "7", "region": "1.0", "n": 9})  # the number column read by value
+    assert c.group([("7", 1)], rows) == [[rows[3]]]
+    assert c.group([("0", 0)], [{"sku": "00", "region": 0}]) == [[]]
+
+
+def test_answer_numbers_are_json_numbers() -> None:
+    """An answer's number text is read as JSON reads a number: '01', '+1', an Arabic-Indic or
+    full-width 1 are not the key 1."""
+    c = HttpConnector("http://h/c/{id}", batch_url="http://h/batch")
+    spellings = ["01", "+1", "001.000", "\u0661", "\uff11", "1.", ".5"]
+    answer = [{"id": spelt} for spelt in spellings] + [{"id": "1.0"}, {"id": "1e0"}]
+    assert c.group([(1,)], answer) == [[{"id": "1.0"}, {"id": "1e0"}]]
+
+
+async def test_the_other_requests_of_a_failed_call_are_cancelled() -> None:
+    """A call sent as several requests (keys of one loose form) failed on the first refused
+    one, and the others went on reading their answers after the chain closed."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def batch(request: web.Request) -> web.Response:
+        asked = [str(item["id"]) for item in (await request.json())["keys"]]
+        started.append(asked[0])
+        if "b" in asked:
+            return web.Response(status=500)
+        await release.wait()
+        return web.json_response([])
+
+    app = web.Application()
+    app.router.add_post("/batch", batch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        connector = HttpConnector(f"{base}/item/{{id}}", batch_url=f"{base}/batch")
+        function = connector.async_lookup_function()
+        await function.open()
+        try:
+            with pytest.raises(Exception, match="500"):
+                await function.async_lookup_batch([("a",), ("A",), ("b",)])
+            pending = [t for t in asyncio.all_tasks() if "_chunk" in repr(t.get_coro())]
+            assert pending == []
+        finally:
+            release.set()
+            await function.close()
+    finally:
+        await runner.cleanup()
