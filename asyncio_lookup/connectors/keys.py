@@ -48,7 +48,10 @@ class KeyTemplate:
                 option, template, "a template with {column} placeholders", str(error)
             ) from None
         for literal, field, spec, conversion in parsed:
-            self.literals.append(literal)
+            if len(self.literals) > len(self.fields):  # an escaped brace ('{{') split the text
+                self.literals[-1] += literal
+            else:
+                self.literals.append(literal)
             if field is None:
                 continue
             if not field.isidentifier() or spec or conversion:

@@ -155,6 +155,20 @@ def test_template_pickles_with_its_parser() -> None:
     assert copy.parser().match("o:1:x:y").groupdict() == {"cid": "1", "oid": "x:y"}
 
 
+def test_escaped_braces_are_literal_text() -> None:
+    """A Redis Cluster hash tag ('{customer}:42') needs '{{customer}}:{id}': escaped braces
+    failed with a bare ValueError from zip()."""
+    t = KeyTemplate("{{customer}}:{id}", "key_template")
+    assert t.format({"id": 42}, str) == "{customer}:42"
+    assert t.glob() == "{customer}:*"
+    assert t.parser().fullmatch("{customer}:42").groupdict() == {"id": "42"}
+    t = KeyTemplate("c{{{a}}}:{b}", "key_template")
+    assert t.format({"a": "x", "b": "y"}, str) == "c{x}:y"
+    assert t.parser().fullmatch("c{x}:y").groupdict() == {"a": "x", "b": "y"}
+    with pytest.raises(DataFormatError):
+        t.format({"a": "x}", "b": "y"}, str)  # '}' is the separator after {a}
+
+
 # -- properties ------------------------------------------------------------------------------
 
 CHARS = "x:-/a"  # separators and value characters overlap on purpose
@@ -162,12 +176,15 @@ CHARS = "x:-/a"  # separators and value characters overlap on purpose
 
 @st.composite
 def templates(draw: st.DrawFn) -> KeyTemplate:
+    def literal(min_size: int) -> str:  # with literal braces, written escaped
+        text = draw(st.text(CHARS + "{}", min_size=min_size, max_size=2))
+        return text.replace("{", "{{").replace("}", "}}")
+
     n = draw(st.integers(2, 4))
     fields = draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n))
-    text = draw(st.text(CHARS, max_size=2))
+    text = literal(0)
     for i, field in enumerate(fields):
-        last = i == n - 1
-        text += "{" + field + "}" + draw(st.text(CHARS, min_size=0 if last else 1, max_size=2))
+        text += "{" + field + "}" + literal(0 if i == n - 1 else 1)
     return KeyTemplate(text, "key_template")
 
 
