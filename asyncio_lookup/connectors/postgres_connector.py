@@ -8,8 +8,9 @@ against ``unnest($1, $2, ...) WITH ORDINALITY`` (the distinct values for a singl
 every key for composite ones); each row comes back tagged, in its last column, with the
 ordinal of its key, so a batch matches exactly what the point lookups match (``=`` on the
 server decides, never Python equality: ``char(n)`` padding, ``citext``, NaN, time zones). A
-key an integral key column cannot hold (a fraction, out of the type's range) is a miss, never
-sent (the driver would truncate 1.5 to 1 or fail the statement). A scan streams through a
+key an integral key column cannot hold (a fraction, out of the type's range), or text holding
+a NUL (which no PostgreSQL value holds), is a miss, never sent (the driver would truncate 1.5
+to 1, the server would fail the statement). A scan streams through a
 server-side cursor.
 
 Failures of the connection kind (refused, closed, dropped mid-query, admin shutdown, too many
@@ -783,8 +784,11 @@ class _PostgresLookup(AsyncLookupFunction):
         return [dict(r) for r in await self._fetch(self.point_sql, args, "lookup")]
 
     def _holdable(self, key: Key) -> bool:
-        """Whether each integral key column can hold its part of ``key`` exactly."""
-        return all(_integral_key(key[i], bound) for i, bound in self.integral)
+        """Whether each integral key column can hold its part of ``key`` exactly, and no text
+        holds a NUL (no PostgreSQL value does; the server refuses it in a parameter)."""
+        return all(_integral_key(key[i], bound) for i, bound in self.integral) and not any(
+            type(v) is str and "\x00" in v for v in key
+        )
 
     async def async_lookup_batch(
         self, keys: Sequence[Key]
@@ -850,7 +854,9 @@ class _PostgresLookup(AsyncLookupFunction):
             o = ordinals.get(value)
             if o is not None:
                 targets[o].append(i)
-            elif not bound or _integral_key(value, bound):
+            elif (not bound or _integral_key(value, bound)) and not (
+                type(value) is str and "\x00" in value
+            ):
                 ordinals[value] = len(targets)
                 targets.append([i])
         return list(ordinals), targets

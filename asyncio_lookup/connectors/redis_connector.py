@@ -14,8 +14,9 @@ key than its key name's. A scan skips a key name that does not parse or convert 
 table's key sharing the prefix, ``customer:1:orders`` for ``customer:{id}`` with ``int`` ids).
 A composite key is unambiguous: a value holding the character that follows its placeholder is
 an error for that key (:class:`~asyncio_lookup.connectors.keys.KeyTemplate`). A key holding
-another Redis type than ``value_format`` reads is a :class:`DataFormatError` naming it where
-Redis says so (``GET``, ``HGETALL``); ``MGET`` answers it as missing, and a scan skips it. A
+another Redis type than ``value_format`` reads is a :class:`DataFormatError` naming it, in a
+batch too (``MGET`` answers it as missing: :meth:`RedisConnector.mark_wrong_types` asks), and a
+scan skips it (another table's key under the prefix). A
 value that is not UTF-8 text is a :class:`DataFormatError` naming its key. hiredis is used by
 redis-py automatically when installed.
 """
@@ -95,7 +96,7 @@ def _wrong_type_error(redis_key: str, value_format: str) -> DataFormatError:
     held = "a string" if value_format == "hash" else "a hash or another non-string type"
     return DataFormatError(
         f"Redis key {redis_key!r} holds {held}, not what value_format={value_format!r} reads: "
-        "is value_format right? (MGET answers such a key as missing: batches cannot tell)"
+        "is value_format right?"
     )
 
 
@@ -509,6 +510,23 @@ class RedisConnector(AsyncFirstSource):
                 raise value
         return values
 
+    async def mark_wrong_types(
+        self, client: redis.asyncio.Redis, keys: Sequence[str], values: list[Any]
+    ) -> None:
+        """In ``values`` (``MGET``'s), a WRONGTYPE error in place of each missing key that holds
+        another Redis type, as a point ``GET`` answers it: ``MGET`` answers it as missing. One
+        ``EXISTS`` for the batch's missing keys, and ``TYPE`` of each only if one exists."""
+        missing = [i for i, value in enumerate(values) if value is None]
+        if not missing or not await client.exists(*(keys[i] for i in missing)):
+            return
+        pipe = client.pipeline(transaction=False)
+        for i in missing:
+            pipe.type(keys[i])
+        for i, held in zip(missing, await pipe.execute(), strict=True):
+            held = held.decode() if isinstance(held, bytes) else str(held)
+            if held not in ("string", "none"):  # 'none': deleted since, a miss
+                values[i] = redis.exceptions.ResponseError(f"WRONGTYPE key holds a {held}")
+
     @staticmethod
     def _decoded(redis_key: str, raw: Any) -> Any:
         try:
@@ -628,7 +646,14 @@ class _RedisLookup(AsyncLookupFunction):
                     refused[i] = error
                     redis_keys.append(None)
         wanted = [k for k in redis_keys if k is not None]
-        values = await self._on_connection("batch lookup", lambda: c.fetch(client, wanted))
+
+        async def fetch() -> list[Any]:
+            values = await c.fetch(client, wanted)
+            if c.value_format != "hash":
+                await c.mark_wrong_types(client, wanted, values)
+            return values
+
+        values = await self._on_connection("batch lookup", fetch)
         results = c.results(keys, redis_keys, values)
         for i, refusal in refused.items():
             results[i] = refusal

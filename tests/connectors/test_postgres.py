@@ -542,6 +542,23 @@ async def test_fraction_keys_miss_on_integral_key_columns(postgres_dsn: str, pg_
     assert (await _all_paths(composite, [(v, "t") for v in values])) == expected
 
 
+async def test_a_text_key_holding_a_nul_misses(postgres_dsn: str, pg_table: str) -> None:
+    """No PostgreSQL value holds a NUL, and the server refuses one in a parameter: the key
+    failed its lookup (and a FULL cache missed it); it is a miss on every path."""
+    _exec(
+        postgres_dsn,
+        f'CREATE TABLE "{pg_table}" (id text, n int, v text)',
+        f"""INSERT INTO "{pg_table}" VALUES ('a', 1, 'one'), ('ab', 2, 'two')""",
+    )
+    keys = [("a\x00b",), ("a",), ("\x00",), ("ab",)]
+    expected = [[], [{"v": "one"}], [], [{"v": "two"}]]
+    assert (await _all_paths(PostgresConnector(postgres_dsn, pg_table, "id", ["v"]), keys)) == (
+        expected
+    )
+    composite = PostgresConnector(postgres_dsn, pg_table, ["id", "n"], ["v"])
+    assert (await _all_paths(composite, [("a\x00", 1), ("a", 1)])) == [[], [{"v": "one"}]]
+
+
 async def test_out_of_range_keys_miss(postgres_dsn: str, pg_table: str) -> None:
     """A key outside the key column's type (70000 for a smallint) is a miss, not a DataError
     that fails the lookup and its whole batch."""

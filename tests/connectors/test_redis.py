@@ -545,8 +545,9 @@ async def test_a_key_of_another_type_is_an_error_where_redis_says_so(
     redis_url: str, redis_prefix: str, redis_client: redis.Redis
 ) -> None:
     """GET and a hash pipeline answer WRONGTYPE: an error naming the key (value_format is
-    likely wrong); MGET answers such a key as missing, so a string batch misses it; a scan
-    skips it (another table's key under the prefix)."""
+    likely wrong). MGET answers such a key as missing, so a string batch missed it (the key
+    failed alone and missed in company); it is asked about, and fails there too. A scan skips
+    it (another table's key under the prefix)."""
     redis_client.hset(f"{redis_prefix}o:h", mapping={"v": "hash"})
     redis_client.set(f"{redis_prefix}o:1", json.dumps({"v": 1}))
     c = RedisConnector(redis_url, redis_prefix + "o:{id}")
@@ -555,8 +556,9 @@ async def test_a_key_of_another_type_is_an_error_where_redis_says_so(
     try:
         with pytest.raises(DataFormatError, match=rf"{redis_prefix}o:h.*value_format='json'"):
             await fn.async_lookup(("h",))
-        missing, found = await fn.async_lookup_batch([("h",), ("1",)])
-        assert list(missing) == [] and list(found) == [{"v": 1, "id": "1"}]
+        wrong, found, missing = await fn.async_lookup_batch([("h",), ("1",), ("none",)])
+        assert isinstance(wrong, DataFormatError) and f"{redis_prefix}o:h" in str(wrong)
+        assert list(found) == [{"v": 1, "id": "1"}] and list(missing) == []
     finally:
         await fn.close()
     with pytest.raises(DataFormatError, match="value_format='json'"):
