@@ -53,6 +53,10 @@ LEVEL_COUNTERS = (
 )
 
 
+#: The counter table and call sketch that hold what a group inherited (no thread has ident 0).
+_INHERITED = 0
+
+
 class CacheMetricGroup:
     """The metrics of one lookup chain (one ``LookupTable`` in one process); thread-safe.
 
@@ -204,6 +208,22 @@ class CacheMetricGroup:
         for name, value in gauges.items():
             values[name] = int(value) if name in self.INT_GAUGES else round_ms(value)
         return values
+
+    def inherit(self, old: CacheMetricGroup) -> None:
+        """Take on what ``old`` (the group of a chain this one's chain replaces: its FULL
+        reload failed between tasks) counted and no task reported: its counters' unreported
+        part, its undrained call latencies and its causes, so the job's totals keep them."""
+        delta = old.take_delta()
+        calls = old.drain_calls()
+        with self._lock:
+            table = self._by_thread.setdefault(_INHERITED, dict.fromkeys(self.COUNTERS, 0))
+            for name, value in delta.items():
+                if name in self.COUNTERS and value:
+                    table[name] = table.get(name, 0) + int(value)
+            self._calls.setdefault(_INHERITED, LatencySketch()).merge(calls)
+        for cause, entry in old.causes.take().to_json().items():
+            counts = {k: int(v) for k, v in entry.items() if k != "message"}
+            self.causes.add(cause, counts, str(entry.get("message") or ""))
 
     def take_delta(self) -> dict[str, int | float]:
         """Counters since the previous ``take_delta`` (or creation), gauges' current values.

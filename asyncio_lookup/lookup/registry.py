@@ -79,9 +79,11 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
     await _sweep(loop, table_id)
     lease = _chains.get(table_id)
     chain = None if lease is None else lease.resource
+    replaced = None
     if lease is not None and chain is not None and (lease.loop is not loop or chain.failed):
         _chains.evict(lease)
         await _discard(lease, loop)
+        replaced = chain
 
     async def open_chain() -> LookupChain:
         chain = factory()
@@ -95,6 +97,9 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
 
     acquired = await _chains.acquire(table_id, open_chain)
     assert acquired is not None and acquired.resource is not None  # JOIN never declines
+    if replaced is not None and acquired.resource is not replaced:
+        # its failed reload (and what else no task reported) reaches the next task's report
+        acquired.resource.metrics.inherit(replaced.metrics)
     return acquired.resource
 
 

@@ -126,6 +126,26 @@ async def test_chain_whose_reload_failed_is_replaced_for_the_next_task() -> None
     release_chain("F")
 
 
+async def test_the_next_task_reports_what_a_replaced_chain_counted() -> None:
+    """A FULL reload that failed between tasks was counted in the chain the next task
+    replaced, which no task reports: numLoadFailures missed it (and the job's totals)."""
+    make = second_load_fails()
+    first = await acquire_chain("F", make)
+    assert first.full_cache is not None
+    reported = [first.metrics.take_delta()]  # task 1's report
+    release_chain("F")
+    first.full_cache._load(0.0, initial=False)  # the scheduled reload fails between tasks
+    first.metrics.causes.record("failures", TimeoutError("reload failed"))
+    second = await acquire_chain("F", make)
+    assert second is not first
+    reported.append(second.metrics.take_delta())  # task 2's report
+    release_chain("F")
+    assert [d["numLoadFailures"] for d in reported] == [0, 1]
+    assert [d["loadCount"] for d in reported] == [1, 1]
+    assert second.metrics.causes.count("TimeoutError", "failures") == 1
+    assert second.metrics.take_delta()["numLoadFailures"] == 0  # reported once
+
+
 async def test_idle_chains_are_closed_after_the_idle_timeout() -> None:
     table, made = Table(), []  # type: ignore[var-annotated]
     fn = AsyncFn(table)
