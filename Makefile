@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo cluster-demo test test-docs test-fast bench bench-peers lint clean
+.PHONY: setup demo cluster-demo test test-docs bench bench-peers lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

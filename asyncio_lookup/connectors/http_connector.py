@@ -140,7 +140,7 @@ class HttpConnector(AsyncFirstSource):
 
     ``max_connections`` is the connection-pool size of each executor process (default 100,
     the default async ``capacity``, so a full pipeline of point lookups never waits for a
-    connection). ``client``: ``"asyncio"`` (default) or ``"pyreqwest"`` (see
+    connection). ``client``: ``"asyncio"`` (default), ``"aiohttp"`` or ``"pyreqwest"`` (see
     :mod:`~asyncio_lookup.connectors.http_client`).
     """
 

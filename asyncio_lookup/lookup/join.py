@@ -80,10 +80,6 @@ class KeyBinding:
     literal: Any = None
 
     @property
-    def is_literal(self) -> bool:
-        return self.left_column is None
-
-    @property
     def literal_key(self) -> Any:
         """The literal as a key value: a NaN as the one :data:`NAN` (a NaN equals no other
         NaN object in a key tuple; this one arrives unpickled in every task)."""

@@ -37,11 +37,6 @@ FOLD_EVERY = 4096
 _FORMAT = 1  # the version of :meth:`LatencySketch.to_json`'s layout
 
 
-def bucket_of(ms: float) -> int:
-    """The bucket index of a value ``>= MIN_MS`` (clamped to the last bucket)."""
-    return min(int(math.log(ms) * INV_LOG_GAMMA + SHIFT), BUCKETS - 1)
-
-
 def bucket_bounds(index: int) -> tuple[float, float]:
     """The ``[lower, upper)`` range of bucket ``index`` in ms."""
     lower = GAMMA ** (index - SHIFT)

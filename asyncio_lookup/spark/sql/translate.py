@@ -57,7 +57,6 @@ from asyncio_lookup.spark.sql.views import filter_view, finish
 
 DIALECT = SparkSql
 JOIN_ALLOWED = "JOIN / INNER JOIN or LEFT [OUTER] JOIN ... ON (as Flink's lookup join)"
-_NONDETERMINISTIC = {"rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id"}
 _counter = itertools.count(1)
 
 
