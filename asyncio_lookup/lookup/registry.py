@@ -7,7 +7,8 @@ pools serve the next task too. A released chain stays open while idle; it is clo
 ``idle_timeout`` seconds unused, or when more than ``MAX_IDLE_CHAINS`` are idle (the least
 recently used first: a job that builds a ``LookupTable`` per micro-batch would otherwise hold
 a pool per table), both checked when a chain is next acquired; or at process exit.
-A chain whose FULL load failed, or that was opened on another event loop, is replaced.
+A chain whose FULL load failed, or that was opened on another event loop, is replaced; its
+successor reports what it counted and no task reported.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
 from asyncio_lookup.lookup.chain import LookupChain
 from asyncio_lookup.lookup.shared import Lease, Shared
+
+log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT = 600.0
 #: The most idle (released, unused) chains a process keeps open: more tables than a job joins
@@ -97,10 +101,16 @@ async def acquire_chain(table_id: str, factory: Callable[[], LookupChain]) -> Lo
 
     acquired = await _chains.acquire(table_id, open_chain)
     assert acquired is not None and acquired.resource is not None  # JOIN never declines
-    if replaced is not None and acquired.resource is not replaced:
+    fresh = acquired.resource
+    if replaced is not None and fresh is not replaced:
         # its failed reload (and what else no task reported) reaches the next task's report
-        acquired.resource.metrics.inherit(replaced.metrics)
-    return acquired.resource
+        fresh.metrics.inherit(replaced.metrics)
+        if replaced.failed and fresh.full_cache is not None:  # as a good reload says it
+            log.warning(
+                "full cache of %s: loaded again after its failed reload; lookups are served again",
+                fresh.full_cache.name or "lookup table",
+            )
+    return fresh
 
 
 def release_chain(table_id: str, chain: LookupChain | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -126,9 +127,13 @@ async def test_chain_whose_reload_failed_is_replaced_for_the_next_task() -> None
     release_chain("F")
 
 
-async def test_the_next_task_reports_what_a_replaced_chain_counted() -> None:
+async def test_the_next_task_reports_what_a_replaced_chain_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A FULL reload that failed between tasks was counted in the chain the next task
-    replaced, which no task reports: numLoadFailures missed it (and the job's totals)."""
+    replaced, which no task reports: numLoadFailures missed it (and the job's totals). The
+    fresh load says that lookups are served again, as a good reload does."""
+    caplog.set_level(logging.WARNING, logger="asyncio_lookup")
     make = second_load_fails()
     first = await acquire_chain("F", make)
     assert first.full_cache is not None
@@ -144,6 +149,7 @@ async def test_the_next_task_reports_what_a_replaced_chain_counted() -> None:
     assert [d["loadCount"] for d in reported] == [1, 1]
     assert second.metrics.causes.count("TimeoutError", "failures") == 1
     assert second.metrics.take_delta()["numLoadFailures"] == 0  # reported once
+    assert any("served again" in r.getMessage() for r in caplog.records)
 
 
 async def test_idle_chains_are_closed_after_the_idle_timeout() -> None:
