@@ -19,6 +19,7 @@ from asyncio_lookup.lookup.l2.stores import open_admin
 from asyncio_lookup.lookup.option_names import SHARED_URL
 from asyncio_lookup.lookup.options import LookupOptions
 from asyncio_lookup.lookup.retry import FailureRetry
+from asyncio_lookup.masking import mask_text, mask_url
 from asyncio_lookup.spark.job_metrics import JobMetrics
 from asyncio_lookup.spark.metrics import (
     observation_name,
@@ -182,11 +183,23 @@ class LookupTable:
             raise ConfigurationError(
                 SHARED_URL, None, "a store URL", reason=f"lookup table {self.name!r} has none"
             )
-        admin = open_admin(url, self.options.shared_timeout or 5.0)
+        pattern = namespace_pattern(self.shared_namespace)
         try:
-            return admin.clear(namespace_pattern(self.shared_namespace))
-        finally:
-            admin.close()
+            admin = open_admin(url, self.options.shared_timeout or 5.0)
+            try:
+                return admin.clear(pattern)
+            finally:
+                admin.close()
+        except ConfigurationError:
+            raise
+        except Exception as error:  # the store's own (redis-py's) errors name no table
+            raise ConfigurationError(
+                SHARED_URL,
+                mask_url(url),
+                "a shared-cache store the driver can reach",
+                reason=f"lookup table {self.name!r}: clearing its entries failed: "
+                f"{type(error).__name__}: {mask_text(error_text(error))}",
+            ) from error
 
     def metrics(self) -> JobMetrics:
         """Cache, operator and latency metrics of the tasks that joined through this table,

@@ -447,9 +447,11 @@ async def test_values_too_big_or_not_exact_are_served_but_not_shared(
                 assert await chain.async_lookup(("odd",)) == [{"v": "m"}]  # L1
                 assert await chain.async_lookup(("ok",)) == [{}]
         assert sorted(table.calls) == [("big",), ("big",), ("odd",), ("odd",), ("ok",)]
-        # one warning per process and reason, naming the type
+        # one warning per process and reason: the type, the size (which was silent)
         warned = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
-        assert len(warned) == 2 and all("Mine" in w for w in warned)
+        assert len(warned) == 4
+        assert sum("Mine" in w for w in warned) == 2
+        assert sum("max-value-size (200 bytes)" in w for w in warned) == 2
     finally:
         await a.close()
         await b.close()
@@ -471,6 +473,65 @@ async def test_a_failed_fetch_frees_the_lease_at_once(redis_url: str, namespace:
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_lease_taken_for_a_cancelled_lookup_is_freed_at_once(
+    redis_url: str, namespace: str
+) -> None:
+    """A lookup cancelled (its row's timeout, its task's end) while its read was in flight:
+    the read took the key's lease and nobody loaded it, so every process, this one too,
+    waited out the whole lease for the key."""
+    table = Table({("k",): [{"id": "k"}]})
+    chain = _chain(table, _options(redis_url, namespace))
+    await chain.open()
+    try:
+        store = _counting(chain)
+        store.delay = 0.05
+        lookup = asyncio.ensure_future(chain.async_lookup(("k",)))
+        await asyncio.sleep(0.01)
+        lookup.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await lookup
+        await asyncio.sleep(0.2)  # the read ends, its lease answered to no one
+        assert chain.shared is not None
+        lease = chain.shared.store_key(encode_key(("k",))) + b"#lease"
+        assert redis.Redis.from_url(redis_url).get(lease) is None
+        store.delay = 0.0
+        started = time.monotonic()
+        assert await chain.async_lookup(("k",)) == [{"id": "k"}]
+        assert time.monotonic() - started < 1.0  # not the 2 s lease
+        assert chain.metrics.snapshot()["l2LeaseWaitCount"] == 0
+    finally:
+        await chain.close()
+
+
+async def test_a_full_store_still_answers_its_hits(namespace: str) -> None:
+    """A store at its maxmemory under 'noeviction' (Redis's default) refuses the lease's SET:
+    that failed the whole read script, so a batch with one new key lost its stored hits too."""
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with private_redis(port):
+        client = redis.Redis(port=port)
+        client.config_set("maxmemory-policy", "noeviction")
+        first = _chain(Table({(i,): [{"id": i}] for i in range(100)}), _options(url, namespace))
+        await first.open()
+        try:
+            await asyncio.gather(*(first.async_lookup((i,)) for i in range(50)))
+            await first.flush()
+        finally:
+            await first.close()
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 10_000)
+        table = Table({(i,): [{"id": i}] for i in range(100)})
+        other = _chain(table, _options(url, namespace))  # another process
+        await other.open()
+        try:
+            found = await asyncio.gather(*(other.async_lookup((i,)) for i in range(25, 75)))
+            assert found == [[{"id": i}] for i in range(25, 75)]
+            figures = other.metrics.snapshot()
+            assert figures["l2HitCount"] == 25 and figures["l2MissCount"] == 25
+            assert sorted(table.calls) == [(i,) for i in range(50, 75)]
+        finally:
+            await other.close()
 
 
 async def test_a_lease_whose_holder_died_is_waited_for_at_most_the_lease_time(

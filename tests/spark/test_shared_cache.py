@@ -121,6 +121,18 @@ def test_invalidate_shared_cache(redis_url: str) -> None:
     client.set(f"alk:{{{namespace}x}}:x:1".encode(), b"v")  # another namespace: kept
     assert table.invalidate_shared_cache() == 1
     assert client.delete(f"alk:{{{namespace}x}}:x:1".encode()) == 1
+    # a store the driver cannot reach: redis-py's bare error named neither table nor option
+    unreachable = _table(
+        {
+            "lookup.shared-cache.url": "redis://:s3cret@127.0.0.1:1/0",
+            "lookup.shared-cache.namespace": namespace,
+        }
+    )
+    with pytest.raises(ConfigurationError) as raised:
+        unreachable.invalidate_shared_cache()
+    said = str(raised.value)
+    assert "lookup.shared-cache.url" in said and "'Items'" in said and "ConnectionError" in said
+    assert "s3cret" not in said
 
 
 # -- acceptance ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The shared store on Redis (``redis://``, ``rediss://``, ``unix://``), with ``redis.asyncio``.
 
 A read is one ``EVALSHA`` of :data:`READ_SCRIPT` over the batch: for each key its value, else
-``SET lease NX PX`` (1: the caller's now, 0: another process's). A write is one pipeline of
+``SET lease NX PX`` (1: the caller's now, or no lease to be had: the store refuses writes;
+0: another process's). A write is one pipeline of
 ``SET key value PX ttl`` and one :data:`RELEASE_SCRIPT`, which drops only the leases that still
 hold the caller's token (a lease that expired and was taken by another process stays its
 holder's). No retries in redis-py: a failed call
@@ -31,10 +32,17 @@ for i = 1, #KEYS, 2 do
     out[#out + 1] = value
   elseif lease == 0 then
     out[#out + 1] = 1
-  elseif redis.call('SET', KEYS[i + 1], ARGV[2], 'NX', 'PX', lease) then
-    out[#out + 1] = 1
   else
-    out[#out + 1] = 0
+    -- pcall: a store that refuses writes (maxmemory reached under 'noeviction') still
+    -- answers this batch's hits; its misses are loaded without a lease
+    local taken = redis.pcall('SET', KEYS[i + 1], ARGV[2], 'NX', 'PX', lease)
+    if type(taken) == 'table' and taken.err then
+      out[#out + 1] = 1
+    elseif taken then
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
   end
 end
 return out

@@ -282,6 +282,10 @@ class SharedTier:
                 self._warn_not_shared(str(error))
             if value is not None and len(value) > self.settings.max_value_size:
                 value = None
+                self._warn_not_shared(
+                    "an entry larger than lookup.shared-cache.max-value-size "
+                    f"({self.settings.max_value_size:,} bytes)"
+                )
         if value is None:
             if not leased:
                 return None
@@ -329,10 +333,16 @@ class SharedTier:
     ) -> None:
         ok, got = await self._call(lambda store: store.read(keys, self._lease_ms, self._token))
         answers: Sequence[ReadResult | None] = got if ok else [_Failed] * len(keys)
-        for futures, answer in zip(waiters, answers, strict=True):
+        for skey, futures, answer in zip(keys, waiters, answers, strict=True):
+            taken = False
             for future in futures:
                 if not future.done():
                     future.set_result(answer)
+                    taken = True
+            if answer is True and not taken:
+                # the lease was taken for lookups cancelled meanwhile: nobody loads the key,
+                # so free it for the next process (or the next lookup here) at once
+                self._queue_write(skey, None)
 
     # -- batched writes --------------------------------------------------------------------
 
