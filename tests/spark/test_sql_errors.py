@@ -99,6 +99,16 @@ def sql(spark: SparkSession, customers_table: str) -> LookupSQL:
             "SELECT 1 FROM Orders o CROSS JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time c",
             ["CROSS", "LEFT [OUTER] JOIN"],
         ),
+        (  # the user wrote no CROSS JOIN
+            "SELECT 1 FROM Orders o, Customers FOR SYSTEM_TIME AS OF o.proc_time c "
+            "WHERE o.customer_id = c.id",
+            ["a comma join", "LEFT [OUTER] JOIN"],
+        ),
+        (  # a key from the outer query of a correlated subquery: Spark's bare UNRESOLVED_COLUMN
+            "SELECT o.order_id, (SELECT max(c.id) FROM (SELECT current_timestamp() AS ts) k "
+            "JOIN Customers FOR SYSTEM_TIME AS OF k.ts AS c ON c.id = o.customer_id) FROM Orders o",
+            ["o.customer_id is a column of no source of this FROM", "'c.id = o.customer_id'"],
+        ),
         (
             "SELECT 1 FROM Orders o JOIN Customers FOR SYSTEM_TIME AS OF o.total + 1 c "
             "ON o.customer_id = c.id",

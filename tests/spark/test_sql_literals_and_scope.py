@@ -212,6 +212,24 @@ def test_outer_names_in_subqueries_resolve_as_in_spark(
     assert same_as_spark(spark, sql, query)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT DISTINCT c.tier FROM O AS o JOIN {Dim} AS c ON c.id = o.id ORDER BY c.tier DESC",
+        "SELECT DISTINCT o.t, c.v FROM O AS o JOIN {Dim} AS c ON c.id = o.id ORDER BY c.v, o.t",
+        "SELECT DISTINCT c.tier AS n FROM O AS o JOIN {Dim} AS c ON c.id = o.id ORDER BY n",
+    ],
+)
+def test_distinct_ordered_by_a_qualified_column_reads_as_in_spark(
+    spark: SparkSession, sql: LookupSQL, query: str
+) -> None:
+    """``SELECT DISTINCT c.x ... ORDER BY c.x`` failed ('cannot be resolved'): ``c`` is a struct
+    of the view, which Spark cannot read above the DISTINCT."""
+    ours = [tuple(r) for r in sql.sql(query.format(Dim="Dim FOR SYSTEM_TIME AS OF o.t")).collect()]
+    plain = [tuple(r) for r in spark.sql(query.format(Dim="dim_plain")).collect()]
+    assert ours == plain and len(ours) > 1
+
+
 # ---------------------------------------------------------------- 4. and 5. ON shapes
 
 

@@ -178,6 +178,7 @@ class KeyFinder:
             if found is None:
                 continue
             column, convert = found
+            self._check_probe_side(part, other)
             if isinstance(other, exp.Null) and column in self.types:  # D.id = NULL: no match
                 other = exp.Cast(this=other.copy(), to=self.types[column].copy())
             elif convert is not None:
@@ -229,6 +230,21 @@ class KeyFinder:
                 reason="no lookup key" + self._why(residual),
             )
         return [KeyColumn(c, e) for c, e in chosen.items()], residual
+
+    def _check_probe_side(self, part: exp.Expr, probe: exp.Expr) -> None:
+        """Refuse a key whose value names a column of no source of this ``FROM`` (an outer
+        query's, in a correlated subquery): the probe side is read on its own, where the
+        outer query's columns do not exist."""
+        for column in _columns(probe):
+            if column.table and self.resolver.resolve(column) is None:
+                raise SqlError(
+                    "ON",
+                    _sql(part),
+                    "a key whose value comes from this join's own FROM (its probe side)",
+                    reason=f"in the lookup join of {self.table!r}: "
+                    f"{column.table}.{column.name} is a column of no source of this FROM (an "
+                    "outer query's?); join that source into the probe side instead",
+                )
 
     def _check_qualifiers(self, on: exp.Expr) -> None:
         """Refuse ``LookupTable.id`` in the ON of ``JOIN LookupTable ... AS D``: an aliased

@@ -395,9 +395,10 @@ class Translator:
         name, dim_alias = definition.name, table.alias_or_name
         side, kind = str(join.args.get("side") or "").upper(), str(join.args.get("kind") or "")
         if (side, kind.upper()) not in (("", ""), ("", "INNER"), ("LEFT", ""), ("LEFT", "OUTER")):
-            raise SqlError(
-                "join", f"{side} {kind} JOIN {name}".strip(), JOIN_ALLOWED, reason="unsupported"
-            )
+            written = f"{side} {kind} JOIN {name}".strip()
+            if kind.upper() == "CROSS":  # sqlglot reads FROM a, b as a CROSS JOIN
+                written += f" (or FROM ..., {name}: a comma join)"
+            raise SqlError("join", written, JOIN_ALLOWED, reason="unsupported")
         if join.args.get("using") or join.args.get("method") or join.args.get("on") is None:
             raise SqlError("join", f"JOIN {name}", JOIN_ALLOWED, reason="a lookup join needs ON")
         how = "left" if side == "LEFT" else "inner"

@@ -3,6 +3,7 @@ rewritten ``SELECT`` over the views (plain names qualified, ``*`` expanded over 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
@@ -83,6 +84,8 @@ def finish(
         if source is not None and any(source is v for v in view_sources):
             node.set("table", exp.to_identifier(source.alias))
     _qualify_outer_references(select, resolver, view_sources, own_names)
+    if select.args.get("distinct") and select.args.get("order"):
+        _order_distinct_by_output_names(select, view_aliases)
     expanded: list[exp.Expr] = []
     for projection in select.expressions:
         if not isinstance(projection, exp.Star):
@@ -98,6 +101,23 @@ def finish(
                 for a in aliases
             ]
     select.set("expressions", expanded)
+
+
+def _order_distinct_by_output_names(select: exp.Select, view_aliases: set[str]) -> None:
+    """``SELECT DISTINCT c.x ... ORDER BY c.x``: ``c`` is a struct column of a view here, which
+    Spark cannot read above the DISTINCT's aggregate (only its outputs): an ``ORDER BY`` key
+    that is an unaliased projection's column is ordered by that projection's output name (when
+    no other projection has that name)."""
+    projections = select.expressions
+    names = Counter(p.alias_or_name.lower() for p in projections)
+    for ordered in select.args["order"].expressions:
+        key = ordered.this
+        if not (isinstance(key, exp.Column) and key.table.lower() in view_aliases):
+            continue
+        for projection in projections:
+            if projection == key and names[projection.alias_or_name.lower()] == 1:
+                ordered.set("this", exp.column(projection.alias_or_name, quoted=True))
+                break
 
 
 def _qualify_outer_references(
