@@ -11,7 +11,7 @@ import sys
 
 WORKER_MODULES = (
     "asyncio_lookup.spark.task",
-    "asyncio_lookup.spark.async_map",
+    "asyncio_lookup.spark.async_map_task",
     "asyncio_lookup.connectors.http_connector",
     "asyncio_lookup.connectors.memory",
 )

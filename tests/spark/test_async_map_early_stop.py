@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
 from asyncio_lookup.lookup import otel
 from asyncio_lookup.runtime import RetryStrategies
-from asyncio_lookup.spark.async_map import AsyncMapTask
+from asyncio_lookup.spark.async_map_task import AsyncMapTask
 
 
 class Recording(MetricExporter):

@@ -9,7 +9,7 @@ import pytest
 
 from asyncio_lookup.errors import ResultTypeError
 from asyncio_lookup.runtime import RetryStrategies
-from asyncio_lookup.spark.async_map import AsyncMapTask
+from asyncio_lookup.spark.async_map_task import AsyncMapTask
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("price", pa.float64())])
 

@@ -275,7 +275,7 @@ def test_async_map_key_orders_every_nan_as_one_key() -> None:
     import pyarrow as pa
 
     from asyncio_lookup.runtime.datastream import AsyncDataStream
-    from asyncio_lookup.spark.async_map import RowKey
+    from asyncio_lookup.spark.async_map_task import RowKey
 
     batch = pa.RecordBatch.from_pydict(
         {"k": [float("nan"), float("nan"), 1.0], "j": [float("nan")] * 3, "i": [0, 1, 2]}
