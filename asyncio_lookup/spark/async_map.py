@@ -7,7 +7,14 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.failed_rows import OnError
@@ -69,7 +76,7 @@ def _check_key(key: Any, output_mode: Any, df: DataFrame) -> tuple[str, ...] | N
             raise ConfigurationError(
                 "key", column, "one of the DataFrame's columns: " + ", ".join(fields)
             )
-        if isinstance(fields[column].dataType, (ArrayType, MapType, StructType)):
+        if isinstance(fields[column].dataType, (ArrayType, MapType, StructType, VariantType)):
             raise ConfigurationError(
                 "key",
                 column,

@@ -357,9 +357,11 @@ def lookup_join(
                 raise ConfigurationError(
                     "skew",
                     args.skew,
-                    "None or False with 'output-mode'='key_ordered'",
-                    reason="a salted hot key's rows go to several tasks, which look it up at "
-                    "once; key order is one lookup of a key at a time",
+                    "None or False in key order ('output-mode'='key_ordered', or an unordered "
+                    f"join with the Spark conf {CONF_KEY_ORDERED}=true)",
+                    reason="this join runs in key order, and a salted hot key's rows go to "
+                    "several tasks, which look it up at once; key order is one lookup of a key "
+                    "at a time",
                 )
             skew = SkewOptions(enabled=False)  # each key on one task, in order there
         df, task = hash_partition(df, task, table, args.shuffle_partitions, skew)

@@ -238,6 +238,22 @@ def test_a_key_ordered_join_keeps_a_hot_key_on_one_task(spark: SparkSession) -> 
             skew={"sample_fraction": 1.0},
         )
     assert error.value.option == "skew"
+    # key order from the job default, with the hint saying 'allow_unordered': the message
+    # named only the hint's 'key_ordered', which the user never wrote
+    spark.conf.set("table.exec.async-lookup.key-ordered-enabled", "true")
+    try:
+        unordered = hint.replace("'key_ordered'", "'allow_unordered'")
+        with no_spark_job(spark), pytest.raises(ConfigurationError) as error:
+            lookup_join(
+                df,
+                LookupTable("Customers", SCHEMA, PartitionRecorder(DIM)),
+                on=[("customer_id", "id")],
+                hints=unordered,
+                skew=True,
+            )
+        assert "table.exec.async-lookup.key-ordered-enabled=true" in str(error.value)
+    finally:
+        spark.conf.unset("table.exec.async-lookup.key-ordered-enabled")
 
 
 def test_columns_spark_cannot_hash_stay_out_of_the_row_hash(spark: SparkSession) -> None:

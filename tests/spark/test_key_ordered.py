@@ -84,6 +84,10 @@ def test_async_map_key_ordered_is_checked_on_the_driver(spark: SparkSession, no_
                 df, _probe_row, "seq INT", timeout=1, output_mode="key_ordered", key="k",
                 batch_size=4,
             )  # fmt: skip
+        # a VARIANT reaches Python as a dict, which no key can be: it failed in the task
+        variant = df.selectExpr("seq", "parse_json(cast(k AS STRING)) AS v")
+        with pytest.raises(ConfigurationError, match=r"'v' is variant.*atomic type"):
+            async_map(variant, _probe_row, "seq INT", timeout=1, output_mode="key_ordered", key="v")
 
 
 class Versions(AsyncLookupFunction):
