@@ -20,6 +20,7 @@ from asyncio_lookup.lookup.metrics import (
     HIT_COUNT,
     MISS_COUNT,
     NUM_LOOKUPS,
+    NUM_THROTTLED,
     THROTTLED_TIME_MS,
 )
 from asyncio_lookup.lookup.option_names import (
@@ -192,7 +193,11 @@ def task_advice(
         found.append(Advice(TIMEOUT, "", {"timeouts": timeouts, "lookups": lookups}, facts))
     waited_ms = float(metrics.get(THROTTLED_TIME_MS, 0))
     if task_seconds > 0 and waited_ms >= THROTTLED_SHARE * task_seconds * 1000.0:
-        waited = {"waitedMs": waited_ms, "taskMs": task_seconds * 1000.0}
+        waited = {
+            "waitedMs": waited_ms,
+            "taskMs": task_seconds * 1000.0,
+            "throttledCalls": float(metrics.get(NUM_THROTTLED, 0)),
+        }
         found.append(Advice(THROTTLED, "", waited, facts))
     hits, misses = int(metrics.get(HIT_COUNT, 0)), int(metrics.get(MISS_COUNT, 0))
     evictions = int(metrics.get(EVICTION_COUNT, 0))
@@ -321,10 +326,21 @@ def _throttled(advice: Advice, counts: Mapping[str, float], facts: Facts) -> str
     share = f" ({whose} share: {facts.rate:g}/s)" if facts.rate is not None else ""
     tasks = "task's" if advice.tasks == 1 else f"{advice.tasks:,} tasks'"
     limit = RATE_LIMIT if facts.lookup else "rate_limit"
-    return (
+    head = (
         f"{facts.where}: calls waited for {limit} tokens during {waited:,.1f} s of the "
-        f"{tasks} {total:,.1f} s ({waited / total:.0%}){share} — the limit, not the service, "
-        f"sets the pace; raise {limit} if the service allows more."
+        f"{tasks} {total:,.1f} s ({waited / total:.0%})"
+    )
+    throttled = int(counts.get("throttledCalls", 0))
+    if facts.adaptive and throttled:
+        below = f" below {whose} share ({facts.rate:g}/s)" if facts.rate is not None else ""
+        return (
+            f"{head} — the service answered {throttled:,} calls 429 / 503, and the adaptive "
+            f"limit slowed{below} to the rate the service allows: the service, not the limit, "
+            f"sets the pace; raising {limit} changes nothing."
+        )
+    return (
+        f"{head}{share} — the limit, not the service, sets the pace; raise {limit} if the "
+        "service allows more."
     )
 
 

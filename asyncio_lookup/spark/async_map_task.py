@@ -305,11 +305,20 @@ class AsyncMapTask:
             except TimeoutError as error:
                 if str(error) != TIMEOUT_MESSAGE:
                     raise
+                what, capacity, hook = (  # with batch_size, the limits are a batch's
+                    ("a row", f"{self.capacity}", "AsyncFunction.timeout()")
+                    if self.batch_size is None
+                    else (
+                        "a batch of rows",
+                        f"{self.capacity} batches",
+                        "AsyncBatchFunction.timeout(rows)",
+                    )
+                )
                 raise TimeoutError(  # Flink's words alone name neither the function nor the limit
-                    f"async_map {self.name!r}: a row did not finish within "
+                    f"async_map {self.name!r}: {what} did not finish within "
                     f"{operator.timeout:g} s (retries included): {error} Raise 'timeout', or "
-                    f"lower 'capacity' ({self.capacity}) if the service is saturated; "
-                    "on_error='keep' or an AsyncFunction.timeout() hook keeps the job going"
+                    f"lower 'capacity' ({capacity}) if the service is saturated; "
+                    f"on_error='keep' or an {hook} hook keeps the job going"
                 ) from error
         missing = columns.report_function(f"async_map {self.name!r}")
         if self.metrics_id is None:

@@ -90,6 +90,21 @@ def test_time_held_back_by_the_rate_limit() -> None:
     assert not task_advice({"throttledTimeMs": 1999}, {}, facts, 10.0)
 
 
+def test_an_adaptive_limit_slowed_by_the_service_does_not_ask_for_a_higher_limit() -> None:
+    """The adaptive limit, slowed by the service's 429s, waited for tokens: the warning said
+    'the limit, not the service, sets the pace; raise lookup.rate-limit'."""
+    facts = Facts(table="T", rate=20.0, adaptive=True)
+    (found,) = task_advice({"throttledTimeMs": 3000, "numThrottledCalls": 10}, {}, facts, 10.0)
+    assert found.text() == (
+        "lookup table 'T': calls waited for lookup.rate-limit tokens during 3.0 s of the task's "
+        "10.0 s (30%) — the service answered 10 calls 429 / 503, and the adaptive limit slowed "
+        "below this task's share (20/s) to the rate the service allows: the service, not the "
+        "limit, sets the pace; raising lookup.rate-limit changes nothing."
+    )
+    (ramp,) = task_advice({"throttledTimeMs": 3000}, {}, facts, 10.0)  # no 429: the limit's
+    assert "raise lookup.rate-limit if the service allows more" in ramp.text()
+
+
 def test_a_churning_cache() -> None:
     metrics = {"hitCount": 100, "missCount": 900, "evictionCount": 800}
     (found,) = task_advice(metrics, {}, FACTS, 1)

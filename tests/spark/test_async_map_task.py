@@ -123,3 +123,18 @@ def test_a_timeout_that_fails_the_task_names_the_function_and_the_limit() -> Non
         r"0.05 s \(retries included\): Async function call has timed out",
     ):
         list(mapped(iter([batch])))
+
+    async def slow_batch(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        await asyncio.sleep(5)
+        return [[row] for row in rows]
+
+    # batched, the limits are a batch's: the message spoke of a row and AsyncFunction.timeout()
+    batched = task(
+        slow_batch, pa.schema([pa.field("id", pa.int64())]), timeout=0.05, name="scoring",
+        batch_size=4,
+    )  # fmt: skip
+    with pytest.raises(TimeoutError) as raised:
+        list(batched(iter([batch])))
+    said = str(raised.value)
+    assert "a batch of rows did not finish" in said and "'capacity' (10 batches)" in said
+    assert "AsyncBatchFunction.timeout(rows)" in said
