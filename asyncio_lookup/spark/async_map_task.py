@@ -349,7 +349,13 @@ class RowKey:
 
 
 def _not_a_dict(row: Any) -> ResultTypeError:
+    batch = (
+        " (a list in it: is it a function over a batch of rows? That needs "
+        "async_map(..., batch_size=N))"
+        if isinstance(row, (list, tuple))
+        else ""
+    )
     return ResultTypeError(
-        f"async_map: the function returned {type(row).__name__} {row!r} in its "
-        "collection; each output must be a dict of column -> value"
+        f"async_map: the function returned {type(row).__name__} {row!r:.200} in its "
+        f"collection; each output must be a dict of column -> value{batch}"
     )

@@ -138,3 +138,16 @@ def test_a_timeout_that_fails_the_task_names_the_function_and_the_limit() -> Non
     said = str(raised.value)
     assert "a batch of rows did not finish" in said and "'capacity' (10 batches)" in said
     assert "AsyncBatchFunction.timeout(rows)" in said
+
+
+def test_a_batch_function_without_batch_size_is_named_as_such() -> None:
+    """A function over a list of rows, given no batch_size, is called per row: its outputs are
+    lists, and the error said only 'each output must be a dict'."""
+
+    async def per_batch(rows: Any) -> list[list[Any]]:
+        return [[row] for row in rows]
+
+    mapped = task(per_batch, pa.schema([pa.field("id", pa.int64())]))
+    batch = pa.RecordBatch.from_pylist([{"id": 1}])
+    with pytest.raises(ResultTypeError, match=r"batch_size=N"):
+        list(mapped(iter([batch])))
