@@ -7,14 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import (
-    ArrayType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    VariantType,
-)
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
 
 from asyncio_lookup.errors import ConfigurationError
 from asyncio_lookup.lookup.failed_rows import OnError

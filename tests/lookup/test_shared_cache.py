@@ -483,9 +483,9 @@ async def test_a_lease_taken_for_a_cancelled_lookup_is_freed_at_once(
     waited out the whole lease for the key."""
     table = Table({("k",): [{"id": "k"}]})
     chain = _chain(table, _options(redis_url, namespace))
+    store = _counting(chain)
     await chain.open()
     try:
-        store = _counting(chain)
         store.delay = 0.05
         lookup = asyncio.ensure_future(chain.async_lookup(("k",)))
         await asyncio.sleep(0.01)

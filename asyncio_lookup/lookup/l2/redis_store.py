@@ -34,15 +34,9 @@ for i = 1, #KEYS, 2 do
     out[#out + 1] = 1
   else
     -- pcall: a store that refuses writes (maxmemory reached under 'noeviction') still
-    -- answers this batch's hits; its misses are loaded without a lease
+    -- answers this batch's hits; its error (a table, true in Lua) loads the key, no lease
     local taken = redis.pcall('SET', KEYS[i + 1], ARGV[2], 'NX', 'PX', lease)
-    if type(taken) == 'table' and taken.err then
-      out[#out + 1] = 1
-    elseif taken then
-      out[#out + 1] = 1
-    else
-      out[#out + 1] = 0
-    end
+    out[#out + 1] = taken and 1 or 0
   end
 end
 return out
