@@ -160,6 +160,13 @@ def test_skew_of_the_session_applies_to_shuffled_joins_only(
     with no_spark_job(spark):
         df = lookup.sql(FLIP_234)
     assert rows(df) == rows(spark.sql(PLAIN))
+    # a shuffled join in key order never salts a hot key: the session's skew, a default for
+    # its SHUFFLE_HASH joins, raised a 'skew' error there, with no per-join way out
+    keyed = FLIP_234.replace(
+        "SELECT o.", "SELECT /*+ LOOKUP('table'='c', 'output-mode'='key_ordered'), "
+        "SHUFFLE_HASH(c) */ o.", 1,
+    )  # fmt: skip
+    assert rows(lookup.sql(keyed)) == rows(spark.sql(PLAIN))
 
 
 def test_flip_234_retry_joins_rows_that_arrive_after_the_first_lookup(

@@ -36,7 +36,8 @@ class LookupSQL:
     ``/*+ LOOKUP('table'='c', ...) */`` and ``SHUFFLE_HASH(c)``; everything else is Spark SQL.
     Queries return lazily; every error is raised by ``sql()`` before any Spark job.
 
-    ``skew``: hot-key handling of ``SHUFFLE_HASH`` joins, as ``lookup_join(skew=...)``. It is
+    ``skew``: hot-key handling of ``SHUFFLE_HASH`` joins, as ``lookup_join(skew=...)``, but for
+    one in key order, which keeps each key on one task. It is
     off by default because detecting hot keys samples the probe side with a Spark job when the
     statement is planned; pass ``True`` (or :class:`SkewOptions`) to accept that job.
     """

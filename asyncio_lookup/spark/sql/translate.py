@@ -518,8 +518,9 @@ class Translator:
         matched = f"{prefix}_matched" if computed and (how == "left" or keep) else None
         ordered = key_order(key, definition.columns)
         lookup_table = definition.lookup_table(tuple(k.column for k in ordered))
-        try:
-            joined = lookup_join(
+
+        def joined_with(skew: Any) -> DataFrame:
+            return lookup_join(
                 probe_df,
                 lookup_table,
                 on=on,
@@ -528,10 +529,21 @@ class Translator:
                 columns=[f for f, _ in dim_flat],
                 rename=dict(dim_flat),
                 alias=dim_alias,
-                skew=self.skew if shuffles(join_hints) else None,
+                skew=skew,
                 error_column=error_column if keep else DEFAULT_ERROR_COLUMN,
                 matched_column=matched,
             )
+
+        skew = self.skew if shuffles(join_hints) else None
+        try:
+            try:
+                joined = joined_with(skew)
+            except ConfigurationError as error:
+                if error.option != "skew" or "key order" not in str(error.reason or ""):
+                    raise
+                # the session's skew is a default for its SHUFFLE_HASH joins: one in key order
+                # keeps each key on one task (a salted hot key's rows would go to several)
+                joined = joined_with(None)
         except SqlError:
             raise
         except ConfigurationError as error:
