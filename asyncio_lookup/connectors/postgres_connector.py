@@ -629,6 +629,12 @@ def _integral_key(value: Any, bound: int) -> bool:
     return True
 
 
+def _holds_nul(value: Any) -> bool:
+    """Whether ``value`` is text holding a NUL, which no PostgreSQL value holds (the server
+    refuses it in a parameter): a key with one is a miss, never sent."""
+    return type(value) is str and "\x00" in value
+
+
 def _group(
     keys: Sequence[Key], records: Sequence[Any], targets: Sequence[Sequence[int]] | None
 ) -> list[Collection[Row] | BaseException]:
@@ -787,7 +793,7 @@ class _PostgresLookup(AsyncLookupFunction):
         """Whether each integral key column can hold its part of ``key`` exactly, and no text
         holds a NUL (no PostgreSQL value does; the server refuses it in a parameter)."""
         return all(_integral_key(key[i], bound) for i, bound in self.integral) and not any(
-            type(v) is str and "\x00" in v for v in key
+            map(_holds_nul, key)
         )
 
     async def async_lookup_batch(
@@ -854,9 +860,7 @@ class _PostgresLookup(AsyncLookupFunction):
             o = ordinals.get(value)
             if o is not None:
                 targets[o].append(i)
-            elif (not bound or _integral_key(value, bound)) and not (
-                type(value) is str and "\x00" in value
-            ):
+            elif (not bound or _integral_key(value, bound)) and not _holds_nul(value):
                 ordinals[value] = len(targets)
                 targets.append([i])
         return list(ordinals), targets

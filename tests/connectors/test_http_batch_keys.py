@@ -67,10 +67,15 @@ async def serve() -> AsyncIterator[Callable[[LooseService], Any]]:
         await runner.cleanup()
 
 
-async def lookups(base: str, keys: list[Any], batch: bool) -> list[list[dict[str, Any]]]:
-    """Each key's rows through a chain, all asked at once (one batch with ``batch``)."""
+async def lookups(
+    base: str, keys: list[Any], batch: bool, batch_path: str = "batch"
+) -> list[list[dict[str, Any]]]:
+    """Each key's rows through a chain, all asked at once (one batch with ``batch``, sent to
+    ``batch_path``)."""
     connector = HttpConnector(
-        f"{base}/item/{{id}}", batch_url=f"{base}/batch" if batch else None, batch_field="keys"
+        f"{base}/item/{{id}}",
+        batch_url=f"{base}/{batch_path}" if batch else None,
+        batch_field="keys",
     )
     options = LookupOptions.from_dict({"lookup.batch.max-size": "64"} if batch else {})
     chain = LookupChain.create(connector, options, prefer_async=True, key_columns=("id",))
@@ -124,15 +129,7 @@ async def test_a_batch_answered_404_is_asked_again_in_halves(
     assert [len(found) for found in batched] == [1, 1, 0, 1, 1]
     assert any("refused as a whole" in r.getMessage() for r in caplog.records)
     # a batch URL that is not there: every key asked again, down to point requests
-    wrong = HttpConnector(f"{base}/item/{{id}}", batch_url=f"{base}/batchez")
-    chain = LookupChain.create(
-        wrong, LookupOptions.from_dict({"lookup.batch.max-size": "8"}), prefer_async=True
-    )
-    await chain.open()
-    try:
-        found = await asyncio.gather(*(chain.async_lookup((key,)) for key in keys))
-    finally:
-        await chain.close()
+    found = await lookups(base, keys, batch=True, batch_path="batchez")
     assert [len(rows) for rows in found] == [1, 1, 0, 1, 1]
 
 
@@ -179,16 +176,7 @@ async def test_a_one_key_request_of_a_several_key_call_answered_404_is_asked_aga
     keys: 'alice' and 'Alice' lost their rows, silently."""
     rows = {"alice": {"id": "alice", "n": 1}, "x": {"id": "x", "n": 2}}
     base = await serve(LooseService(rows, str.casefold, refuse_unknown=False))
-    keys = ["x", "alice", "Alice"]
-    wrong = HttpConnector(f"{base}/item/{{id}}", batch_url=f"{base}/batchez")
-    chain = LookupChain.create(
-        wrong, LookupOptions.from_dict({"lookup.batch.max-size": "8"}), prefer_async=True
-    )
-    await chain.open()
-    try:
-        found = await asyncio.gather(*(chain.async_lookup((key,)) for key in keys))
-    finally:
-        await chain.close()
+    found = await lookups(base, ["x", "alice", "Alice"], batch=True, batch_path="batchez")
     assert [[r["n"] for r in rows] for rows in found] == [[2], [1], [1]]
 
 
